@@ -1,0 +1,31 @@
+// Read-only memory map of a whole file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+
+namespace dsv4 {
+
+class MappedFile {
+public:
+    static Result<std::unique_ptr<MappedFile>> open(const std::string& path);
+    ~MappedFile();
+    MappedFile(const MappedFile&) = delete;
+    MappedFile& operator=(const MappedFile&) = delete;
+
+    const uint8_t* data() const { return data_; }
+    size_t size() const { return size_; }
+    const std::string& path() const { return path_; }
+
+private:
+    MappedFile() = default;
+    const uint8_t* data_ = nullptr;
+    size_t size_ = 0;
+    std::string path_;
+};
+
+}  // namespace dsv4

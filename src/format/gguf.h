@@ -1,0 +1,109 @@
+// GGUF reader (v2, v3): memory-maps one file or a set of split files and presents one model: typed metadata
+// access whose errors name the key, and a tensor table whose every data range was checked to lie inside its
+// file. Damaged input yields an Error naming what is wrong; the reader never trusts a length or count.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "format/ggml_type.h"
+
+namespace dsv4 {
+
+enum class GgufValueType : uint32_t {
+    U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7, STRING = 8, ARRAY = 9,
+    U64 = 10, I64 = 11, F64 = 12,
+};
+const char* gguf_value_type_name(GgufValueType t);
+
+// One metadata value. Scalars are held decoded; arrays point into the mapped file (numeric) or hold
+// views into it (strings), so a 129k-entry vocabulary costs no copy.
+struct GgufValue {
+    GgufValueType type = GgufValueType::U8;
+    // scalar payloads (the one matching `type` is set; integers also mirrored into i64/u64 when in range)
+    uint64_t u64 = 0;
+    int64_t i64 = 0;
+    double f64 = 0;
+    bool b = false;
+    std::string_view str;
+    // arrays
+    GgufValueType elem_type = GgufValueType::U8;
+    uint64_t n_elems = 0;
+    const uint8_t* elems = nullptr;            // numeric array payload (little-endian, packed)
+    std::vector<std::string_view> strs;        // string array payload
+};
+
+struct GgufTensor {
+    std::string name;
+    GgmlType type = GgmlType::F32;
+    uint32_t n_dims = 0;
+    int64_t ne[4] = {1, 1, 1, 1};  // ne[0] is the contiguous dimension
+    const uint8_t* data = nullptr;  // inside the mapped file
+    size_t n_bytes = 0;
+    uint64_t file_offset = 0;       // absolute offset in its file
+    uint32_t split = 0;             // which split file holds it
+
+    int64_t n_elems() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
+    // Row size in bytes of ne[0] values.
+    size_t row_bytes() const;
+    std::string shape_str() const;  // e.g. "[4096, 1024]"
+};
+
+class MappedFile;
+
+class GgufFile {
+public:
+    // Open a file. If it is the first of a split set (`split.count` > 1, name *-00001-of-0000N.gguf), the other
+    // parts are opened from the same folder and their tensors merged into one table.
+    static Result<std::unique_ptr<GgufFile>> open(const std::string& path);
+    // Parse from memory the caller keeps alive (tests, fuzzing). No split handling.
+    static Result<std::unique_ptr<GgufFile>> parse(const uint8_t* data, size_t size, std::string name = "<memory>");
+    ~GgufFile();
+
+    uint32_t version() const { return version_; }
+    const std::string& path() const { return path_; }
+    size_t alignment() const { return alignment_; }
+    uint32_t n_splits() const { return (uint32_t)maps_.size(); }
+
+    // Metadata in file order.
+    const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return kv_; }
+    bool has(std::string_view key) const;
+    const GgufValue* find(std::string_view key) const;
+
+    // Typed access; the error names the key and, on a type mismatch, both types. Integer getters accept
+    // any integer type whose value fits; get_f32 accepts F32 and F64.
+    Result<uint32_t> get_u32(std::string_view key) const;
+    Result<uint64_t> get_u64(std::string_view key) const;
+    Result<int64_t> get_i64(std::string_view key) const;
+    Result<float> get_f32(std::string_view key) const;
+    Result<bool> get_bool(std::string_view key) const;
+    Result<std::string> get_str(std::string_view key) const;
+    Result<std::vector<uint32_t>> get_arr_u32(std::string_view key) const;
+    Result<std::vector<int32_t>> get_arr_i32(std::string_view key) const;
+    Result<std::vector<float>> get_arr_f32(std::string_view key) const;
+    Result<std::vector<std::string_view>> get_arr_str(std::string_view key) const;
+
+    const std::vector<GgufTensor>& tensors() const { return tensors_; }
+    const GgufTensor* tensor(std::string_view name) const;
+
+private:
+    GgufFile() = default;
+    Status parse_one(const uint8_t* data, size_t size, uint32_t split, bool first);
+    Status open_splits(const std::string& first_path, uint32_t count);
+
+    std::string path_;
+    uint32_t version_ = 0;
+    size_t alignment_ = 32;
+    std::vector<std::unique_ptr<MappedFile>> maps_;
+    std::vector<std::pair<std::string, GgufValue>> kv_;
+    std::map<std::string, size_t, std::less<>> kv_index_;
+    std::vector<GgufTensor> tensors_;
+    std::map<std::string, size_t, std::less<>> tensor_index_;
+};
+
+}  // namespace dsv4

@@ -1,0 +1,24 @@
+// Block-format codecs: dequantize any known ggml type to f32, quantize f32 into the types that have a
+// quantizer. Pure functions over contiguous rows; n is always a multiple of the type's block size.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "format/ggml_type.h"
+
+namespace dsv4 {
+
+// Dequantize n values of `type` starting at `src` into dst. Works for every float type in the traits table
+// (F32, F16, BF16, F64 and every block format) and for I8/I16/I32 (converted to float).
+void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
+
+// True if quantize_row supports `type`.
+bool has_quantizer(GgmlType type);
+
+// Quantize n values into dst (ggml_row_bytes(type, n) bytes). For Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, F16,
+// BF16 the output matches llama.cpp's reference quantizer byte for byte; Q2_K..Q6_K follow llama.cpp's
+// reference (non-imatrix) algorithms. Returns the bytes written; aborts if the type has no quantizer.
+size_t quantize_row(GgmlType type, const float* src, void* dst, int64_t n);
+
+}  // namespace dsv4
