@@ -38,6 +38,12 @@ struct GgufValue {
     std::vector<std::string_view> strs;        // string array payload
 };
 
+// "u32", "string", or for arrays "array[f32]": the name used in type-mismatch errors and by `dsv4 inspect`.
+std::string gguf_value_type_str(const GgufValue& v);
+// A value as one line of text for people (`dsv4 inspect`, error messages): strings quoted with control
+// characters escaped and cut after `max_chars`; arrays show their first `max_elems` items and the count.
+std::string gguf_value_str(const GgufValue& v, size_t max_elems = 8, size_t max_chars = 120);
+
 struct GgufTensor {
     std::string name;
     GgmlType type = GgmlType::F32;
@@ -55,6 +61,7 @@ struct GgufTensor {
 };
 
 class MappedFile;
+struct GgufPart;  // one parsed file, internal to the reader
 
 class GgufFile {
 public:
@@ -68,7 +75,9 @@ public:
     uint32_t version() const { return version_; }
     const std::string& path() const { return path_; }
     size_t alignment() const { return alignment_; }
-    uint32_t n_splits() const { return (uint32_t)maps_.size(); }
+    uint32_t n_splits() const { return n_splits_; }
+    // Absolute offset of the tensor data section in the first (or only) file.
+    uint64_t data_offset() const { return data_offset_; }
 
     // Metadata in file order.
     const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return kv_; }
@@ -93,12 +102,17 @@ public:
 
 private:
     GgufFile() = default;
-    Status parse_one(const uint8_t* data, size_t size, uint32_t split, bool first);
-    Status open_splits(const std::string& first_path, uint32_t count);
+    // Adopt the parsed first (or only) file: its metadata becomes the model's.
+    Status adopt_first(GgufPart&& part);
+    // Append one split part's tensors to the merged table (names must stay unique).
+    Status merge_tensors(std::vector<GgufTensor>&& tensors, const std::string& part_name);
+    Status open_splits(uint32_t count);
 
     std::string path_;
     uint32_t version_ = 0;
     size_t alignment_ = 32;
+    uint32_t n_splits_ = 1;
+    uint64_t data_offset_ = 0;
     std::vector<std::unique_ptr<MappedFile>> maps_;
     std::vector<std::pair<std::string, GgufValue>> kv_;
     std::map<std::string, size_t, std::less<>> kv_index_;

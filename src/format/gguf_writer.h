@@ -19,7 +19,8 @@ class GgufWriter {
 public:
     GgufWriter() = default;
 
-    // Metadata (written in the order added).
+    // Metadata (written in the order added; setting a key again replaces its value in place).
+    // `general.alignment` belongs to set_alignment(): a value set or copied under that key is ignored.
     void set_u32(std::string key, uint32_t v);
     void set_i32(std::string key, int32_t v);
     void set_u64(std::string key, uint64_t v);
@@ -30,6 +31,21 @@ public:
     void set_arr_i32(std::string key, const std::vector<int32_t>& v);
     void set_arr_f32(std::string key, const std::vector<float>& v);
     void set_arr_str(std::string key, const std::vector<std::string>& v);
+    // The remaining GGUF value types, so a writer can produce every type a reader must handle.
+    void set_u8(std::string key, uint8_t v);
+    void set_i8(std::string key, int8_t v);
+    void set_u16(std::string key, uint16_t v);
+    void set_i16(std::string key, int16_t v);
+    void set_i64(std::string key, int64_t v);
+    void set_f64(std::string key, double v);
+    void set_arr_u8(std::string key, const std::vector<uint8_t>& v);
+    void set_arr_i8(std::string key, const std::vector<int8_t>& v);
+    void set_arr_u16(std::string key, const std::vector<uint16_t>& v);
+    void set_arr_i16(std::string key, const std::vector<int16_t>& v);
+    void set_arr_u64(std::string key, const std::vector<uint64_t>& v);
+    void set_arr_i64(std::string key, const std::vector<int64_t>& v);
+    void set_arr_f64(std::string key, const std::vector<double>& v);
+    void set_arr_bool(std::string key, const std::vector<bool>& v);
     // Copy a metadata value read from another file (e.g. the tokenizer keys of a vocab GGUF).
     void copy_value(std::string key, const GgufValue& v);
 
@@ -40,6 +56,8 @@ public:
     // Convenience: a tensor whose bytes are already in memory.
     Status add_tensor_data(std::string name, GgmlType type, std::vector<int64_t> ne, std::vector<uint8_t> bytes);
 
+    // Alignment of the data section and of every tensor (a nonzero power of two; write() checks). Written as
+    // `general.alignment` when it differs from GGUF's default of 32.
     void set_alignment(uint32_t a) { alignment_ = a; }
 
     // Write the whole file: header, metadata, tensor infos, then each tensor's data (aligned) in order.
@@ -62,6 +80,10 @@ private:
     };
     void add_kv(std::string key, GgufValueType type, std::vector<uint8_t> payload,
                 GgufValueType elem_type = GgufValueType::U8);
+    template <class T>
+    void add_scalar(std::string key, GgufValueType type, T v);
+    template <class T>
+    void add_array(std::string key, GgufValueType elem_type, const std::vector<T>& v);
     std::vector<Kv> kv_;
     std::vector<Tensor> tensors_;
     uint32_t alignment_ = 32;
