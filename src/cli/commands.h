@@ -4,5 +4,13 @@
 
 namespace dsv4::cli {
 
+int cmd_logits(int argc, char** argv);
+
+int cmd_synth(int argc, char** argv);  // cmd_synth.cpp
+
+int cmd_inspect(int argc, char** argv);  // cmd_inspect.cpp
+
+int cmd_tokenize(int argc, char** argv);    // cmd_tokenize.cpp
+int cmd_detokenize(int argc, char** argv);  // cmd_tokenize.cpp
 
 }  // namespace dsv4::cli

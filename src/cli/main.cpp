@@ -21,6 +21,11 @@ int cmd_version(int, char**) {
 // One line per subcommand; each is implemented in its own cli/cmd_*.cpp.
 const Command kCommands[] = {
     {"version", cmd_version, "print the version"},
+    {"tokenize", dsv4::cli::cmd_tokenize, "print the token ids of stdin's text as a JSON array"},
+    {"detokenize", dsv4::cli::cmd_detokenize, "print the text of a JSON array of token ids on stdin"},
+    {"inspect", dsv4::cli::cmd_inspect, "print a GGUF file's metadata, model config and tensors"},
+    {"logits", dsv4::cli::cmd_logits, "run token ids through the model and write float32 logits"},
+    {"synth", dsv4::cli::cmd_synth, "write a random-weight DeepSeek-V4 GGUF (tiny, flash or pro sizes)"},
 };
 
 void usage(std::FILE* out) {

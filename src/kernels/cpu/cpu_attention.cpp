@@ -1,0 +1,92 @@
+// CPU sparse attention with sinks over per-query KV index lists, and the lightning indexer's top-k.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_dot.h"
+
+namespace dsv4 {
+
+void CpuBackend::attention(const AttentionArgs& a) {
+    const int H = a.n_heads, hd = a.head_dim;
+    pool_.parallel_for(a.n * H, 1, [&](int64_t b, int64_t e, int) {
+        std::vector<const float*> rows;
+        std::vector<float> scores;
+        for (int64_t task = b; task < e; ++task) {
+            const int64_t i = task / H;
+            const int h = (int)(task % H);
+            rows.clear();
+            for (int w = 0; w < a.n_win; ++w) {
+                const int32_t r = a.win_idx[i * a.n_win + w];
+                if (r >= 0) rows.push_back(a.kv_win + (int64_t)r * hd);
+            }
+            if (a.kv_comp) {
+                if (a.comp_idx) {
+                    for (int c = 0; c < a.n_comp; ++c) {
+                        const int32_t r = a.comp_idx[i * a.n_comp + c];
+                        if (r >= 0) rows.push_back(a.kv_comp + (int64_t)r * hd);
+                    }
+                } else {
+                    for (int32_t r = 0; r < a.comp_count[i]; ++r) rows.push_back(a.kv_comp + (int64_t)r * hd);
+                }
+            }
+            const float* q = a.q + (i * H + h) * hd;
+            float* o = a.out + (i * H + h) * hd;
+            scores.resize(rows.size());
+            float m = -INFINITY;
+            for (size_t t = 0; t < rows.size(); ++t) {
+                scores[t] = dot_f32(q, rows[t], hd) * a.scale;
+                m = std::max(m, scores[t]);
+            }
+            // The sink joins the denominator only; the max is over the scores (exp of the sink uses it too).
+            float l = 0;
+            for (size_t t = 0; t < rows.size(); ++t) {
+                scores[t] = std::exp(scores[t] - m);
+                l += scores[t];
+            }
+            if (a.sinks) l += std::exp(a.sinks[h] - m);
+            std::fill(o, o + hd, 0.0f);
+            if (rows.empty()) continue;
+            for (size_t t = 0; t < rows.size(); ++t) {
+                const float pw = scores[t];
+                const float* kv = rows[t];
+                for (int d = 0; d < hd; ++d) o[d] += pw * kv[d];
+            }
+            const float inv = 1.0f / l;
+            for (int d = 0; d < hd; ++d) o[d] *= inv;
+        }
+    });
+}
+
+void CpuBackend::indexer_topk(int32_t* idx, const float* q, const float* w, const float* keys,
+                              const int32_t* n_visible, int64_t n, int n_heads, int head_dim, int top_k) {
+    pool_.parallel_for(n, 1, [&](int64_t b, int64_t e, int) {
+        std::vector<float> score;
+        std::vector<int32_t> order;
+        for (int64_t i = b; i < e; ++i) {
+            const int32_t nv = n_visible[i];
+            score.resize(nv);
+            for (int32_t t = 0; t < nv; ++t) {
+                float s = 0;
+                for (int h = 0; h < n_heads; ++h) {
+                    const float d = dot_f32(q + (i * n_heads + h) * head_dim, keys + (int64_t)t * head_dim, head_dim);
+                    s += std::max(d, 0.0f) * w[i * n_heads + h];
+                }
+                score[t] = s;
+            }
+            const int k = std::min<int>(top_k, nv);
+            order.resize(nv);
+            std::iota(order.begin(), order.end(), 0);
+            // Descending score; ties to the lower index so the choice is deterministic.
+            std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t x, int32_t y) {
+                return score[x] > score[y] || (score[x] == score[y] && x < y);
+            });
+            int32_t* out = idx + i * top_k;
+            for (int j = 0; j < top_k; ++j) out[j] = j < k ? order[j] : -1;
+        }
+    });
+}
+
+}  // namespace dsv4

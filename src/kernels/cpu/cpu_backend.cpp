@@ -1,0 +1,129 @@
+// CPU backend: memory and the element-wise / per-row ops (norms, RoPE, fake quantizers, Hadamard, SwiGLU).
+#include "kernels/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "core/check.h"
+#include "ops/numerics.h"
+
+namespace dsv4 {
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return std::make_unique<CpuBackend>(n_threads); }
+
+CpuBackend::CpuBackend(int n_threads) : pool_(n_threads) {}
+
+void* CpuBackend::alloc(size_t bytes) {
+    size_t sz = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, sz);
+    DSV4_CHECK_MSG(p != nullptr, "out of host memory allocating %zu bytes", bytes);
+    return p;
+}
+void CpuBackend::free(void* p) { std::free(p); }
+void CpuBackend::upload(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+void CpuBackend::download(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+void CpuBackend::copy(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
+void CpuBackend::fill(float* dst, float value, int64_t n) { std::fill(dst, dst + n, value); }
+
+void CpuBackend::rms_norm(float* y, const float* x, const float* weight, int64_t n, int64_t dim, int64_t stride,
+                          float eps) {
+    pool_.parallel_for(n, 16, [&](int64_t b, int64_t e, int) {
+        for (int64_t i = b; i < e; ++i) {
+            const float* xi = x + i * stride;
+            float* yi = y + i * stride;
+            double ss = 0;  // accumulate in double: the oracle's norm should not depend on the summation order
+            for (int64_t j = 0; j < dim; ++j) ss += (double)xi[j] * xi[j];
+            const float r = 1.0f / std::sqrt((float)(ss / (double)dim) + eps);
+            for (int64_t j = 0; j < dim; ++j) yi[j] = weight ? weight[j] * (xi[j] * r) : xi[j] * r;
+        }
+    });
+}
+
+void CpuBackend::rope(float* x, int64_t n, int n_heads, int head_dim, int64_t stride, const int32_t* pos,
+                      const RopeParams& r, bool inverse) {
+    const int half = r.rope_dim / 2;
+    const int off = head_dim - r.rope_dim;
+    pool_.parallel_for(n, 8, [&](int64_t b, int64_t e, int) {
+        std::vector<float> cs(half), sn(half);
+        for (int64_t i = b; i < e; ++i) {
+            const float p = (float)pos[i];
+            for (int t = 0; t < half; ++t) {
+                const float ang = p * r.freqs[t];
+                cs[t] = std::cos(ang);
+                sn[t] = inverse ? -std::sin(ang) : std::sin(ang);
+            }
+            for (int h = 0; h < n_heads; ++h) {
+                float* v = x + i * stride + (int64_t)h * head_dim + off;
+                for (int t = 0; t < half; ++t) {
+                    const float a = v[2 * t], c = v[2 * t + 1];
+                    v[2 * t] = a * cs[t] - c * sn[t];
+                    v[2 * t + 1] = a * sn[t] + c * cs[t];
+                }
+            }
+        }
+    });
+}
+
+void CpuBackend::fp8_sim(float* x, int64_t n, int64_t n_dims, int64_t stride, int block) {
+    DSV4_CHECK(n_dims % block == 0);
+    pool_.parallel_for(n, 16, [&](int64_t b, int64_t e, int) {
+        for (int64_t i = b; i < e; ++i)
+            for (int64_t j = 0; j < n_dims; j += block) fake_quant_block(x + i * stride + j, block, false);
+    });
+}
+
+void CpuBackend::hadamard(float* x, int64_t n, int dim, bool fp4_sim) {
+    DSV4_CHECK(dim > 0 && (dim & (dim - 1)) == 0);
+    const float scale = 1.0f / std::sqrt((float)dim);
+    pool_.parallel_for(n, 16, [&](int64_t b, int64_t e, int) {
+        for (int64_t i = b; i < e; ++i) {
+            float* v = x + i * dim;
+            // Fast Walsh-Hadamard transform in Sylvester order: H_2n = [[H, H], [H, -H]].
+            for (int len = 1; len < dim; len <<= 1)
+                for (int s = 0; s < dim; s += 2 * len)
+                    for (int j = s; j < s + len; ++j) {
+                        const float a = v[j], c = v[j + len];
+                        v[j] = a + c;
+                        v[j + len] = a - c;
+                    }
+            for (int j = 0; j < dim; ++j) v[j] *= scale;
+            if (fp4_sim) {
+                DSV4_CHECK(dim % 32 == 0);
+                for (int j = 0; j < dim; j += 32) fake_quant_block(v + j, 32, true);
+            }
+        }
+    });
+}
+
+void CpuBackend::swiglu(float* h, const float* g, const float* u, int64_t n, int64_t f, int64_t gu_stride,
+                        float clamp) {
+    pool_.parallel_for(n, 4, [&](int64_t b, int64_t e, int) {
+        for (int64_t i = b; i < e; ++i)
+            for (int64_t j = 0; j < f; ++j) {
+                float gv = g[i * gu_stride + j], uv = u[i * gu_stride + j];
+                if (clamp > 0) {
+                    gv = std::min(gv, clamp);
+                    uv = std::min(std::max(uv, -clamp), clamp);
+                }
+                h[i * f + j] = gv / (1.0f + std::exp(-gv)) * uv;
+            }
+    });
+}
+
+void CpuBackend::add(float* y, const float* a, const float* b, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+void CpuBackend::copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t n,
+                           int64_t cols) {
+    for (int64_t i = 0; i < n; ++i) std::memmove(dst + i * dst_stride, src + i * src_stride, cols * sizeof(float));
+}
+
+void CpuBackend::gather_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) {
+    for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * cols, src + (int64_t)idx[i] * cols, cols * sizeof(float));
+}
+
+}  // namespace dsv4

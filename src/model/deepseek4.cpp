@@ -1,0 +1,184 @@
+// DeepSeek-V4 forward pass, top level (shared/spec/deepseek_v4.md §2): embedding into hc streams, the
+// blocks (mHC around attention and MoE), hc_head, final norm, LM head; and the MTP block (§7).
+// The sublayers are in attention.cpp and ffn.cpp.
+#include "model/deepseek4.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/check.h"
+#include "format/gguf.h"
+#include "model/step_context.h"
+
+namespace dsv4 {
+
+std::vector<float> rope_freqs(const ModelConfig& cfg, bool compressed) {
+    // Mirrors the reference's precompute_freqs_cis in f32: freq_i = 1 / base^(2i/dim); with YaRN the
+    // frequencies between the correction bounds blend towards freq/factor.
+    const int dim = cfg.rope_dim;
+    const float base = compressed ? cfg.compress_rope_freq_base : cfg.rope_freq_base;
+    std::vector<float> f(dim / 2);
+    for (int i = 0; i < dim / 2; ++i) f[i] = 1.0f / std::pow(base, (float)(2 * i) / (float)dim);
+    if (compressed && cfg.yarn) {
+        auto corr_dim = [&](double n_rot) {
+            return dim * std::log((double)cfg.rope_orig_ctx / (n_rot * 2 * M_PI)) / (2 * std::log((double)base));
+        };
+        double low = std::max(std::floor(corr_dim(cfg.yarn_beta_fast)), 0.0);
+        double high = std::min(std::ceil(corr_dim(cfg.yarn_beta_slow)), (double)(dim - 1));
+        if (low == high) high += 0.001;
+        for (int i = 0; i < dim / 2; ++i) {
+            float ramp = (float)(((float)i - (float)low) / (float)(high - low));
+            ramp = std::min(std::max(ramp, 0.0f), 1.0f);
+            const float smooth = 1.0f - ramp;
+            f[i] = f[i] / cfg.rope_scaling_factor * (1.0f - smooth) + f[i] * smooth;
+        }
+    }
+    return f;
+}
+
+Result<std::unique_ptr<Model>> Model::load(const std::string& path, Backend& backend) {
+    DSV4_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::open(path));
+    std::unique_ptr<Model> m(new Model(backend));
+    DSV4_ASSIGN_OR_RETURN(m->cfg_, ModelConfig::from_gguf(*f));
+    DSV4_ASSIGN_OR_RETURN(m->w_, load_weights(*f, m->cfg_, backend));
+    m->file_ = std::move(f);
+    auto upload = [&](const std::vector<float>& v) {
+        void* p = backend.alloc(v.size() * sizeof(float));
+        backend.upload(p, v.data(), v.size() * sizeof(float));
+        m->owned_.push_back(p);
+        return static_cast<const float*>(p);
+    };
+    m->rope_freqs_window_ = upload(rope_freqs(m->cfg_, false));
+    m->rope_freqs_compressed_ = upload(rope_freqs(m->cfg_, true));
+    return m;
+}
+
+Model::~Model() {
+    free_weights(w_, backend_);
+    for (void* p : owned_) backend_.free(p);
+}
+
+std::unique_ptr<KvCache> Model::new_cache(int64_t capacity, bool with_mtp) {
+    return std::make_unique<KvCache>(cfg_, backend_, capacity, with_mtp && w_.has_mtp);
+}
+
+void Model::block_forward(Ctx& c, int il, const LayerWeights& L, LayerCache& lc, float* H, float* H2) {
+    // H [n, hc, D] in, H [n, hc, D] out; H2 is scratch of the same size.
+    const int64_t n = c.n, D = cfg_.n_embd;
+    const int hc = cfg_.hc;
+    HcParams hp{hc, D, cfg_.hc_sinkhorn_iters, cfg_.hc_eps, cfg_.norm_eps};
+    float* x = c.f32(n * D);
+    float* y = c.f32(n * D);
+    float* post = c.f32(n * hc);
+    float* comb = c.f32(n * hc * hc);
+
+    backend_.hc_pre(x, post, comb, H, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, n, hp);  // x [n, D]
+    backend_.rms_norm(x, x, L.attn_norm, n, D, D, cfg_.norm_eps);
+    attention_forward(c, L, lc, x, y);                                                      // y [n, D]
+    backend_.hc_post(H2, y, H, post, comb, n, hp);                                          // H2 [n, hc, D]
+
+    backend_.hc_pre(x, post, comb, H2, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, n, hp);
+    backend_.rms_norm(x, x, L.ffn_norm, n, D, D, cfg_.norm_eps);
+    ffn_forward(c, il, L, x, y);
+    backend_.hc_post(H, y, H2, post, comb, n, hp);
+}
+
+void Model::output_logits(Ctx& c, const float* H, const Weight& hc_fn, const float* hc_base, const float* hc_scale,
+                          const float* norm, bool all, std::vector<float>* logits) {
+    const int64_t D = cfg_.n_embd, V = cfg_.n_vocab;
+    const int64_t rows = all ? c.n : 1;
+    const float* Hs = H + (c.n - rows) * cfg_.hc_dim();
+    HcParams hp{cfg_.hc, D, cfg_.hc_sinkhorn_iters, cfg_.hc_eps, cfg_.norm_eps};
+    float* y = c.f32(rows * D);
+    backend_.hc_head(y, Hs, hc_fn, hc_scale, hc_base, rows, hp);   // [rows, D]
+    backend_.rms_norm(y, y, norm, rows, D, D, cfg_.norm_eps);
+    float* out = c.f32(rows * V);
+    backend_.matmul(out, V, y, D, w_.output, rows);                 // [rows, V]
+    logits->resize(rows * V);
+    backend_.download(logits->data(), out, (size_t)rows * V * sizeof(float));
+}
+
+Status Model::step(KvCache& cache, std::span<const int32_t> tokens, const StepOptions& opt,
+                   std::vector<float>* logits, std::vector<float>* hidden) {
+    const int64_t n = (int64_t)tokens.size();
+    if (n == 0) return make_error("step: no tokens");
+    if (n > max_step_tokens()) return make_error("step: too many tokens for one step");
+    if (cache.pos() + n > cache.capacity())
+        return make_error("context full: position " + std::to_string(cache.pos() + n) + " exceeds the cache capacity " +
+                          std::to_string(cache.capacity()));
+    for (int32_t t : tokens)
+        if (t < 0 || t >= cfg_.n_vocab)
+            return make_error("token id " + std::to_string(t) + " is out of range [0, " + std::to_string(cfg_.n_vocab) +
+                              ")");
+    Ctx c(backend_, cfg_, opt);
+    c.n = n;
+    c.pos0 = cache.pos();
+    std::vector<int32_t> pos(n);
+    for (int64_t i = 0; i < n; ++i) pos[i] = (int32_t)(c.pos0 + i);
+    c.pos = c.i32(pos);
+    c.tokens = c.i32(std::vector<int32_t>(tokens.begin(), tokens.end()));
+
+    const int64_t D = cfg_.n_embd;
+    const int hc = cfg_.hc;
+    float* e = c.f32(n * D);
+    backend_.embed(e, w_.token_embd, c.tokens, n);
+    float* H = c.f32(n * hc * D);   // [n, hc, D]: every stream starts as the embedding
+    for (int k = 0; k < hc; ++k) backend_.copy_rows(H + k * D, hc * D, e, D, n, D);
+    float* H2 = c.f32(n * hc * D);
+    for (int il = 0; il < cfg_.n_layer; ++il) {
+        block_forward(c, il, w_.layers[il], cache.layer(il), H, H2);
+        c.trace("block_out", il, H, n * hc * D);
+    }
+    if (hidden) {
+        hidden->resize(n * hc * D);
+        backend_.download(hidden->data(), H, (size_t)n * hc * D * sizeof(float));
+    }
+    if (logits)
+        output_logits(c, H, w_.output_hc_fn, w_.output_hc_base, w_.output_hc_scale, w_.output_norm, opt.all_logits,
+                      logits);
+    cache.set_pos(c.pos0 + n);
+    return {};
+}
+
+Status Model::mtp_step(KvCache& cache, std::span<const float> hidden, std::span<const int32_t> next_tokens,
+                       const StepOptions& opt, std::vector<float>* logits) {
+    if (!w_.has_mtp) return make_error("this model file has no MTP block");
+    if (!cache.has_mtp()) return make_error("the cache was created without room for the MTP block");
+    const int64_t n = (int64_t)next_tokens.size();
+    const int64_t D = cfg_.n_embd;
+    const int hc = cfg_.hc;
+    if (n == 0) return make_error("mtp_step: no tokens");
+    if ((int64_t)hidden.size() != n * hc * D) return make_error("mtp_step: hidden state size does not match");
+    if (cache.mtp_pos() + n > cache.capacity()) return make_error("context full (MTP block)");
+    for (int32_t t : next_tokens)
+        if (t < 0 || t >= cfg_.n_vocab) return make_error("token id " + std::to_string(t) + " is out of range");
+    Ctx c(backend_, cfg_, opt);
+    c.n = n;
+    c.pos0 = cache.mtp_pos();
+    std::vector<int32_t> pos(n);
+    for (int64_t i = 0; i < n; ++i) pos[i] = (int32_t)(c.pos0 + i);
+    c.pos = c.i32(pos);
+    c.tokens = c.i32(std::vector<int32_t>(next_tokens.begin(), next_tokens.end()));
+    const MtpWeights& m = w_.mtp;
+
+    // e = e_proj(enorm(embed(t+1))) [n, D]; h = h_proj(hnorm(H_k)) per stream [n, hc, D]; X_k = e + h_k.
+    float* e = c.f32(n * D);
+    backend_.embed(e, w_.token_embd, c.tokens, n);
+    backend_.rms_norm(e, e, m.enorm, n, D, D, cfg_.norm_eps);
+    float* ep = c.f32(n * D);
+    backend_.matmul(ep, D, e, D, m.e_proj, n);
+    float* h = c.f32(n * hc * D);
+    backend_.upload(h, hidden.data(), hidden.size() * sizeof(float));
+    backend_.rms_norm(h, h, m.hnorm, n * hc, D, D, cfg_.norm_eps);
+    float* X = c.f32(n * hc * D);
+    backend_.matmul(X, D, h, D, m.h_proj, n * hc);
+    for (int64_t i = 0; i < n; ++i)
+        for (int k = 0; k < hc; ++k) backend_.add(X + (i * hc + k) * D, X + (i * hc + k) * D, ep + i * D, D);
+    float* X2 = c.f32(n * hc * D);
+    block_forward(c, cfg_.n_layer, m.block, cache.layer(cfg_.n_layer), X, X2);
+    output_logits(c, X, m.hc_head_fn, m.hc_head_base, m.hc_head_scale, m.norm, true, logits);
+    cache.set_mtp_pos(c.pos0 + n);
+    return {};
+}
+
+}  // namespace dsv4

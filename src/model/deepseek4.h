@@ -1,0 +1,83 @@
+// The DeepSeek-V4 model: load a GGUF onto a backend and run steps. One step processes n consecutive tokens
+// of one sequence from the cache's position (prefill chunk, single-token decode or a multi-token verify step
+// alike), so there is exactly one forward pass to test.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "format/gguf.h"
+#include "model/config.h"
+#include "model/kv_cache.h"
+#include "model/weights.h"
+#include "ops/backend.h"
+
+namespace dsv4 {
+
+struct StepOptions {
+    // The model's inference-time rounding (FP8 E4M3 on non-RoPE KV dims, FP4 E2M1 on indexer q/k). Off is
+    // exact mode: the oracle for every faster path.
+    bool quant_sim = true;
+    // Logits for every token of the step (true) or only the last (false).
+    bool all_logits = false;
+    // Named trace points for tests: called with backend pointers to intermediates ("block_out": the
+    // [n, hc, D] streams after block `layer`).
+    std::function<void(const char* name, int layer, const float* data, int64_t count)> trace;
+};
+
+class Model {
+public:
+    static Result<std::unique_ptr<Model>> load(const std::string& path, Backend& backend);
+    ~Model();
+
+    const ModelConfig& config() const { return cfg_; }
+    const GgufFile& file() const { return *file_; }
+    Backend& backend() { return backend_; }
+    bool has_mtp() const { return w_.has_mtp; }
+    const ModelWeights& weights() const { return w_; }
+
+    std::unique_ptr<KvCache> new_cache(int64_t capacity, bool with_mtp = false);
+
+    // Run `tokens` at positions cache.pos() .. cache.pos()+n-1 and advance the cache. Writes logits
+    // ([n or 1, n_vocab], host) when `logits` is non-null and the final streams ([n, hc, D], host) when
+    // `hidden` is non-null (input of the MTP block).
+    Status step(KvCache& cache, std::span<const int32_t> tokens, const StepOptions& opt, std::vector<float>* logits,
+                std::vector<float>* hidden = nullptr);
+
+    // The MTP block on the main model's final streams `hidden` ([n, hc, D], host) at positions
+    // cache.mtp_pos() .. +n-1, with `next_tokens` the tokens that follow each position. Writes logits for
+    // every row and advances cache.mtp_pos().
+    Status mtp_step(KvCache& cache, std::span<const float> hidden, std::span<const int32_t> next_tokens,
+                    const StepOptions& opt, std::vector<float>* logits);
+
+    // Largest number of tokens one step may take (bounds scratch memory); callers chunk longer inputs.
+    int64_t max_step_tokens() const { return 1 << 16; }
+
+    struct Ctx;  // per-step state (step_context.h)
+
+private:
+    Model(Backend& b) : backend_(b) {}
+    void block_forward(Ctx& c, int il, const LayerWeights& L, LayerCache& lc, float* H, float* H2);
+    void attention_forward(Ctx& c, const LayerWeights& L, LayerCache& lc, const float* x, float* out);
+    void ffn_forward(Ctx& c, int il, const LayerWeights& L, const float* x, float* out);
+    void output_logits(Ctx& c, const float* H, const Weight& hc_fn, const float* hc_base, const float* hc_scale,
+                       const float* norm, bool all, std::vector<float>* logits);
+
+    Backend& backend_;
+    std::unique_ptr<GgufFile> file_;
+    ModelConfig cfg_;
+    ModelWeights w_;
+    const float* rope_freqs_window_ = nullptr;      // backend memory, rope_dim/2
+    const float* rope_freqs_compressed_ = nullptr;
+    std::vector<void*> owned_;
+};
+
+// RoPE frequencies for a layer: plain base for window-only layers, compress base with YaRN for compressed.
+std::vector<float> rope_freqs(const ModelConfig& cfg, bool compressed);
+
+}  // namespace dsv4

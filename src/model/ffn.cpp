@@ -1,0 +1,45 @@
+// The MoE sublayer (shared/spec/deepseek_v4.md §6): sqrt-softplus router (hash routing on the first
+// hash_layer_count layers), routed experts with the clamped SwiGLU, plus the always-on shared expert.
+#include "model/step_context.h"
+
+namespace dsv4 {
+
+void Model::ffn_forward(Ctx& c, int il, const LayerWeights& L, const float* x, float* out) {
+    const ModelConfig& cfg = cfg_;
+    const int64_t n = c.n, D = cfg.n_embd;
+    const int E = cfg.n_expert, k = cfg.n_expert_used;
+
+    float* logits = c.f32(n * E);
+    backend_.matmul(logits, E, x, D, L.gate_inp, n);                       // [n, E]
+    int32_t* ids = c.i32_uninit(n * k);
+    float* wts = c.f32(n * k);
+    const bool hash = il < cfg.n_layer && cfg.is_hash(il);
+    backend_.moe_route(ids, wts, logits, hash ? nullptr : L.expert_bias, hash ? L.tid2eid : nullptr, c.tokens, n, E,
+                       k, cfg.expert_weights_scale, cfg.expert_weights_norm);
+
+    MoeArgs m;
+    m.out = out;
+    m.x = x;
+    m.ids = ids;
+    m.weights = wts;
+    m.n = n;
+    m.k = k;
+    m.gate = L.gate_exps;
+    m.up = L.up_exps;
+    m.down = L.down_exps;
+    m.clamp = L.clamp_exp;
+    backend_.moe_experts(m);                                               // routed sum, ascending expert id
+
+    const int64_t F = L.gate_shexp.rows;
+    float* g = c.f32(n * F);
+    float* u = c.f32(n * F);
+    float* h = c.f32(n * F);
+    float* y = c.f32(n * D);
+    backend_.matmul(g, F, x, D, L.gate_shexp, n);
+    backend_.matmul(u, F, x, D, L.up_shexp, n);
+    backend_.swiglu(h, g, u, n, F, F, L.clamp_shexp);
+    backend_.matmul(y, D, h, F, L.down_shexp, n);
+    backend_.add(out, out, y, n * D);                                      // shared expert last
+}
+
+}  // namespace dsv4

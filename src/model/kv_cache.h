@@ -1,0 +1,71 @@
+// Per-sequence attention state of every layer: the sliding-window ring, the append-only compressed and
+// indexer entries, and the compressors' partial-block states. The position is the number of tokens seen;
+// entry counts derive from it, so restoring a snapshot (windows + states + position) rewinds exactly.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/status.h"
+#include "model/config.h"
+#include "ops/backend.h"
+
+namespace dsv4 {
+
+struct LayerCache {
+    int ratio = 0;
+    float* window = nullptr;        // [window, head_dim], token t at row t % window
+    float* comp = nullptr;          // [capacity / ratio, head_dim]
+    float* index = nullptr;         // [capacity / 4, index_head_dim] (ratio 4 only)
+    float* state_kv = nullptr;      // [coff*ratio, coff*head_dim]
+    float* state_sc = nullptr;
+    float* index_state_kv = nullptr;  // [8, 2*index_head_dim]
+    float* index_state_sc = nullptr;
+    int64_t state_floats = 0, index_state_floats = 0;
+};
+
+class KvCache {
+public:
+    // Room for `capacity` tokens; `with_mtp` adds the MTP block's window cache (as layer n_layer).
+    KvCache(const ModelConfig& cfg, Backend& backend, int64_t capacity, bool with_mtp);
+    ~KvCache();
+    KvCache(const KvCache&) = delete;
+    KvCache& operator=(const KvCache&) = delete;
+
+    int64_t pos() const { return pos_; }
+    int64_t capacity() const { return capacity_; }
+    void set_pos(int64_t p) { pos_ = p; }
+    LayerCache& layer(int il) { return layers_[il]; }
+    bool has_mtp() const { return with_mtp_; }
+    // Position of the MTP block's own window (it trails the main model by one token).
+    int64_t mtp_pos() const { return mtp_pos_; }
+    void set_mtp_pos(int64_t p) { mtp_pos_ = p; }
+
+    // Forget everything: position 0 and fresh compressor states (kv 0, score -inf).
+    void reset();
+    size_t bytes() const { return bytes_; }
+
+    // A context-independent copy of what is not append-only: windows, compressor states, positions.
+    struct Snapshot {
+        int64_t pos = 0, mtp_pos = 0;
+        std::vector<float> data;  // host copy
+    };
+    Snapshot snapshot() const;
+    // Restore a snapshot taken from this cache; entries past the snapshot's position become invisible.
+    Status restore(const Snapshot& s);
+
+private:
+    template <class F>
+    void for_each_region(F&& f) const;
+    const ModelConfig& cfg_;
+    Backend& backend_;
+    int64_t capacity_ = 0;
+    bool with_mtp_ = false;
+    int64_t pos_ = 0, mtp_pos_ = 0;
+    std::vector<LayerCache> layers_;
+    std::vector<void*> allocs_;
+    size_t bytes_ = 0;
+};
+
+}  // namespace dsv4

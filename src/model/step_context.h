@@ -1,0 +1,50 @@
+// Per-step state passed through the forward pass: sizes, positions, options and a scratch arena of backend
+// buffers released when the step ends. Private to the model folder.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/deepseek4.h"
+
+namespace dsv4 {
+
+struct Model::Ctx {
+    Backend& b;
+    const ModelConfig& cfg;
+    const StepOptions& opt;
+    int64_t n = 0;                // tokens in this step
+    int64_t pos0 = 0;             // position of the first token
+    const int32_t* pos = nullptr;     // [n] backend: pos0 + i
+    const int32_t* tokens = nullptr;  // [n] backend
+    std::vector<void*> scratch;
+
+    Ctx(Backend& backend, const ModelConfig& c, const StepOptions& o) : b(backend), cfg(c), opt(o) {}
+    ~Ctx() {
+        for (void* p : scratch) b.free(p);
+    }
+    Ctx(const Ctx&) = delete;
+    Ctx& operator=(const Ctx&) = delete;
+
+    float* f32(int64_t count) {
+        void* p = b.alloc((size_t)std::max<int64_t>(count, 1) * sizeof(float));
+        scratch.push_back(p);
+        return static_cast<float*>(p);
+    }
+    int32_t* i32(const std::vector<int32_t>& host) {
+        void* p = b.alloc(std::max<size_t>(host.size(), 1) * sizeof(int32_t));
+        scratch.push_back(p);
+        if (!host.empty()) b.upload(p, host.data(), host.size() * sizeof(int32_t));
+        return static_cast<int32_t*>(p);
+    }
+    int32_t* i32_uninit(int64_t count) {
+        void* p = b.alloc((size_t)std::max<int64_t>(count, 1) * sizeof(int32_t));
+        scratch.push_back(p);
+        return static_cast<int32_t*>(p);
+    }
+    void trace(const char* name, int layer, const float* data, int64_t count) const {
+        if (opt.trace) opt.trace(name, layer, data, count);
+    }
+};
+
+}  // namespace dsv4

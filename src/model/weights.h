@@ -1,0 +1,89 @@
+// The DeepSeek-V4 tensors, bound by name with the shapes the config implies. Matrices stay in their block
+// format (Weight); small per-channel tensors (norms, sinks, biases, mHC base/scale, compressor ape) are
+// converted to f32 and routing tables to int32 at load, since producers store them in varying types.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/config.h"
+#include "ops/backend.h"
+
+namespace dsv4 {
+
+class GgufFile;
+
+struct CompressorWeights {
+    Weight kv, gate;              // [coff*d, D]
+    const float* ape = nullptr;   // [ratio, coff*d]
+    const float* norm = nullptr;  // [d]
+};
+
+struct LayerWeights {
+    // mHC around attention and FFN
+    Weight hc_attn_fn, hc_ffn_fn;                        // [(2+hc)*hc, hc*D]
+    const float* hc_attn_base = nullptr;                 // [(2+hc)*hc]
+    const float* hc_attn_scale = nullptr;                // [3]
+    const float* hc_ffn_base = nullptr;
+    const float* hc_ffn_scale = nullptr;
+    const float* attn_norm = nullptr;                    // [D]
+    const float* ffn_norm = nullptr;                     // [D]
+    // attention
+    Weight q_a;                                          // [q_lora, D]
+    const float* q_a_norm = nullptr;                     // [q_lora]
+    Weight q_b;                                          // [n_head*head_dim, q_lora]
+    Weight kv;                                           // [head_dim, D]
+    const float* kv_norm = nullptr;                      // [head_dim]
+    Weight out_a;                                        // [o_groups*o_lora, (n_head/o_groups)*head_dim]
+    Weight out_b;                                        // [D, o_groups*o_lora]
+    const float* sinks = nullptr;                        // [n_head]
+    int ratio = 0;
+    CompressorWeights compressor;                        // ratio > 0
+    // lightning indexer (ratio == 4)
+    Weight index_q_b;                                    // [index_n_head*index_head_dim, q_lora]
+    Weight index_proj;                                   // [index_n_head, D]
+    CompressorWeights index_compressor;
+    // MoE
+    Weight gate_inp;                                     // [n_expert, D]
+    const float* expert_bias = nullptr;                  // [n_expert] (score-routed layers)
+    const int32_t* tid2eid = nullptr;                    // [n_vocab, n_expert_used] (hash layers)
+    Weight gate_exps, up_exps, down_exps;                // [n_expert] x [F, D] / [D, F]
+    Weight gate_shexp, up_shexp, down_shexp;             // [F_sh, D] / [D, F_sh]
+    float clamp_exp = 0, clamp_shexp = 0;
+};
+
+struct MtpWeights {
+    LayerWeights block;
+    Weight e_proj, h_proj;                 // [D, D] each (split from a fused eh_proj [D, 2D] when needed)
+    const float* enorm = nullptr;          // [D]
+    const float* hnorm = nullptr;          // [D]
+    const float* norm = nullptr;           // shared_head_norm [D]
+    Weight hc_head_fn;                     // [hc, hc*D]
+    const float* hc_head_base = nullptr;   // [hc]
+    const float* hc_head_scale = nullptr;  // [1]
+};
+
+struct ModelWeights {
+    Weight token_embd;                     // [n_vocab, D]
+    Weight output;                         // [n_vocab, D]
+    const float* output_norm = nullptr;    // [D]
+    Weight output_hc_fn;                   // [hc, hc*D]
+    const float* output_hc_base = nullptr;
+    const float* output_hc_scale = nullptr;
+    std::vector<LayerWeights> layers;
+    bool has_mtp = false;
+    MtpWeights mtp;
+
+    // Backend memory owned by these weights (converted small tensors, device copies); freed by the owner.
+    std::vector<void*> owned;
+    size_t bytes_matrices = 0;
+};
+
+// Bind every tensor of `f` the config requires. Updates cfg.n_vocab when the file omits vocab_size.
+// Errors name the tensor and, for a shape mismatch, both the expected and the found shape.
+Result<ModelWeights> load_weights(const GgufFile& f, ModelConfig& cfg, Backend& backend);
+void free_weights(ModelWeights& w, Backend& backend);
+
+}  // namespace dsv4
