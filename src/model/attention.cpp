@@ -13,18 +13,19 @@ namespace {
 
 // Run one compressor over the step's tokens and append the completed entries (normalized, RoPE'd at their
 // block start, then fake-quantized or rotated) to `entries`. Returns the number of new entries.
-int64_t compress(Backend& b, Model::Ctx& c, const CompressorWeights& w, int ratio, int d, float* state_kv,
-                 float* state_sc, float* entries, const float* x, const RopeParams& rope, bool indexer) {
+int64_t compress(Backend& b, Model::Ctx& c, const SeqSlice& s, const CompressorWeights& w, int ratio, int d,
+                 float* state_kv, float* state_sc, float* entries, const float* x, const RopeParams& rope,
+                 bool indexer) {
     const ModelConfig& cfg = c.cfg;
-    const int64_t n = c.n, D = cfg.n_embd;
+    const int64_t n = s.n, D = cfg.n_embd;
     const bool overlap = ratio == 4;
     const int64_t width = (overlap ? 2 : 1) * (int64_t)d;
     float* kv = c.f32(n * width);
     float* sc = c.f32(n * width);
     b.matmul(kv, width, x, D, w.kv, n);   // [n, coff*d]
     b.matmul(sc, width, x, D, w.gate, n);
-    const int64_t first = c.pos0 / ratio;
-    const int64_t n_new = (c.pos0 + n) / ratio - first;
+    const int64_t first = s.pos0 / ratio;
+    const int64_t n_new = (s.pos0 + n) / ratio - first;
     float* out = entries + first * d;
     CompressorArgs a;
     a.kv = kv;
@@ -34,7 +35,7 @@ int64_t compress(Backend& b, Model::Ctx& c, const CompressorWeights& w, int rati
     a.state_sc = state_sc;
     a.out_entries = out;
     a.n = n;
-    a.pos0 = c.pos0;
+    a.pos0 = s.pos0;
     a.ratio = ratio;
     a.d = d;
     a.overlap = overlap;
@@ -54,98 +55,108 @@ int64_t compress(Backend& b, Model::Ctx& c, const CompressorWeights& w, int rati
 
 }  // namespace
 
-void Model::attention_forward(Ctx& c, const LayerWeights& L, LayerCache& lc, const float* x, float* out) {
+void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float* x_all, float* out_all) {
     const ModelConfig& cfg = cfg_;
-    const int64_t n = c.n, D = cfg.n_embd;
+    const int64_t D = cfg.n_embd;
     const int nh = cfg.n_head, hd = cfg.head_dim, win = cfg.window;
     const int ratio = L.ratio;
     RopeParams rope{ratio > 0 ? rope_freqs_compressed_ : rope_freqs_window_, cfg.rope_dim};
+    const int64_t N = c.n;
 
-    // Query: low-rank, normalized, per-head unweighted RMS norm, RoPE on the tail dims.
-    float* qr = c.f32(n * cfg.q_lora_rank);
-    backend_.matmul(qr, cfg.q_lora_rank, x, D, L.q_a, n);
-    backend_.rms_norm(qr, qr, L.q_a_norm, n, cfg.q_lora_rank, cfg.q_lora_rank, cfg.norm_eps);
-    float* q = c.f32(n * nh * hd);                                         // [n, nh, hd]
-    backend_.matmul(q, (int64_t)nh * hd, qr, cfg.q_lora_rank, L.q_b, n);
-    backend_.rms_norm(q, q, nullptr, n * nh, hd, hd, cfg.norm_eps);
-    backend_.rope(q, n, nh, hd, (int64_t)nh * hd, c.pos, rope, false);
+    // Query for every row: low-rank, normalized, per-head unweighted RMS norm, RoPE on the tail dims.
+    float* qr_all = c.f32(N * cfg.q_lora_rank);
+    backend_.matmul(qr_all, cfg.q_lora_rank, x_all, D, L.q_a, N);
+    backend_.rms_norm(qr_all, qr_all, L.q_a_norm, N, cfg.q_lora_rank, cfg.q_lora_rank, cfg.norm_eps);
+    float* q_all = c.f32(N * nh * hd);                                     // [N, nh, hd]
+    backend_.matmul(q_all, (int64_t)nh * hd, qr_all, cfg.q_lora_rank, L.q_b, N);
+    backend_.rms_norm(q_all, q_all, nullptr, N * nh, hd, hd, cfg.norm_eps);
+    backend_.rope(q_all, N, nh, hd, (int64_t)nh * hd, c.pos, rope, false);
+    float* kv_all = c.f32(N * hd);                                         // [N, hd] shared K = V
+    backend_.matmul(kv_all, hd, x_all, D, L.kv, N);
+    backend_.rms_norm(kv_all, kv_all, L.kv_norm, N, hd, hd, cfg.norm_eps);
+    backend_.rope(kv_all, N, 1, hd, hd, c.pos, rope, false);
+    if (c.opt.quant_sim) backend_.fp8_sim(kv_all, N, hd - cfg.rope_dim, hd, 64);
+    float* o_all = c.f32(N * nh * hd);
 
-    // The window source: the ring's older tokens in position order, then this step's fresh rows.
-    const int64_t n_old = std::min<int64_t>(c.pos0, win);
-    float* kvw = c.f32((n_old + n) * hd);
-    for (int64_t t = c.pos0 - n_old; t < c.pos0; ++t)
-        backend_.copy_rows(kvw + (t - (c.pos0 - n_old)) * hd, hd, lc.window + (t % win) * hd, hd, 1, hd);
-    float* kv = kvw + n_old * hd;                                          // [n, hd]
-    backend_.matmul(kv, hd, x, D, L.kv, n);
-    backend_.rms_norm(kv, kv, L.kv_norm, n, hd, hd, cfg.norm_eps);
-    backend_.rope(kv, n, 1, hd, hd, c.pos, rope, false);
-    if (c.opt.quant_sim) backend_.fp8_sim(kv, n, hd - cfg.rope_dim, hd, 64);
+    for (const SeqSlice& s : c.seqs) {
+        LayerCache& lc = s.cache->layer(il);
+        const int64_t n = s.n, pos0 = s.pos0;
+        const float* x = x_all + s.row0 * D;
+        const float* qr = qr_all + s.row0 * cfg.q_lora_rank;
+        const float* kv = kv_all + s.row0 * hd;
+        const int32_t* pos = c.pos + s.row0;
 
-    std::vector<int32_t> win_idx((size_t)n * win, -1);
-    for (int64_t i = 0; i < n; ++i) {
-        const int64_t p = c.pos0 + i, lo = std::max<int64_t>(0, p - win + 1);
-        for (int64_t t = lo; t <= p; ++t) {
-            const int64_t row = t < c.pos0 ? t - (c.pos0 - n_old) : n_old + (t - c.pos0);
-            win_idx[i * win + (t - lo)] = (int32_t)row;
+        // The window source: the ring's older tokens in position order, then this step's fresh rows.
+        const int64_t n_old = std::min<int64_t>(pos0, win);
+        float* kvw = c.f32((n_old + n) * hd);
+        for (int64_t t = pos0 - n_old; t < pos0; ++t)
+            backend_.copy_rows(kvw + (t - (pos0 - n_old)) * hd, hd, lc.window + (t % win) * hd, hd, 1, hd);
+        backend_.copy_rows(kvw + n_old * hd, hd, kv, hd, n, hd);
+        std::vector<int32_t> win_idx((size_t)n * win, -1);
+        for (int64_t i = 0; i < n; ++i) {
+            const int64_t p = pos0 + i, lo = std::max<int64_t>(0, p - win + 1);
+            for (int64_t t = lo; t <= p; ++t) {
+                const int64_t row = t < pos0 ? t - (pos0 - n_old) : n_old + (t - pos0);
+                win_idx[i * win + (t - lo)] = (int32_t)row;
+            }
         }
-    }
 
-    AttentionArgs a;
-    float* o = c.f32(n * nh * hd);
-    a.out = o;
-    a.q = q;
-    a.n = n;
-    a.n_heads = nh;
-    a.head_dim = hd;
-    a.scale = 1.0f / std::sqrt((float)hd);
-    a.sinks = L.sinks;
-    a.kv_win = kvw;
-    a.win_idx = c.i32(win_idx);
-    a.n_win = win;
+        AttentionArgs a;
+        a.out = o_all + s.row0 * nh * hd;
+        a.q = q_all + s.row0 * nh * hd;
+        a.n = n;
+        a.n_heads = nh;
+        a.head_dim = hd;
+        a.scale = 1.0f / std::sqrt((float)hd);
+        a.sinks = L.sinks;
+        a.kv_win = kvw;
+        a.win_idx = c.i32(win_idx);
+        a.n_win = win;
 
-    if (ratio > 0) {
-        compress(backend_, c, L.compressor, ratio, hd, lc.state_kv, lc.state_sc, lc.comp, x, rope, false);
-        a.kv_comp = lc.comp;
-        if (ratio == 4) {
-            // Lightning indexer: rotated FP4-simulated queries against the indexer's own compressed keys.
-            const int ih = cfg.index_n_head, id = cfg.index_head_dim;
-            compress(backend_, c, L.index_compressor, 4, id, lc.index_state_kv, lc.index_state_sc, lc.index, x, rope,
-                     true);
-            float* qi = c.f32(n * ih * id);
-            backend_.matmul(qi, (int64_t)ih * id, qr, cfg.q_lora_rank, L.index_q_b, n);
-            backend_.rope(qi, n, ih, id, (int64_t)ih * id, c.pos, rope, false);
-            backend_.hadamard(qi, n * ih, id, c.opt.quant_sim);
-            // Head weights; the reference's constant factor (id*ih)^-0.5 is positive, so it cannot change the
-            // top-k and is left out.
-            float* wts = c.f32(n * ih);
-            backend_.matmul(wts, ih, x, D, L.index_proj, n);
-            std::vector<int32_t> n_vis(n);
-            for (int64_t i = 0; i < n; ++i) n_vis[i] = (int32_t)((c.pos0 + i + 1) / 4);
-            int32_t* idx = c.i32_uninit(n * cfg.index_top_k);
-            backend_.indexer_topk(idx, qi, wts, lc.index, c.i32(n_vis), n, ih, id, cfg.index_top_k);
-            a.comp_idx = idx;
-            a.n_comp = cfg.index_top_k;
-        } else {
-            std::vector<int32_t> count(n);
-            for (int64_t i = 0; i < n; ++i) count[i] = (int32_t)((c.pos0 + i + 1) / ratio);
-            a.comp_count = c.i32(count);
+        if (ratio > 0) {
+            compress(backend_, c, s, L.compressor, ratio, hd, lc.state_kv, lc.state_sc, lc.comp, x, rope, false);
+            a.kv_comp = lc.comp;
+            if (ratio == 4) {
+                // Lightning indexer: rotated FP4-simulated queries against the indexer's own compressed keys.
+                const int ih = cfg.index_n_head, id = cfg.index_head_dim;
+                compress(backend_, c, s, L.index_compressor, 4, id, lc.index_state_kv, lc.index_state_sc, lc.index, x,
+                         rope, true);
+                float* qi = c.f32(n * ih * id);
+                backend_.matmul(qi, (int64_t)ih * id, qr, cfg.q_lora_rank, L.index_q_b, n);
+                backend_.rope(qi, n, ih, id, (int64_t)ih * id, pos, rope, false);
+                backend_.hadamard(qi, n * ih, id, c.opt.quant_sim);
+                // Head weights; the reference's constant factor (id*ih)^-0.5 is positive, so it cannot change
+                // the top-k and is left out.
+                float* wts = c.f32(n * ih);
+                backend_.matmul(wts, ih, x, D, L.index_proj, n);
+                std::vector<int32_t> n_vis(n);
+                for (int64_t i = 0; i < n; ++i) n_vis[i] = (int32_t)((pos0 + i + 1) / 4);
+                int32_t* idx = c.i32_uninit(n * cfg.index_top_k);
+                backend_.indexer_topk(idx, qi, wts, lc.index, c.i32(n_vis), n, ih, id, cfg.index_top_k);
+                a.comp_idx = idx;
+                a.n_comp = cfg.index_top_k;
+            } else {
+                std::vector<int32_t> count(n);
+                for (int64_t i = 0; i < n; ++i) count[i] = (int32_t)((pos0 + i + 1) / ratio);
+                a.comp_count = c.i32(count);
+            }
         }
-    }
-    backend_.attention(a);
+        backend_.attention(a);
 
-    // The newest tokens go into the ring (after attention: the ring rows were copied above).
-    for (int64_t t = std::max<int64_t>(c.pos0, c.pos0 + n - win); t < c.pos0 + n; ++t)
-        backend_.copy_rows(lc.window + (t % win) * hd, hd, kv + (t - c.pos0) * hd, hd, 1, hd);
+        // The newest tokens go into the ring (after attention: the older ring rows were copied above).
+        for (int64_t t = std::max<int64_t>(pos0, pos0 + n - win); t < pos0 + n; ++t)
+            backend_.copy_rows(lc.window + (t % win) * hd, hd, kv + (t - pos0) * hd, hd, 1, hd);
+    }
 
     // Inverse RoPE on the output, then the grouped low-rank projection: group g = heads [g*hpg, (g+1)*hpg).
-    backend_.rope(o, n, nh, hd, (int64_t)nh * hd, c.pos, rope, true);
+    backend_.rope(o_all, N, nh, hd, (int64_t)nh * hd, c.pos, rope, true);
     const int G = cfg.o_groups, hpg = nh / G;
     const int64_t orank = cfg.o_lora_rank;
-    float* z = c.f32(n * G * orank);
+    float* z = c.f32(N * G * orank);
     for (int g = 0; g < G; ++g)
-        backend_.matmul(z + g * orank, G * orank, o + (int64_t)g * hpg * hd, (int64_t)nh * hd,
-                        L.out_a.row_range(g * orank, orank), n);
-    backend_.matmul(out, D, z, G * orank, L.out_b, n);
+        backend_.matmul(z + g * orank, G * orank, o_all + (int64_t)g * hpg * hd, (int64_t)nh * hd,
+                        L.out_a.row_range(g * orank, orank), N);
+    backend_.matmul(out_all, D, z, G * orank, L.out_b, N);
 }
 
 }  // namespace dsv4

@@ -62,7 +62,7 @@ std::unique_ptr<KvCache> Model::new_cache(int64_t capacity, bool with_mtp) {
     return std::make_unique<KvCache>(cfg_, backend_, capacity, with_mtp && w_.has_mtp);
 }
 
-void Model::block_forward(Ctx& c, int il, const LayerWeights& L, LayerCache& lc, float* H, float* H2) {
+void Model::block_forward(Ctx& c, int il, const LayerWeights& L, float* H, float* H2) {
     // H [n, hc, D] in, H [n, hc, D] out; H2 is scratch of the same size.
     const int64_t n = c.n, D = cfg_.n_embd;
     const int hc = cfg_.hc;
@@ -74,7 +74,7 @@ void Model::block_forward(Ctx& c, int il, const LayerWeights& L, LayerCache& lc,
 
     backend_.hc_pre(x, post, comb, H, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, n, hp);  // x [n, D]
     backend_.rms_norm(x, x, L.attn_norm, n, D, D, cfg_.norm_eps);
-    attention_forward(c, L, lc, x, y);                                                      // y [n, D]
+    attention_forward(c, il, L, x, y);                                                      // y [n, D]
     backend_.hc_post(H2, y, H, post, comb, n, hp);                                          // H2 [n, hc, D]
 
     backend_.hc_pre(x, post, comb, H2, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, n, hp);
@@ -84,59 +84,97 @@ void Model::block_forward(Ctx& c, int il, const LayerWeights& L, LayerCache& lc,
 }
 
 void Model::output_logits(Ctx& c, const float* H, const Weight& hc_fn, const float* hc_base, const float* hc_scale,
-                          const float* norm, bool all, std::vector<float>* logits) {
-    const int64_t D = cfg_.n_embd, V = cfg_.n_vocab;
-    const int64_t rows = all ? c.n : 1;
-    const float* Hs = H + (c.n - rows) * cfg_.hc_dim();
+                          const float* norm, const std::vector<int32_t>& rows, std::vector<float>& out) {
+    const int64_t D = cfg_.n_embd, V = cfg_.n_vocab, R = (int64_t)rows.size();
     HcParams hp{cfg_.hc, D, cfg_.hc_sinkhorn_iters, cfg_.hc_eps, cfg_.norm_eps};
-    float* y = c.f32(rows * D);
-    backend_.hc_head(y, Hs, hc_fn, hc_scale, hc_base, rows, hp);   // [rows, D]
-    backend_.rms_norm(y, y, norm, rows, D, D, cfg_.norm_eps);
-    float* out = c.f32(rows * V);
-    backend_.matmul(out, V, y, D, w_.output, rows);                 // [rows, V]
-    logits->resize(rows * V);
-    backend_.download(logits->data(), out, (size_t)rows * V * sizeof(float));
+    const float* Hs = H;
+    if (R != c.n) {
+        float* g = c.f32(R * cfg_.hc_dim());
+        backend_.gather_rows(g, H, c.i32(rows), R, cfg_.hc_dim());
+        Hs = g;
+    }
+    float* y = c.f32(R * D);
+    backend_.hc_head(y, Hs, hc_fn, hc_scale, hc_base, R, hp);   // [R, D]
+    backend_.rms_norm(y, y, norm, R, D, D, cfg_.norm_eps);
+    float* logits = c.f32(R * V);
+    backend_.matmul(logits, V, y, D, w_.output, R);              // [R, V]
+    out.resize(R * V);
+    backend_.download(out.data(), logits, (size_t)R * V * sizeof(float));
 }
 
 Status Model::step(KvCache& cache, std::span<const int32_t> tokens, const StepOptions& opt,
                    std::vector<float>* logits, std::vector<float>* hidden) {
-    const int64_t n = (int64_t)tokens.size();
-    if (n == 0) return make_error("step: no tokens");
-    if (n > max_step_tokens()) return make_error("step: too many tokens for one step");
-    if (cache.pos() + n > cache.capacity())
-        return make_error("context full: position " + std::to_string(cache.pos() + n) + " exceeds the cache capacity " +
-                          std::to_string(cache.capacity()));
-    for (int32_t t : tokens)
-        if (t < 0 || t >= cfg_.n_vocab)
-            return make_error("token id " + std::to_string(t) + " is out of range [0, " + std::to_string(cfg_.n_vocab) +
-                              ")");
+    BatchItem item;
+    item.cache = &cache;
+    item.tokens = tokens;
+    item.all_logits = opt.all_logits;
+    item.logits = logits;
+    item.hidden = hidden;
+    return step_batch(std::span<BatchItem>(&item, 1), opt);
+}
+
+Status Model::step_batch(std::span<BatchItem> items, const StepOptions& opt) {
+    if (items.empty()) return make_error("step: no sequences");
+    int64_t N = 0;
+    for (const BatchItem& it : items) {
+        const int64_t n = (int64_t)it.tokens.size();
+        if (n == 0) return make_error("step: a sequence has no tokens");
+        if (!it.cache) return make_error("step: a sequence has no cache");
+        if (it.cache->pos() + n > it.cache->capacity())
+            return make_error("context full: position " + std::to_string(it.cache->pos() + n) +
+                              " exceeds the cache capacity " + std::to_string(it.cache->capacity()));
+        for (int32_t t : it.tokens)
+            if (t < 0 || t >= cfg_.n_vocab)
+                return make_error("token id " + std::to_string(t) + " is out of range [0, " +
+                                  std::to_string(cfg_.n_vocab) + ")");
+        N += n;
+    }
+    if (N > max_step_tokens()) return make_error("step: too many tokens for one step");
     Ctx c(backend_, cfg_, opt);
-    c.n = n;
-    c.pos0 = cache.pos();
-    std::vector<int32_t> pos(n);
-    for (int64_t i = 0; i < n; ++i) pos[i] = (int32_t)(c.pos0 + i);
+    c.n = N;
+    std::vector<int32_t> pos, toks, logit_rows;
+    for (BatchItem& it : items) {
+        SeqSlice s{(int64_t)toks.size(), (int64_t)it.tokens.size(), it.cache->pos(), it.cache, false};
+        for (int64_t i = 0; i < s.n; ++i) pos.push_back((int32_t)(s.pos0 + i));
+        toks.insert(toks.end(), it.tokens.begin(), it.tokens.end());
+        if (it.logits) {
+            for (int64_t i = it.all_logits ? 0 : s.n - 1; i < s.n; ++i) logit_rows.push_back((int32_t)(s.row0 + i));
+        }
+        c.seqs.push_back(s);
+    }
     c.pos = c.i32(pos);
-    c.tokens = c.i32(std::vector<int32_t>(tokens.begin(), tokens.end()));
+    c.tokens = c.i32(toks);
 
     const int64_t D = cfg_.n_embd;
     const int hc = cfg_.hc;
-    float* e = c.f32(n * D);
-    backend_.embed(e, w_.token_embd, c.tokens, n);
-    float* H = c.f32(n * hc * D);   // [n, hc, D]: every stream starts as the embedding
-    for (int k = 0; k < hc; ++k) backend_.copy_rows(H + k * D, hc * D, e, D, n, D);
-    float* H2 = c.f32(n * hc * D);
+    float* e = c.f32(N * D);
+    backend_.embed(e, w_.token_embd, c.tokens, N);
+    float* H = c.f32(N * hc * D);   // [N, hc, D]: every stream starts as the embedding
+    for (int k = 0; k < hc; ++k) backend_.copy_rows(H + k * D, hc * D, e, D, N, D);
+    float* H2 = c.f32(N * hc * D);
     for (int il = 0; il < cfg_.n_layer; ++il) {
-        block_forward(c, il, w_.layers[il], cache.layer(il), H, H2);
-        c.trace("block_out", il, H, n * hc * D);
+        block_forward(c, il, w_.layers[il], H, H2);
+        c.trace("block_out", il, H, N * hc * D);
     }
-    if (hidden) {
-        hidden->resize(n * hc * D);
-        backend_.download(hidden->data(), H, (size_t)n * hc * D * sizeof(float));
+    for (size_t i = 0; i < items.size(); ++i) {
+        if (!items[i].hidden) continue;
+        const SeqSlice& s = c.seqs[i];
+        items[i].hidden->resize(s.n * hc * D);
+        backend_.download(items[i].hidden->data(), H + s.row0 * hc * D, (size_t)s.n * hc * D * sizeof(float));
     }
-    if (logits)
-        output_logits(c, H, w_.output_hc_fn, w_.output_hc_base, w_.output_hc_scale, w_.output_norm, opt.all_logits,
-                      logits);
-    cache.set_pos(c.pos0 + n);
+    if (!logit_rows.empty()) {
+        std::vector<float> all;
+        output_logits(c, H, w_.output_hc_fn, w_.output_hc_base, w_.output_hc_scale, w_.output_norm, logit_rows, all);
+        int64_t off = 0;
+        const int64_t V = cfg_.n_vocab;
+        for (size_t i = 0; i < items.size(); ++i) {
+            if (!items[i].logits) continue;
+            const int64_t rows = items[i].all_logits ? c.seqs[i].n : 1;
+            items[i].logits->assign(all.begin() + off * V, all.begin() + (off + rows) * V);
+            off += rows;
+        }
+    }
+    for (const SeqSlice& s : c.seqs) s.cache->set_pos(s.pos0 + s.n);
     return {};
 }
 
@@ -154,9 +192,10 @@ Status Model::mtp_step(KvCache& cache, std::span<const float> hidden, std::span<
         if (t < 0 || t >= cfg_.n_vocab) return make_error("token id " + std::to_string(t) + " is out of range");
     Ctx c(backend_, cfg_, opt);
     c.n = n;
-    c.pos0 = cache.mtp_pos();
-    std::vector<int32_t> pos(n);
-    for (int64_t i = 0; i < n; ++i) pos[i] = (int32_t)(c.pos0 + i);
+    const int64_t pos0 = cache.mtp_pos();
+    c.seqs.push_back(SeqSlice{0, n, pos0, &cache, true});
+    std::vector<int32_t> pos(n), rows(n);
+    for (int64_t i = 0; i < n; ++i) pos[i] = (int32_t)(pos0 + i), rows[i] = (int32_t)i;
     c.pos = c.i32(pos);
     c.tokens = c.i32(std::vector<int32_t>(next_tokens.begin(), next_tokens.end()));
     const MtpWeights& m = w_.mtp;
@@ -175,9 +214,9 @@ Status Model::mtp_step(KvCache& cache, std::span<const float> hidden, std::span<
     for (int64_t i = 0; i < n; ++i)
         for (int k = 0; k < hc; ++k) backend_.add(X + (i * hc + k) * D, X + (i * hc + k) * D, ep + i * D, D);
     float* X2 = c.f32(n * hc * D);
-    block_forward(c, cfg_.n_layer, m.block, cache.layer(cfg_.n_layer), X, X2);
-    output_logits(c, X, m.hc_head_fn, m.hc_head_base, m.hc_head_scale, m.norm, true, logits);
-    cache.set_mtp_pos(c.pos0 + n);
+    block_forward(c, cfg_.n_layer, m.block, X, X2);
+    if (logits) output_logits(c, X, m.hc_head_fn, m.hc_head_base, m.hc_head_scale, m.norm, rows, *logits);
+    cache.set_mtp_pos(pos0 + n);
     return {};
 }
 

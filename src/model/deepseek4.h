@@ -49,6 +49,18 @@ public:
     Status step(KvCache& cache, std::span<const int32_t> tokens, const StepOptions& opt, std::vector<float>* logits,
                 std::vector<float>* hidden = nullptr);
 
+    // One forward over several sequences at once (continuous batching): every token-wise op (projections,
+    // MoE, norms, mHC) runs over all rows together; attention runs per sequence on its own cache. Each
+    // item's logits follow opt.all_logits / item.all_logits. All caches advance; on error none do.
+    struct BatchItem {
+        KvCache* cache = nullptr;
+        std::span<const int32_t> tokens;
+        bool all_logits = false;
+        std::vector<float>* logits = nullptr;  // [rows, n_vocab] out, optional
+        std::vector<float>* hidden = nullptr;  // [n, hc, D] out, optional
+    };
+    Status step_batch(std::span<BatchItem> items, const StepOptions& opt);
+
     // The MTP block on the main model's final streams `hidden` ([n, hc, D], host) at positions
     // cache.mtp_pos() .. +n-1, with `next_tokens` the tokens that follow each position. Writes logits for
     // every row and advances cache.mtp_pos().
@@ -62,11 +74,12 @@ public:
 
 private:
     Model(Backend& b) : backend_(b) {}
-    void block_forward(Ctx& c, int il, const LayerWeights& L, LayerCache& lc, float* H, float* H2);
-    void attention_forward(Ctx& c, const LayerWeights& L, LayerCache& lc, const float* x, float* out);
+    void block_forward(Ctx& c, int il, const LayerWeights& L, float* H, float* H2);
+    void attention_forward(Ctx& c, int il, const LayerWeights& L, const float* x, float* out);
     void ffn_forward(Ctx& c, int il, const LayerWeights& L, const float* x, float* out);
+    // Logits of the given rows of H ([n, hc, D]) into a host buffer [rows.size(), n_vocab].
     void output_logits(Ctx& c, const float* H, const Weight& hc_fn, const float* hc_base, const float* hc_scale,
-                       const float* norm, bool all, std::vector<float>* logits);
+                       const float* norm, const std::vector<int32_t>& rows, std::vector<float>& out);
 
     Backend& backend_;
     std::unique_ptr<GgufFile> file_;

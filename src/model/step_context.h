@@ -9,14 +9,23 @@
 
 namespace dsv4 {
 
+// One sequence's rows within a step: rows [row0, row0+n) of every activation, at positions pos0.. of `cache`.
+struct SeqSlice {
+    int64_t row0 = 0;
+    int64_t n = 0;
+    int64_t pos0 = 0;
+    KvCache* cache = nullptr;
+    bool mtp = false;  // the MTP block's cache layer and position
+};
+
 struct Model::Ctx {
     Backend& b;
     const ModelConfig& cfg;
     const StepOptions& opt;
-    int64_t n = 0;                // tokens in this step
-    int64_t pos0 = 0;             // position of the first token
-    const int32_t* pos = nullptr;     // [n] backend: pos0 + i
+    int64_t n = 0;                    // rows (tokens of all sequences) in this step
+    const int32_t* pos = nullptr;     // [n] backend: each row's position
     const int32_t* tokens = nullptr;  // [n] backend
+    std::vector<SeqSlice> seqs;
     std::vector<void*> scratch;
 
     Ctx(Backend& backend, const ModelConfig& c, const StepOptions& o) : b(backend), cfg(c), opt(o) {}

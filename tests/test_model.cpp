@@ -1,0 +1,156 @@
+// Model-level properties that the golden logits alone do not pin down: batching several sequences in one step
+// equals running them alone, cache snapshots restore exactly, multi-token steps from any position equal
+// token-by-token decoding, and bad input fails with a message instead of crashing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "model/deepseek4.h"
+
+using namespace dsv4;
+
+namespace {
+
+const std::string kModel = std::string(DSV4_SHARED_DIR) + "/golden/flash-mini/model.gguf";
+
+std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<int32_t> t(n);
+    for (auto& x : t) x = (int32_t)(rng() % vocab);
+    return t;
+}
+
+double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    double m = 0;
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, (double)std::fabs(a[i] - b[i]));
+    return m;
+}
+
+class ModelTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        backend_ = make_cpu_backend(2);
+        auto m = Model::load(kModel, *backend_);
+        ASSERT_TRUE(m.ok()) << m.error();
+        model_ = std::move(*m);
+    }
+    // Logits of every token, fed as chunks of the given sizes (cycled).
+    std::vector<float> run(const std::vector<int32_t>& toks, std::vector<int64_t> chunks, bool qsim = true) {
+        auto cache = model_->new_cache((int64_t)toks.size(), false);
+        StepOptions opt;
+        opt.quant_sim = qsim;
+        opt.all_logits = true;
+        std::vector<float> out, l;
+        size_t ci = 0;
+        for (int64_t b = 0; b < (int64_t)toks.size();) {
+            const int64_t e = std::min<int64_t>(toks.size(), b + chunks[ci++ % chunks.size()]);
+            Status s = model_->step(*cache, std::span<const int32_t>(toks.data() + b, e - b), opt, &l);
+            EXPECT_TRUE(s.ok()) << s.error();
+            out.insert(out.end(), l.begin(), l.end());
+            b = e;
+        }
+        return out;
+    }
+    std::unique_ptr<Backend> backend_;
+    std::unique_ptr<Model> model_;
+};
+
+TEST_F(ModelTest, IrregularChunksEqualOneShot) {
+    // Chunk boundaries that straddle window (32) and compression-block (4, 128) edges.
+    const auto toks = random_tokens(300, model_->config().n_vocab, 1);
+    const auto one = run(toks, {300});
+    EXPECT_LT(max_diff(one, run(toks, {1, 3, 29, 5, 130, 2})), 1e-4);
+    EXPECT_LT(max_diff(one, run(toks, {127, 1, 1, 200})), 1e-4);
+}
+
+TEST_F(ModelTest, BatchedStepEqualsSeparateSteps) {
+    const int64_t V = model_->config().n_vocab;
+    std::vector<std::vector<int32_t>> seqs = {random_tokens(70, V, 2), random_tokens(5, V, 3),
+                                              random_tokens(140, V, 4)};
+    StepOptions opt;
+    opt.all_logits = true;
+    // Separately: each sequence prefilled (first part) then one more token.
+    std::vector<std::vector<float>> want(seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        auto cache = model_->new_cache(200, false);
+        std::vector<float> l;
+        ASSERT_TRUE(model_->step(*cache, std::span<const int32_t>(seqs[i].data(), seqs[i].size() - 1), opt, &l).ok());
+        ASSERT_TRUE(model_->step(*cache, std::span<const int32_t>(&seqs[i].back(), 1), opt, &l).ok());
+        want[i] = l;
+    }
+    // Batched: the prefills together, then the single decode tokens together.
+    std::vector<std::unique_ptr<KvCache>> caches;
+    std::vector<Model::BatchItem> items(seqs.size());
+    std::vector<std::vector<float>> got(seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        caches.push_back(model_->new_cache(200, false));
+        items[i].cache = caches[i].get();
+        items[i].tokens = std::span<const int32_t>(seqs[i].data(), seqs[i].size() - 1);
+    }
+    ASSERT_TRUE(model_->step_batch(items, opt).ok());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        items[i].tokens = std::span<const int32_t>(&seqs[i].back(), 1);
+        items[i].logits = &got[i];
+        items[i].all_logits = false;
+    }
+    ASSERT_TRUE(model_->step_batch(items, opt).ok());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        EXPECT_EQ(caches[i]->pos(), (int64_t)seqs[i].size());
+        EXPECT_LT(max_diff(want[i], got[i]), 1e-5) << "sequence " << i;
+    }
+}
+
+TEST_F(ModelTest, SnapshotRestoreIsExact) {
+    const int64_t V = model_->config().n_vocab;
+    const auto prefix = random_tokens(150, V, 5);
+    const auto a = random_tokens(40, V, 6), b = random_tokens(40, V, 7);
+    auto cache = model_->new_cache(400, false);
+    StepOptions opt;
+    opt.all_logits = true;
+    std::vector<float> l;
+    ASSERT_TRUE(model_->step(*cache, prefix, opt, &l).ok());
+    const auto snap = cache->snapshot();
+    std::vector<float> la, lb;
+    ASSERT_TRUE(model_->step(*cache, a, opt, &la).ok());
+    ASSERT_TRUE(cache->restore(snap).ok());
+    EXPECT_EQ(cache->pos(), 150);
+    ASSERT_TRUE(model_->step(*cache, b, opt, &lb).ok());
+    // Fresh runs of prefix+a and prefix+b give the same rows.
+    auto fresh = [&](const std::vector<int32_t>& tail) {
+        std::vector<int32_t> all = prefix;
+        all.insert(all.end(), tail.begin(), tail.end());
+        auto v = run(all, {150, 40});
+        return std::vector<float>(v.end() - 40 * V, v.end());
+    };
+    EXPECT_LT(max_diff(fresh(b), lb), 1e-5);
+    EXPECT_LT(max_diff(fresh(a), la), 1e-5);
+}
+
+TEST_F(ModelTest, BadInputIsAnError) {
+    auto cache = model_->new_cache(8, false);
+    StepOptions opt;
+    std::vector<float> l;
+    const int32_t bad = (int32_t)model_->config().n_vocab;
+    Status s = model_->step(*cache, std::vector<int32_t>{1, bad}, opt, &l);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.error().find("out of range"), std::string::npos);
+    EXPECT_EQ(cache->pos(), 0);
+    s = model_->step(*cache, std::vector<int32_t>(9, 1), opt, &l);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.error().find("context full"), std::string::npos);
+    EXPECT_FALSE(model_->step(*cache, std::vector<int32_t>{}, opt, &l).ok());
+}
+
+TEST(ModelLoad, MissingFileAndWrongArchitectureFailCleanly) {
+    auto backend = make_cpu_backend(1);
+    auto m = Model::load("/nonexistent/model.gguf", *backend);
+    ASSERT_FALSE(m.ok());
+    EXPECT_NE(m.error().find("/nonexistent/model.gguf"), std::string::npos);
+    // A vocab-only GGUF has no deepseek4 config.
+    auto v = Model::load(std::string(DSV4_SHARED_DIR) + "/fixtures/tokenizer/deepseek_v3/vocab.gguf", *backend);
+    ASSERT_FALSE(v.ok());
+}
+
+}  // namespace
