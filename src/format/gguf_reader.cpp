@@ -27,8 +27,11 @@ constexpr size_t kDefaultAlignment = 32;
 // the bytes left is rejected before anything is allocated for it.
 constexpr uint64_t kMinKvBytes = 13;
 constexpr uint64_t kMinTensorInfoBytes = 24;
-// Up-front reservations are capped: a plausible-looking count still grows its vector only as entries parse.
-constexpr uint64_t kMaxReserve = uint64_t(1) << 20;
+// Up-front reservations are capped (in entries, sized so each stays a few MB): a count that passed the
+// bytes-left check still grows its vector only as entries actually parse.
+constexpr uint64_t kMaxReserveKv = 1024;
+constexpr uint64_t kMaxReserveTensors = uint64_t(1) << 16;
+constexpr uint64_t kMaxReserveStrings = uint64_t(1) << 20;
 
 // Bytes of one scalar of a numeric or bool type; 0 for string, array and unknown ids.
 size_t scalar_size(GgufValueType t) {
@@ -176,7 +179,7 @@ public:
                         std::to_string(cur_.left()) + " bytes follow");
 
         std::unordered_set<std::string_view> keys;
-        part.kv.reserve((size_t)std::min(n_kv, kMaxReserve));
+        part.kv.reserve((size_t)std::min(n_kv, kMaxReserveKv));
         for (uint64_t i = 0; i < n_kv; ++i) {
             std::string_view key;
             if (!cur_.read_str(key)) return fail(at() + "truncated in the key of metadata entry " + std::to_string(i));
@@ -188,7 +191,7 @@ public:
         DSV4_TRY(read_alignment(part));
 
         std::unordered_set<std::string_view> names;
-        part.tensors.reserve((size_t)std::min(n_tensors, kMaxReserve));
+        part.tensors.reserve((size_t)std::min(n_tensors, kMaxReserveTensors));
         for (uint64_t i = 0; i < n_tensors; ++i) {
             std::string_view tname;
             if (!cur_.read_str(tname)) return fail(at() + "truncated in the name of tensor " + std::to_string(i));
@@ -272,7 +275,7 @@ private:
             if (v.n_elems > cur_.left() / 8)
                 return fail("array " + quoted(key) + " claims " + count + " strings but only " +
                             std::to_string(cur_.left()) + " bytes follow");
-            v.strs.reserve((size_t)std::min(v.n_elems, kMaxReserve));
+            v.strs.reserve((size_t)std::min(v.n_elems, kMaxReserveStrings));
             for (uint64_t i = 0; i < v.n_elems; ++i) {
                 std::string_view s;
                 if (!cur_.read_str(s))
