@@ -1,0 +1,118 @@
+// Token selection and stopping for generation. Sampler turns one step's logits (plus the token history the
+// penalties look at) into a token id, its logprob and optionally the top-N alternatives; StopChecker decides
+// from the generated text when to stop (stop strings, max tokens) and how much text is final. Everything is
+// deterministic for a given seed on every platform: the RNG is mt19937_64 (fully specified by the standard),
+// floats come from its bits, and candidate order never depends on the standard library's sort.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace dsv4 {
+
+struct SamplingParams {
+    float temperature = 1.0f;         // 0 = greedy (argmax after bias and penalties)
+    int32_t top_k = 0;                // keep the k most likely tokens; 0 = off
+    float top_p = 1.0f;               // keep the smallest most-likely set with probability >= top_p; 1 = off
+    float min_p = 0.0f;               // keep tokens with p >= min_p * p_max; 0 = off
+    float repetition_penalty = 1.0f;  // HF / llama.cpp / vLLM: logit / r if positive, logit * r if not; 1 = off
+    float presence_penalty = 0.0f;    // OpenAI: logit -= presence_penalty once per token seen
+    float frequency_penalty = 0.0f;   // OpenAI: logit -= frequency_penalty * times seen
+    std::map<int32_t, float> logit_bias;  // OpenAI: added to the logit; -inf bans a token
+    uint64_t seed = 0;
+    int32_t top_logprobs = 0;  // how many alternatives to report per step (OpenAI allows up to 20)
+};
+
+// Rejects values no sampler can honour (negative temperature, top_p outside (0, 1], ...), naming the field.
+Status validate_sampling_params(const SamplingParams& params);
+
+struct TokenLogprob {
+    int32_t token = -1;
+    float logprob = 0.0f;
+};
+
+struct TokenProb {
+    int32_t token = -1;
+    double prob = 0.0;
+};
+
+struct SampleResult {
+    int32_t token = -1;
+    // Logprobs are the model's own distribution: log-softmax of the logits as given, before bias, penalties,
+    // temperature and truncation (what vLLM reports by default and what an OpenAI client expects).
+    float logprob = 0.0f;
+    std::vector<TokenLogprob> top_logprobs;  // most likely first, ties by token id
+};
+
+// The pipeline, in order (llama.cpp's and HF's order): logit bias, then repetition / presence / frequency
+// penalties over `history`, in place. Exposed so that tests and tools can see exactly what the sampler sees.
+Status apply_bias_and_penalties(std::span<float> logits, std::span<const int32_t> history,
+                                const SamplingParams& params);
+
+// ... then temperature, top-k, top-p (on the top-k renormalised distribution), min-p: the tokens that can be
+// drawn with their probabilities, most likely first when any truncation applied, by token id otherwise.
+// `logits` are already biased and penalised. Needs temperature > 0.
+Result<std::vector<TokenProb>> sampling_distribution(std::span<const float> logits, const SamplingParams& params);
+
+class Sampler {
+public:
+    // `params` must pass validate_sampling_params (checked: an invalid one is a caller bug).
+    explicit Sampler(const SamplingParams& params);
+
+    // logits: [n_vocab] for one step. history: the tokens the penalties count (the caller chooses: the
+    // generated tokens for OpenAI semantics, or prompt + generated). Fails on NaN logits, ids outside the
+    // vocabulary, or when every token is banned.
+    Result<SampleResult> sample(std::span<const float> logits, std::span<const int32_t> history);
+
+    const SamplingParams& params() const { return params_; }
+
+private:
+    double next_uniform();  // [0, 1) from the top 53 bits of one RNG draw
+
+    SamplingParams params_;
+    std::mt19937_64 rng_;
+    std::vector<float> work_;  // scratch, reused across steps
+};
+
+enum class FinishReason { none, stop, length };
+
+struct StopUpdate {
+    std::string text;                           // text that is final: send it now
+    FinishReason finish = FinishReason::none;   // stop or length: generation ends with this token
+    int32_t stop_index = -1;                    // which stop string matched (finish == stop)
+};
+
+// Text-level stopping: feed the text of each generated token; a stop string may span token boundaries. Text
+// that could be the start of a stop string is held back until decided, as is an incomplete UTF-8 character;
+// the stop string itself and anything after it are never emitted (OpenAI semantics). When several stop
+// strings match, the one starting first wins.
+class StopChecker {
+public:
+    // max_tokens <= 0: no limit. Empty stop strings are ignored.
+    StopChecker(std::vector<std::string> stop_strings, int64_t max_tokens);
+
+    // One generated token's text (may be empty or a partial UTF-8 sequence). Must not be called once finished.
+    StopUpdate push(std::string_view token_text);
+    // Generation ended for another reason (EOS, cancel): releases everything held back.
+    StopUpdate flush();
+
+    bool finished() const { return finished_; }
+    int64_t n_tokens() const { return n_tokens_; }
+    size_t held_bytes() const { return held_.size(); }
+
+private:
+    std::vector<std::string> stops_;
+    int64_t max_tokens_;
+    int64_t n_tokens_ = 0;
+    bool finished_ = false;
+    std::string held_;
+};
+
+}  // namespace dsv4
