@@ -9,7 +9,7 @@ DSV4_QUANT_NO_FP_CONTRACT
 
 namespace dsv4::quant {
 
-void dequant_q2_k(const BlockQ2K* x, float* y, int64_t nb) {
+void dequant_q2_k(const BlockQ2K* __restrict x, float* __restrict y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i) {
         const float d = f16_to_f32(x[i].d);
         const float dmin = f16_to_f32(x[i].dmin);
@@ -24,6 +24,7 @@ void dequant_q2_k(const BlockQ2K* x, float* y, int64_t nb) {
                     const float dl = d * (float)(sc & 0x0F);
                     const float ml = dmin * (float)(sc >> 4);
                     const uint8_t* qq = q + 16 * half;
+                    DSV4_QUANT_VECTOR_LOOP
                     for (int l = 0; l < 16; ++l) *y++ = dl * (float)((qq[l] >> shift) & 3) - ml;
                 }
             }
@@ -31,7 +32,7 @@ void dequant_q2_k(const BlockQ2K* x, float* y, int64_t nb) {
     }
 }
 
-void dequant_q3_k(const BlockQ3K* x, float* y, int64_t nb) {
+void dequant_q3_k(const BlockQ3K* __restrict x, float* __restrict y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i) {
         const float d_all = f16_to_f32(x[i].d);
         int8_t scales[16];
@@ -45,6 +46,7 @@ void dequant_q3_k(const BlockQ3K* x, float* y, int64_t nb) {
                 for (int half = 0; half < 2; ++half) {
                     const float dl = d_all * (float)(scales[is++] - 32);
                     const int o = 16 * half;
+                    DSV4_QUANT_VECTOR_LOOP
                     for (int l = 0; l < 16; ++l) {
                         // A clear high bit means the stored 2-bit value is offset by -4.
                         const int v = ((q[o + l] >> shift) & 3) - ((hm[o + l] & m) ? 0 : 4);
@@ -56,7 +58,7 @@ void dequant_q3_k(const BlockQ3K* x, float* y, int64_t nb) {
     }
 }
 
-void dequant_q4_k(const BlockQ4K* x, float* y, int64_t nb) {
+void dequant_q4_k(const BlockQ4K* __restrict x, float* __restrict y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i) {
         const float d = f16_to_f32(x[i].d);
         const float dmin = f16_to_f32(x[i].dmin);
@@ -73,7 +75,7 @@ void dequant_q4_k(const BlockQ4K* x, float* y, int64_t nb) {
     }
 }
 
-void dequant_q5_k(const BlockQ5K* x, float* y, int64_t nb) {
+void dequant_q5_k(const BlockQ5K* __restrict x, float* __restrict y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i) {
         const float d = f16_to_f32(x[i].d);
         const float dmin = f16_to_f32(x[i].dmin);
@@ -94,31 +96,32 @@ void dequant_q5_k(const BlockQ5K* x, float* y, int64_t nb) {
     }
 }
 
-void dequant_q6_k(const BlockQ6K* x, float* y, int64_t nb) {
+void dequant_q6_k(const BlockQ6K* __restrict x, float* __restrict y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i) {
         const float d = f16_to_f32(x[i].d);
         const uint8_t* ql = x[i].ql;
         const uint8_t* qh = x[i].qh;
         const int8_t* sc = x[i].scales;
-        // Each 128-value half: ql bytes 0..63 give the low nibbles, qh bytes 0..31 the 2-bit tops of four
-        // 32-value groups; scale index = 16-value sub-block.
+        // Each 128-value half holds four 32-value groups g: the low nibble of ql[l + 32*(g&1)] (low half
+        // of the byte for g < 2, high half otherwise) and bits 2g..2g+1 of qh[l]; one scale per 16 values.
         for (int n = 0; n < kQKK; n += 128, y += 128, ql += 64, qh += 32, sc += 8) {
-            for (int l = 0; l < 32; ++l) {
-                const int is = l / 16;
-                const int q1 = ((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32;
-                const int q2 = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
-                const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-                const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-                y[l] = d * (float)sc[is] * (float)q1;
-                y[l + 32] = d * (float)sc[is + 2] * (float)q2;
-                y[l + 64] = d * (float)sc[is + 4] * (float)q3;
-                y[l + 96] = d * (float)sc[is + 6] * (float)q4;
+            for (int g = 0; g < 4; ++g) {
+                const uint8_t* lo = ql + 32 * (g & 1);
+                const int lo_shift = 4 * (g >> 1);
+                for (int h = 0; h < 2; ++h) {
+                    const float dl = d * (float)sc[2 * g + h];
+                    DSV4_QUANT_VECTOR_LOOP
+                    for (int l = 16 * h; l < 16 * h + 16; ++l) {
+                        const int q = (((lo[l] >> lo_shift) & 0x0F) | (((qh[l] >> (2 * g)) & 3) << 4)) - 32;
+                        y[32 * g + l] = dl * (float)q;
+                    }
+                }
             }
         }
     }
 }
 
-void dequant_q8_k(const BlockQ8K* x, float* y, int64_t nb) {
+void dequant_q8_k(const BlockQ8K* __restrict x, float* __restrict y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, y += kQKK) {
         const float d = x[i].d;
         for (int j = 0; j < kQKK; ++j) y[j] = d * (float)x[i].qs[j];

@@ -87,9 +87,10 @@ inline uint32_t load_qh(const uint8_t* qh) {
 
 }  // namespace
 
-void dequant_q4_0(const BlockQ4_0* x, float* y, int64_t nb) {
+void dequant_q4_0(const BlockQ4_0* __restrict x, float* __restrict y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, y += kQK32) {
         const float d = f16_to_f32(x[i].d);
+        DSV4_QUANT_VECTOR_LOOP
         for (int j = 0; j < kHalf; ++j) {
             y[j] = (float)((x[i].qs[j] & 0x0F) - 8) * d;
             y[j + kHalf] = (float)((x[i].qs[j] >> 4) - 8) * d;
@@ -97,10 +98,11 @@ void dequant_q4_0(const BlockQ4_0* x, float* y, int64_t nb) {
     }
 }
 
-void dequant_q4_1(const BlockQ4_1* x, float* y, int64_t nb) {
+void dequant_q4_1(const BlockQ4_1* __restrict x, float* __restrict y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, y += kQK32) {
         const float d = f16_to_f32(x[i].d);
         const float m = f16_to_f32(x[i].m);
+        DSV4_QUANT_VECTOR_LOOP
         for (int j = 0; j < kHalf; ++j) {
             y[j] = (float)(x[i].qs[j] & 0x0F) * d + m;
             y[j + kHalf] = (float)(x[i].qs[j] >> 4) * d + m;
@@ -108,7 +110,7 @@ void dequant_q4_1(const BlockQ4_1* x, float* y, int64_t nb) {
     }
 }
 
-void dequant_q5_0(const BlockQ5_0* x, float* y, int64_t nb) {
+void dequant_q5_0(const BlockQ5_0* __restrict x, float* __restrict y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, y += kQK32) {
         const float d = f16_to_f32(x[i].d);
         const uint32_t qh = load_qh(x[i].qh);
@@ -121,7 +123,7 @@ void dequant_q5_0(const BlockQ5_0* x, float* y, int64_t nb) {
     }
 }
 
-void dequant_q5_1(const BlockQ5_1* x, float* y, int64_t nb) {
+void dequant_q5_1(const BlockQ5_1* __restrict x, float* __restrict y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, y += kQK32) {
         const float d = f16_to_f32(x[i].d);
         const float m = f16_to_f32(x[i].m);
@@ -135,14 +137,14 @@ void dequant_q5_1(const BlockQ5_1* x, float* y, int64_t nb) {
     }
 }
 
-void dequant_q8_0(const BlockQ8_0* x, float* y, int64_t nb) {
+void dequant_q8_0(const BlockQ8_0* __restrict x, float* __restrict y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, y += kQK32) {
         const float d = f16_to_f32(x[i].d);
         for (int j = 0; j < kQK32; ++j) y[j] = (float)x[i].qs[j] * d;
     }
 }
 
-void dequant_q8_1(const BlockQ8_1* x, float* y, int64_t nb) {
+void dequant_q8_1(const BlockQ8_1* __restrict x, float* __restrict y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, y += kQK32) {
         const float d = f16_to_f32(x[i].d);
         for (int j = 0; j < kQK32; ++j) y[j] = (float)x[i].qs[j] * d;

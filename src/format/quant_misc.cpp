@@ -5,6 +5,7 @@
 
 #include "core/fp16.h"
 #include "format/quant_codecs.h"
+#include "format/quant_nibble_lut.h"
 
 #if defined(__F16C__)
 #include <immintrin.h>
@@ -64,15 +65,8 @@ void quant_bf16(const float* x, uint16_t* y, int64_t n) {
 
 // ---- MXFP4 ----------------------------------------------------------------------------------------
 
-void dequant_mxfp4(const BlockMxfp4* x, float* y, int64_t nb) {
-    constexpr int half = kQK32 / 2;
-    for (int64_t i = 0; i < nb; ++i, y += kQK32) {
-        const float d = e8m0_to_f32_half(x[i].e);
-        for (int j = 0; j < half; ++j) {
-            y[j] = (float)kMxfp4Values[x[i].qs[j] & 0x0F] * d;
-            y[j + half] = (float)kMxfp4Values[x[i].qs[j] >> 4] * d;
-        }
-    }
+void dequant_mxfp4(const BlockMxfp4* __restrict x, float* __restrict y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, y += kQK32) decode_nibbles_lut(x[i].qs, kMxfp4Values, e8m0_to_f32_half(x[i].e), y);
 }
 
 // The numpy reference: e = floor(log2(amax)) - 2 + 127 (in float32, so log2 may round up to the next
@@ -116,7 +110,7 @@ inline float trit(uint8_t b, uint8_t pow3) {
 }
 }  // namespace
 
-void dequant_tq1_0(const BlockTq1_0* x, float* y, int64_t nb) {
+void dequant_tq1_0(const BlockTq1_0* __restrict x, float* __restrict y, int64_t nb) {
     constexpr uint8_t pow3[5] = {1, 3, 9, 27, 81};
     constexpr int qs_main = sizeof(x->qs) - sizeof(x->qs) % 32;  // 32 bytes, then a tail of 16
     for (int64_t i = 0; i < nb; ++i) {
@@ -133,7 +127,7 @@ void dequant_tq1_0(const BlockTq1_0* x, float* y, int64_t nb) {
     }
 }
 
-void dequant_tq2_0(const BlockTq2_0* x, float* y, int64_t nb) {
+void dequant_tq2_0(const BlockTq2_0* __restrict x, float* __restrict y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i) {
         const float d = f16_to_f32(x[i].d);
         for (int j = 0; j < (int)sizeof(x->qs); j += 32) {
