@@ -381,25 +381,41 @@ TEST(Bpe, HeapMergeEqualsTheTextbookLoop) {
 }
 
 TEST(Bpe, CacheStaysBoundedAndKeepsWhatItReturns) {
-    BpeCache cache(/*capacity=*/4, /*max_word_bytes=*/8);
-    for (int i = 0; i < 100; ++i) {
+    BpeCache cache(/*n_slots=*/4);
+    auto name = [](int i) {
         std::string w = "w";  // built in two steps: GCC 12 warns falsely (-Wrestrict) on "w" + to_string(i)
         w += std::to_string(i);
+        return w;
+    };
+    for (int i = 0; i < 100; ++i) {
+        const std::string w = name(i);
         const int32_t t[2] = {i, -i};
         cache.insert(w, t, 2);
-        EXPECT_LE(cache.size(), 8u);
+        EXPECT_LE(cache.size(), 4u);
+        std::vector<int32_t> out;
+        ASSERT_TRUE(cache.lookup(w, out));  // the newest word of a set is always held
+        EXPECT_EQ(out, (std::vector<int32_t>{i, -i}));
     }
-    std::vector<int32_t> out;
-    EXPECT_TRUE(cache.lookup("w99", out));
-    EXPECT_EQ(out, (std::vector<int32_t>{99, -99}));
-    out.clear();
-    EXPECT_FALSE(cache.lookup("w0", out));  // long evicted
-    EXPECT_TRUE(out.empty());
-    const int32_t t[1] = {5};
-    cache.insert("too-long-word", t, 1);
-    EXPECT_FALSE(cache.lookup("too-long-word", out));
+    EXPECT_EQ(cache.size(), 4u);
+    std::vector<int32_t> out{7};
+    int held = 0;
+    for (int i = 0; i < 100; ++i) held += cache.lookup(name(i), out);
+    EXPECT_EQ(held, 4);
+    EXPECT_EQ(out.size(), 1u + 4 * 2);  // appends, keeping what was there
+    // Too long a word, or too many tokens, is not cached; neither is the empty word.
+    const std::string long_word(BpeCache::kMaxWordBytes + 1, 'x');
+    const int32_t t[BpeCache::kMaxTokens + 1] = {};
+    cache.insert(long_word, t, 1);
+    cache.insert("many", t, BpeCache::kMaxTokens + 1);
+    cache.insert("", t, 1);
+    EXPECT_FALSE(cache.lookup(long_word, out));
+    EXPECT_FALSE(cache.lookup("many", out));
+    EXPECT_FALSE(cache.lookup("", out));
+    cache.insert("ok", t, BpeCache::kMaxTokens);
+    EXPECT_TRUE(cache.lookup("ok", out));
     cache.clear();
     EXPECT_EQ(cache.size(), 0u);
+    EXPECT_FALSE(cache.lookup("ok", out));
 }
 
 TEST(ByteLevel, TableIsGpt2s) {

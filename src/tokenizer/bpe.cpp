@@ -1,7 +1,9 @@
 // BPE merging over token ids, and the word cache (see bpe.h).
 #include "tokenizer/bpe.h"
 
+#include <algorithm>
 #include <climits>
+#include <cstring>
 #include <queue>
 
 namespace dsv4 {
@@ -113,45 +115,50 @@ void bpe_encode_word_simple(const Vocab& vocab, std::string_view word, std::vect
     out.insert(out.end(), ids.begin(), ids.end());
 }
 
-bool BpeCache::lookup(std::string_view word, std::vector<int32_t>& out) const {
-    if (word.size() > max_word_bytes_) return false;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = current_.find(word); it != current_.end()) {
-        out.insert(out.end(), it->second.begin(), it->second.end());
-        return true;
-    }
-    auto it = previous_.find(word);
-    if (it == previous_.end()) return false;
-    out.insert(out.end(), it->second.begin(), it->second.end());
-    // Promote, so that words in steady use survive the next generation change.
-    auto node = previous_.extract(it);
-    if (current_.size() >= capacity_) {
-        previous_ = std::move(current_);
-        current_.clear();
-    }
-    current_.insert(std::move(node));
-    return true;
+BpeCache::BpeCache(size_t n_slots) {
+    size_t n = 2;
+    while (n < n_slots) n <<= 1;
+    set_mask_ = n / 2 - 1;
+    slots_.assign(n, Slot{});
 }
 
-void BpeCache::insert(std::string_view word, const int32_t* tokens, size_t n) const {
-    if (word.size() > max_word_bytes_ || capacity_ == 0) return;
+bool BpeCache::lookup(std::string_view word, uint64_t h, std::vector<int32_t>& out) const {
+    if (word.empty() || word.size() > kMaxWordBytes) return false;
+    const auto tag = static_cast<uint32_t>(h >> 32);
+    const size_t base = 2 * set_of(h);
     std::lock_guard<std::mutex> lock(mu_);
-    if (current_.size() >= capacity_) {
-        previous_ = std::move(current_);
-        current_.clear();
+    for (size_t way = 0; way < 2; ++way) {
+        const Slot& s = slots_[base + way];
+        if (s.tag == tag && s.len == word.size() && std::memcmp(s.word, word.data(), word.size()) == 0) {
+            out.insert(out.end(), s.tokens, s.tokens + s.n_tokens);
+            return true;
+        }
     }
-    current_.try_emplace(std::string(word), tokens, tokens + n);
+    return false;
+}
+
+void BpeCache::insert(std::string_view word, uint64_t h, const int32_t* tokens, size_t n) const {
+    if (word.empty() || word.size() > kMaxWordBytes || n > kMaxTokens) return;
+    const size_t base = 2 * set_of(h);
+    Slot fresh{};
+    fresh.tag = static_cast<uint32_t>(h >> 32);
+    fresh.len = static_cast<uint8_t>(word.size());
+    fresh.n_tokens = static_cast<uint8_t>(n);
+    std::memcpy(fresh.word, word.data(), word.size());
+    std::copy(tokens, tokens + n, fresh.tokens);
+    std::lock_guard<std::mutex> lock(mu_);
+    slots_[base + 1] = slots_[base];
+    slots_[base] = fresh;
 }
 
 void BpeCache::clear() const {
     std::lock_guard<std::mutex> lock(mu_);
-    current_.clear();
-    previous_.clear();
+    std::fill(slots_.begin(), slots_.end(), Slot{});
 }
 
 size_t BpeCache::size() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return current_.size() + previous_.size();
+    return static_cast<size_t>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.len > 0; }));
 }
 
 }  // namespace dsv4

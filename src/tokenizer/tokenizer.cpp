@@ -96,15 +96,26 @@ void Tokenizer::encode_plain(std::string_view text, std::vector<std::string_view
     if (text.empty()) return;
     words.clear();
     pre_->split(text, words);
-    for (const std::string_view w : words) {
+    // Hash each word a few words ahead of its lookup and prefetch its cache slot (see BpeCache::prefetch).
+    constexpr size_t kAhead = 8;
+    uint64_t ring[kAhead];
+    auto start_lookup = [&](size_t i) {
+        ring[i % kAhead] = BpeCache::hash(words[i]);
+        cache_.prefetch(ring[i % kAhead]);
+    };
+    for (size_t i = 0; i < std::min(kAhead, words.size()); ++i) start_lookup(i);
+    for (size_t i = 0; i < words.size(); ++i) {
+        const std::string_view w = words[i];
+        const uint64_t h = ring[i % kAhead];
+        if (i + kAhead < words.size()) start_lookup(i + kAhead);
         if (w.size() == 1) {
             out.push_back(vocab_.byte_token(static_cast<uint8_t>(w[0])));
             continue;
         }
-        if (cache_.lookup(w, out)) continue;
+        if (cache_.lookup(w, h, out)) continue;
         const size_t start = out.size();
         bpe_encode_word(vocab_, w, out);
-        cache_.insert(w, out.data() + start, out.size() - start);
+        cache_.insert(w, h, out.data() + start, out.size() - start);
     }
 }
 

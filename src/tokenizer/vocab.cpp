@@ -2,6 +2,7 @@
 #include "tokenizer/vocab.h"
 
 #include <cstdio>
+#include <functional>
 #include <limits>
 
 #include "format/gguf.h"
@@ -96,9 +97,13 @@ uint32_t byte_level_codepoint(uint8_t b) { return kByteLevel.to_cp[b]; }
 int byte_level_byte(uint32_t cp) { return cp < kByteLevel.to_byte.size() ? kByteLevel.to_byte[cp] : -1; }
 
 std::optional<int32_t> Vocab::find(std::string_view text) const {
-    auto it = by_text_.find(text);
-    if (it == by_text_.end()) return std::nullopt;
-    return it->second;
+    const uint64_t h = std::hash<std::string_view>{}(text);
+    const auto tag = static_cast<uint32_t>(h >> 32);
+    for (uint64_t i = h & text_mask_;; i = (i + 1) & text_mask_) {
+        const TextSlot& s = text_index_[i];
+        if (s.id < 0) return std::nullopt;
+        if (s.tag == tag && texts_.get(s.id) == text) return s.id;
+    }
 }
 
 const Vocab::Merge* Vocab::find_merge(int32_t left, int32_t right) const {
@@ -202,9 +207,24 @@ Result<Vocab> Vocab::build(const std::vector<std::string_view>& tokens, const st
             if (!t.empty()) v.special_ids_.push_back(static_cast<int32_t>(i));
         }
     }
-    // Index by text only now that the arena no longer grows. A repeated text keeps its first id.
-    v.by_text_.reserve(tokens.size());
-    for (int32_t i = 0; i < static_cast<int32_t>(n); ++i) v.by_text_.emplace(v.texts_.get(i), i);
+    // Index by text. A repeated text keeps its first id.
+    uint64_t cap = 16;
+    while (cap < tokens.size() * 2) cap <<= 1;  // load factor <= 1/2
+    v.text_index_.assign(cap, TextSlot{});
+    v.text_mask_ = cap - 1;
+    for (int32_t id = 0; id < static_cast<int32_t>(n); ++id) {
+        const std::string_view t = v.texts_.get(id);
+        const uint64_t h = std::hash<std::string_view>{}(t);
+        const auto tag = static_cast<uint32_t>(h >> 32);
+        for (uint64_t i = h & v.text_mask_;; i = (i + 1) & v.text_mask_) {
+            TextSlot& s = v.text_index_[i];
+            if (s.id < 0) {
+                s = TextSlot{tag, id};
+                break;
+            }
+            if (s.tag == tag && v.texts_.get(s.id) == t) break;
+        }
+    }
 
     std::string cp_text;
     for (int b = 0; b < 256; ++b) {

@@ -9,7 +9,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
@@ -45,7 +44,7 @@ struct VocabData {
     bool add_bos = false;
 };
 
-// Move-only: the text index holds views into the vocabulary's own storage.
+// Move-only: it holds a few MB and nothing needs a copy.
 class Vocab {
 public:
     Vocab(Vocab&&) = default;
@@ -108,7 +107,14 @@ private:
     };
     StringTable texts_, bytes_;
     std::vector<TokenType> types_;
-    std::unordered_map<std::string_view, int32_t> by_text_;
+    // Open-addressing index from text to id: each slot holds a hash tag and an id (-1: empty), so a lookup
+    // costs one slot probe and one text compare instead of a node chase.
+    struct TextSlot {
+        uint32_t tag = 0;
+        int32_t id = -1;
+    };
+    std::vector<TextSlot> text_index_;
+    uint64_t text_mask_ = 0;
     std::array<int32_t, 256> byte_tokens_{};
     // Open-addressing hash table of merges keyed by (left << 32 | right); empty slots have rank -1.
     struct MergeSlot {
