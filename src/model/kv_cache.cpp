@@ -74,31 +74,70 @@ void KvCache::for_each_region(F&& f) const {
     }
 }
 
-KvCache::Snapshot KvCache::snapshot() const {
+namespace {
+
+// The append-only rows visible at `pos` (compressed and indexer entries), per layer; main layers only
+// (the MTP block is window-only).
+template <class F>
+void for_each_entry_region(const std::vector<LayerCache>& layers, const ModelConfig& cfg, int64_t pos, F&& f) {
+    for (int il = 0; il < cfg.n_layer && il < (int)layers.size(); ++il) {
+        const LayerCache& L = layers[il];
+        if (L.comp) f(L.comp, (pos / L.ratio) * cfg.head_dim);
+        if (L.index) f(L.index, (pos / 4) * cfg.index_head_dim);
+    }
+}
+
+}  // namespace
+
+KvCache::Snapshot KvCache::snapshot(bool with_entries) const {
     Snapshot s;
     s.pos = pos_;
     s.mtp_pos = mtp_pos_;
+    s.with_entries = with_entries;
     int64_t total = 0;
-    for_each_region([&](const float*, int64_t n) { total += n; });
+    auto count = [&](const float*, int64_t n) { total += n; };
+    for_each_region(count);
+    if (with_entries) for_each_entry_region(layers_, cfg_, pos_, count);
     s.data.resize(total);
     int64_t off = 0;
-    for_each_region([&](const float* p, int64_t n) {
-        backend_.download(s.data.data() + off, p, (size_t)n * sizeof(float));
+    auto copy = [&](const float* p, int64_t n) {
+        if (n > 0) backend_.download(s.data.data() + off, p, (size_t)n * sizeof(float));
+        off += n;
+    };
+    for_each_region(copy);
+    if (with_entries) for_each_entry_region(layers_, cfg_, pos_, copy);
+    return s;
+}
+
+KvCache::Snapshot KvCache::add_entries(const Snapshot& small) const {
+    Snapshot s = small;
+    if (small.with_entries) return s;
+    s.with_entries = true;
+    int64_t extra = 0;
+    for_each_entry_region(layers_, cfg_, small.pos, [&](const float*, int64_t n) { extra += n; });
+    int64_t off = (int64_t)s.data.size();
+    s.data.resize(s.data.size() + extra);
+    for_each_entry_region(layers_, cfg_, small.pos, [&](const float* p, int64_t n) {
+        if (n > 0) backend_.download(s.data.data() + off, p, (size_t)n * sizeof(float));
         off += n;
     });
     return s;
 }
 
 Status KvCache::restore(const Snapshot& s) {
-    int64_t total = 0;
-    for_each_region([&](const float*, int64_t n) { total += n; });
-    if ((int64_t)s.data.size() != total) return make_error("cache snapshot does not match this cache's layout");
     if (s.pos > capacity_) return make_error("cache snapshot position exceeds the cache capacity");
+    int64_t total = 0;
+    auto count = [&](const float*, int64_t n) { total += n; };
+    for_each_region(count);
+    if (s.with_entries) for_each_entry_region(layers_, cfg_, s.pos, count);
+    if ((int64_t)s.data.size() != total) return make_error("cache snapshot does not match this cache's layout");
     int64_t off = 0;
-    for_each_region([&](const float* p, int64_t n) {
-        backend_.upload(const_cast<float*>(p), s.data.data() + off, (size_t)n * sizeof(float));
+    auto copy = [&](const float* p, int64_t n) {
+        if (n > 0) backend_.upload(const_cast<float*>(p), s.data.data() + off, (size_t)n * sizeof(float));
         off += n;
-    });
+    };
+    for_each_region(copy);
+    if (s.with_entries) for_each_entry_region(layers_, cfg_, s.pos, copy);
     pos_ = s.pos;
     mtp_pos_ = s.mtp_pos;
     return {};

@@ -46,13 +46,20 @@ public:
     void reset();
     size_t bytes() const { return bytes_; }
 
-    // A context-independent copy of what is not append-only: windows, compressor states, positions.
+    // A copy of what is not append-only (windows, compressor states, positions): context-independent in
+    // size, enough to rewind this same cache. With `with_entries` it also holds the compressed and indexer
+    // entries up to the position, so it can be restored into another cache of the same layout (prefix reuse).
     struct Snapshot {
         int64_t pos = 0, mtp_pos = 0;
+        bool with_entries = false;
         std::vector<float> data;  // host copy
+        size_t bytes() const { return data.size() * sizeof(float); }
     };
-    Snapshot snapshot() const;
-    // Restore a snapshot taken from this cache; entries past the snapshot's position become invisible.
+    Snapshot snapshot(bool with_entries = false) const;
+    // A snapshot taken without entries, completed with this cache's entries up to its position (valid while
+    // this cache has not been rewound below that position).
+    Snapshot add_entries(const Snapshot& small) const;
+    // Restore a snapshot; entries past the snapshot's position become invisible.
     Status restore(const Snapshot& s);
 
 private:

@@ -1,0 +1,328 @@
+// Engine: continuous batching over a fixed set of KV-cache slots. Each step: drop cancelled requests, admit
+// queued ones into free slots (restoring the longest cached prefix), plan one batch (every decoding sequence's
+// next token first, then prompt chunks within the step budget, cut at prefix-cache block boundaries), run it
+// as one model step, then sample, stream and stop.
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include "core/check.h"
+
+namespace dsv4 {
+
+const char* generation_end_name(GenerationEnd r) {
+    switch (r) {
+        case GenerationEnd::none: return "none";
+        case GenerationEnd::stop: return "stop";
+        case GenerationEnd::length: return "length";
+        case GenerationEnd::cancelled: return "cancelled";
+        case GenerationEnd::error: return "error";
+    }
+    return "none";
+}
+
+struct Engine::Sequence {
+    uint64_t id = 0;
+    GenerationRequest req;
+    Callback cb;
+    int slot = -1;
+    KvCache* cache = nullptr;
+    std::vector<int32_t> tokens;     // prompt, then every sampled token
+    int64_t n_prompt = 0;
+    int64_t n_fed = 0;               // tokens already in the cache
+    int64_t cached = 0;              // prompt tokens restored from the prefix cache
+    std::vector<int32_t> generated;
+    std::optional<Sampler> sampler;
+    std::optional<StopChecker> stop;
+    std::optional<KvCache::Snapshot> block_snap;  // state at the last block boundary (no entries)
+    bool done = false;
+    std::vector<float> logits;
+};
+
+Engine::Engine(Model& model, const Tokenizer& tokenizer, EngineOptions opt)
+    : model_(model), tok_(tokenizer), opt_(opt) {
+    DSV4_CHECK(opt_.n_slots > 0 && opt_.n_ctx > 0 && opt_.prefill_chunk > 0);
+    opt_.step_token_budget = std::max<int64_t>(opt_.step_token_budget, opt_.n_slots);
+    for (int i = 0; i < opt_.n_slots; ++i) caches_.push_back(model_.new_cache(opt_.n_ctx, false));
+    cache_busy_.assign(opt_.n_slots, false);
+    if (opt_.prefix_cache) prefix_ = std::make_unique<PrefixCache>(opt_.prefix_block, opt_.prefix_cache_bytes);
+    stats_.kv_tokens_capacity = opt_.n_ctx * opt_.n_slots;
+}
+
+Engine::~Engine() = default;
+
+Result<uint64_t> Engine::submit(GenerationRequest req, Callback on_event) {
+    if (req.prompt.empty()) return make_error("the prompt is empty");
+    DSV4_TRY(tok_.check_ids(req.prompt));
+    DSV4_TRY(validate_sampling_params(req.sampling));
+    if (req.max_tokens < 1) return make_error("max_tokens must be at least 1");
+    const int64_t need = (int64_t)req.prompt.size() + req.max_tokens;
+    if (need > opt_.n_ctx)
+        return make_error("the prompt (" + std::to_string(req.prompt.size()) + " tokens) plus max_tokens (" +
+                          std::to_string(req.max_tokens) + ") exceeds the context size of " +
+                          std::to_string(opt_.n_ctx) + " tokens");
+    auto s = std::make_unique<Sequence>();
+    s->req = std::move(req);
+    s->cb = std::move(on_event);
+    s->tokens = s->req.prompt;
+    s->n_prompt = (int64_t)s->tokens.size();
+    std::lock_guard<std::mutex> lk(mu_);
+    if (queue_.size() >= opt_.max_queue) {
+        ++stats_.requests_rejected;
+        return make_error("the server is busy: " + std::to_string(queue_.size()) + " requests are waiting");
+    }
+    s->id = next_id_++;
+    const uint64_t id = s->id;
+    ++stats_.requests_total;
+    queue_.push_back(std::move(s));
+    cv_.notify_all();
+    return id;
+}
+
+void Engine::cancel(uint64_t id) {
+    std::lock_guard<std::mutex> lk(mu_);
+    cancelled_.push_back(id);
+    cv_.notify_all();
+}
+
+void Engine::notify() { cv_.notify_all(); }
+
+void Engine::wait_for_work(const std::atomic<bool>& stop, int timeout_ms) {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait_for(lk, std::chrono::milliseconds(timeout_ms),
+                 [&] { return stop.load() || !queue_.empty() || !cancelled_.empty() || !running_.empty(); });
+}
+
+bool Engine::idle() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return queue_.empty() && running_.empty();
+}
+
+EngineStats Engine::stats() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    EngineStats s = stats_;
+    s.queue_depth = queue_.size();
+    return s;
+}
+
+void Engine::release(Sequence& s) {
+    if (s.slot >= 0) cache_busy_[s.slot] = false;
+    s.slot = -1;
+    s.cache = nullptr;
+}
+
+void Engine::publish_prefix(Sequence& s) {
+    if (!prefix_ || !s.block_snap || !s.cache) return;
+    const int64_t p = s.block_snap->pos;
+    if (p <= 0 || p > (int64_t)s.tokens.size()) return;
+    prefix_->insert(std::span<const int32_t>(s.tokens.data(), p), s.cache->add_entries(*s.block_snap));
+}
+
+void Engine::finish(Sequence& s, GenerationEnd r, const std::string& error) {
+    if (s.done) return;
+    s.done = true;
+    TokenEvent ev;
+    ev.request_id = s.id;
+    if (s.stop && r != GenerationEnd::error) ev.text = s.stop->flush().text;
+    ev.finished = true;
+    ev.reason = r;
+    ev.error = error;
+    ev.prompt_tokens = s.n_prompt;
+    ev.completion_tokens = (int64_t)s.generated.size();
+    ev.cached_tokens = s.cached;
+    if (r != GenerationEnd::error && r != GenerationEnd::cancelled) publish_prefix(s);
+    release(s);
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        ++stats_.requests_finished;
+        if (r == GenerationEnd::cancelled) ++stats_.requests_cancelled;
+    }
+    if (s.cb) s.cb(ev);
+}
+
+void Engine::admit() {
+    for (;;) {
+        int slot = -1;
+        for (int i = 0; i < (int)cache_busy_.size(); ++i)
+            if (!cache_busy_[i]) {
+                slot = i;
+                break;
+            }
+        if (slot < 0) return;
+        std::unique_ptr<Sequence> s;
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            if (queue_.empty()) return;
+            s = std::move(queue_.front());
+            queue_.pop_front();
+        }
+        cache_busy_[slot] = true;
+        s->slot = slot;
+        s->cache = caches_[slot].get();
+        s->cache->reset();
+        s->sampler.emplace(s->req.sampling);
+        s->stop.emplace(s->req.stop, s->req.max_tokens);
+        if (prefix_) {
+            // Keep at least one prompt token to compute, so the first sampled token has logits.
+            const KvCache::Snapshot* snap = prefix_->lookup(s->tokens, s->n_prompt - 1);
+            if (snap && s->cache->restore(*snap).ok()) {
+                s->n_fed = s->cached = snap->pos;
+            } else {
+                s->cache->reset();
+            }
+        }
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            stats_.prompt_tokens += s->n_prompt;
+            stats_.cached_prompt_tokens += s->cached;
+        }
+        running_.push_back(std::move(s));
+    }
+}
+
+bool Engine::sample_and_emit(Sequence& s, const std::vector<float>& logits) {
+    auto r = s.sampler->sample(logits, s.generated);
+    if (!r.ok()) {
+        finish(s, GenerationEnd::error, r.error());
+        return false;
+    }
+    const int32_t tok = r->token;
+    s.generated.push_back(tok);
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        ++stats_.generated_tokens;
+    }
+    const bool is_eos = !s.req.ignore_eos && tok == tok_.eos();
+    const bool is_stop_token = std::find(s.req.stop_tokens.begin(), s.req.stop_tokens.end(), tok) != s.req.stop_tokens.end();
+    TokenEvent ev;
+    ev.request_id = s.id;
+    ev.token = tok;
+    ev.logprob = r->logprob;
+    if (s.req.logprobs || s.req.top_logprobs > 0) ev.top = r->top_logprobs;
+    if (is_eos || is_stop_token) {
+        if (s.cb) s.cb(ev);
+        finish(s, GenerationEnd::stop);
+        return false;
+    }
+    StopUpdate u = s.stop->push(tok_.token_text(tok));
+    ev.text = std::move(u.text);
+    if (s.cb) s.cb(ev);
+    if (u.finish == FinishReason::stop) {
+        finish(s, GenerationEnd::stop);
+        return false;
+    }
+    if (u.finish == FinishReason::length || (int64_t)s.tokens.size() + 1 > opt_.n_ctx) {
+        finish(s, GenerationEnd::length);
+        return false;
+    }
+    s.tokens.push_back(tok);
+    return true;
+}
+
+bool Engine::step() {
+    // Cancellations.
+    std::vector<uint64_t> cancelled;
+    std::vector<std::unique_ptr<Sequence>> dropped;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        cancelled.swap(cancelled_);
+        for (uint64_t id : cancelled) {
+            auto it = std::find_if(queue_.begin(), queue_.end(), [&](const auto& q) { return q->id == id; });
+            if (it != queue_.end()) {
+                dropped.push_back(std::move(*it));
+                queue_.erase(it);
+            }
+        }
+    }
+    for (auto& d : dropped) finish(*d, GenerationEnd::cancelled);
+    for (uint64_t id : cancelled)
+        for (auto& s : running_)
+            if (s->id == id) finish(*s, GenerationEnd::cancelled);
+    std::erase_if(running_, [](const auto& s) { return s->done; });
+
+    admit();
+    if (running_.empty()) return !dropped.empty();
+
+    // Plan: decodes first (one token each), then prompt chunks while the budget lasts.
+    struct Planned {
+        Sequence* s;
+        int64_t n;
+        bool want_logits;
+    };
+    std::vector<Planned> plan;
+    int64_t budget = opt_.step_token_budget;
+    for (auto& s : running_)
+        if (s->n_fed >= s->n_prompt) {
+            plan.push_back({s.get(), 1, true});
+            --budget;
+        }
+    for (auto& s : running_) {
+        if (s->n_fed >= s->n_prompt || budget <= 0) continue;
+        int64_t end = std::min({s->n_prompt, s->n_fed + opt_.prefill_chunk, s->n_fed + budget});
+        if (prefix_ && end < s->n_prompt) {
+            // Cut at a block boundary so the state there can be snapshotted.
+            const int64_t aligned = end / opt_.prefix_block * opt_.prefix_block;
+            if (aligned > s->n_fed) end = aligned;
+        }
+        plan.push_back({s.get(), end - s->n_fed, end == s->n_prompt});
+        budget -= end - s->n_fed;
+    }
+    if (plan.empty()) return false;
+
+    std::vector<Model::BatchItem> items(plan.size());
+    for (size_t i = 0; i < plan.size(); ++i) {
+        Sequence& s = *plan[i].s;
+        items[i].cache = s.cache;
+        items[i].tokens = std::span<const int32_t>(s.tokens.data() + s.n_fed, plan[i].n);
+        items[i].logits = plan[i].want_logits ? &s.logits : nullptr;
+    }
+    StepOptions opt;
+    opt.quant_sim = opt_.quant_sim;
+    const auto t0 = std::chrono::steady_clock::now();
+    Status st = model_.step_batch(items, opt);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        ++stats_.steps;
+        stats_.busy_seconds += dt;
+    }
+    if (!st.ok()) {
+        for (auto& p : plan) finish(*p.s, GenerationEnd::error, st.error());
+        std::erase_if(running_, [](const auto& s) { return s->done; });
+        return true;
+    }
+    for (auto& p : plan) {
+        Sequence& s = *p.s;
+        s.n_fed += p.n;
+        if (prefix_ && s.n_fed % opt_.prefix_block == 0) {
+            s.block_snap = s.cache->snapshot(false);
+            // A prompt boundary is worth sharing right away (concurrent requests with the same prefix).
+            if (s.n_fed <= s.n_prompt) publish_prefix(s);
+        }
+        if (p.want_logits) sample_and_emit(s, s.logits);
+    }
+    std::erase_if(running_, [](const auto& s) { return s->done; });
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        stats_.running = running_.size();
+        int64_t used = 0;
+        for (auto& s : running_) used += s->n_fed;
+        stats_.kv_tokens_used = used;
+        if (prefix_) {
+            stats_.prefix_cache_entries = prefix_->size();
+            stats_.prefix_cache_bytes = prefix_->bytes();
+            stats_.prefix_cache_hits = prefix_->hits();
+            stats_.prefix_cache_misses = prefix_->misses();
+        }
+    }
+    return true;
+}
+
+void Engine::run_until_idle() {
+    while (step()) {
+    }
+}
+
+}  // namespace dsv4

@@ -1,0 +1,131 @@
+// The generation engine: requests in, token events out. One step is three moves (nano-vllm style): the
+// scheduler plans which sequences run (prefill chunks and single-token decodes), the model runs them as one
+// batched forward, and the scheduler updates them (sample, stream, stop, prefix-cache snapshots).
+// Thread model: submit()/cancel() may be called from any thread; step() runs on one thread (the server's
+// engine loop, or the CLI's own loop). Event callbacks run on the stepping thread and must not block.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/deepseek4.h"
+#include "runtime/prefix_cache.h"
+#include "runtime/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dsv4 {
+
+// Why a generation ended ("stop" covers EOS, stop tokens and stop strings).
+enum class GenerationEnd { none, stop, length, cancelled, error };
+const char* generation_end_name(GenerationEnd r);
+
+struct GenerationRequest {
+    std::vector<int32_t> prompt;          // full prompt ids (BOS included by the caller when wanted)
+    SamplingParams sampling;
+    int64_t max_tokens = 256;             // generated tokens at most (also bounded by the context)
+    std::vector<std::string> stop;        // stop strings (not included in the output)
+    bool ignore_eos = false;              // keep going past the end-of-sequence token
+    std::vector<int32_t> stop_tokens;     // extra token ids that end generation (e.g. an end-of-turn token)
+    int top_logprobs = 0;                 // alternatives reported per token (0 = only the chosen one)
+    bool logprobs = false;
+};
+
+// One streamed event. `text` is the newly released output text: complete UTF-8, with any text that could
+// still become a stop string held back until it is disambiguated.
+struct TokenEvent {
+    uint64_t request_id = 0;
+    int32_t token = -1;                   // -1 for the final event when it carries no token
+    std::string text;
+    float logprob = 0;
+    std::vector<TokenLogprob> top;        // when requested
+    bool finished = false;
+    GenerationEnd reason = GenerationEnd::none;
+    std::string error;                    // when reason == error
+    int64_t prompt_tokens = 0;            // usage, filled on the final event
+    int64_t completion_tokens = 0;
+    int64_t cached_tokens = 0;            // prompt tokens restored from the prefix cache
+};
+
+struct EngineOptions {
+    int n_slots = 4;               // sequences decoding at once (each owns a KV cache)
+    int64_t n_ctx = 4096;          // tokens per sequence (prompt + generation)
+    int64_t prefill_chunk = 256;   // prompt tokens per sequence per step
+    int64_t step_token_budget = 512;  // rows per batched step (decodes first, then prefill chunks)
+    bool quant_sim = true;         // the model's inference-time rounding
+    bool prefix_cache = true;
+    int64_t prefix_block = 64;     // snapshot granularity in tokens
+    size_t prefix_cache_bytes = (size_t)2 << 30;
+    size_t max_queue = 256;        // waiting requests beyond this are rejected (HTTP 429)
+};
+
+struct EngineStats {
+    uint64_t requests_total = 0, requests_finished = 0, requests_rejected = 0, requests_cancelled = 0;
+    uint64_t prompt_tokens = 0, generated_tokens = 0, cached_prompt_tokens = 0;
+    uint64_t steps = 0;
+    double busy_seconds = 0;       // time spent inside model steps
+    size_t queue_depth = 0, running = 0;
+    int64_t kv_tokens_used = 0, kv_tokens_capacity = 0;
+    size_t prefix_cache_entries = 0, prefix_cache_bytes = 0;
+    uint64_t prefix_cache_hits = 0, prefix_cache_misses = 0;
+};
+
+class Engine {
+public:
+    using Callback = std::function<void(const TokenEvent&)>;
+
+    Engine(Model& model, const Tokenizer& tokenizer, EngineOptions opt);
+    ~Engine();
+
+    // Queue a request; its events go to `on_event` (the last one has finished = true). Returns its id, or
+    // an error when the queue is full or the request cannot fit the context (prompt + max_tokens > n_ctx).
+    Result<uint64_t> submit(GenerationRequest req, Callback on_event);
+    // Stop a request (queued or running); its final event has reason `cancelled`. Unknown ids are ignored.
+    void cancel(uint64_t id);
+
+    // One scheduler iteration; returns false when there was nothing to do.
+    bool step();
+    // Step until no request is queued or running.
+    void run_until_idle();
+    // Block until a request is queued (or `stop` is set / timeout); for the server's engine loop.
+    void wait_for_work(const std::atomic<bool>& stop, int timeout_ms);
+    void notify();
+
+    bool idle() const;
+    EngineStats stats() const;
+    const EngineOptions& options() const { return opt_; }
+    const Model& model() const { return model_; }
+    const Tokenizer& tokenizer() const { return tok_; }
+
+private:
+    struct Sequence;
+    void admit();
+    void finish(Sequence& s, GenerationEnd r, const std::string& error = {});
+    void release(Sequence& s);
+    void publish_prefix(Sequence& s);
+    bool sample_and_emit(Sequence& s, const std::vector<float>& logits);
+
+    Model& model_;
+    const Tokenizer& tok_;
+    EngineOptions opt_;
+    std::vector<std::unique_ptr<KvCache>> caches_;
+    std::vector<bool> cache_busy_;
+    std::unique_ptr<PrefixCache> prefix_;
+
+    mutable std::mutex mu_;  // guards queue_, cancelled_, stats_
+    std::condition_variable cv_;
+    std::deque<std::unique_ptr<Sequence>> queue_;
+    std::vector<uint64_t> cancelled_;
+    uint64_t next_id_ = 1;
+    EngineStats stats_;
+    std::vector<std::unique_ptr<Sequence>> running_;  // stepping thread only
+};
+
+}  // namespace dsv4
