@@ -4,7 +4,9 @@
 //  1. (parse_special only) control and user-defined tokens written in the text are cut out as whole tokens:
 //     at each position the leftmost match wins and, among matches there, the longest; nothing is stripped
 //     around them (every added token of DeepSeek-V3 has lstrip = rstrip = false, and the normalizer is empty).
-//     Without parse_special they are plain text.
+//     Without parse_special every one of them is plain text. (HF always matches its non-special added
+//     tokens, e.g. <｜User｜>; here parse_special=false matches none, so text from a user can never turn into
+//     a role marker. Rendered prompts are encoded with parse_special=true and get HF's ids.)
 //  2. the pre-tokenizer splits the rest into words (pretokenizer.h; invalid UTF-8 is documented there);
 //  3. each word becomes byte tokens, merged by rank (bpe.h), with a bounded cache of recent words;
 //  4. no BOS or EOS is added: callers prepend bos() when add_bos() says so.
