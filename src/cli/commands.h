@@ -8,6 +8,8 @@ int cmd_logits(int argc, char** argv);
 
 int cmd_synth(int argc, char** argv);  // cmd_synth.cpp
 
+int cmd_serve(int argc, char** argv);  // cmd_serve.cpp
+
 int cmd_inspect(int argc, char** argv);  // cmd_inspect.cpp
 
 int cmd_tokenize(int argc, char** argv);    // cmd_tokenize.cpp

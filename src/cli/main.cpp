@@ -26,6 +26,7 @@ const Command kCommands[] = {
     {"inspect", dsv4::cli::cmd_inspect, "print a GGUF file's metadata, model config and tensors"},
     {"logits", dsv4::cli::cmd_logits, "run token ids through the model and write float32 logits"},
     {"synth", dsv4::cli::cmd_synth, "write a random-weight DeepSeek-V4 GGUF (tiny, flash or pro sizes)"},
+    {"serve", dsv4::cli::cmd_serve, "serve the OpenAI-compatible HTTP API"},
 };
 
 void usage(std::FILE* out) {

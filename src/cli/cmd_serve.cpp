@@ -1,0 +1,151 @@
+// `dsv4 serve`: load a model and serve the OpenAI-compatible HTTP API (server/server.h) until SIGINT or
+// SIGTERM, then shut down gracefully (stop accepting, cancel running requests, exit 0).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+
+#if defined(DSV4_HAVE_SERVER)
+#include <csignal>
+#include <ctime>
+#include <thread>
+#include <atomic>
+
+#include <pthread.h>
+
+#include "model/deepseek4.h"
+#include "runtime/engine.h"
+#include "server/server.h"
+#include "tokenizer/tokenizer.h"
+#endif
+
+namespace dsv4::cli {
+
+#if defined(DSV4_HAVE_SERVER)
+
+namespace {
+
+// The model's display name: --alias, else general.name from the file, else the file name without .gguf.
+std::string model_name(const Model& m, const std::string& path, const std::string& alias) {
+    if (!alias.empty()) return alias;
+    auto name = m.file().get_str("general.name");
+    if (name.ok() && !name->empty()) return *name;
+    std::string base = path.substr(path.find_last_of('/') + 1);
+    if (base.size() > 5 && base.compare(base.size() - 5, 5, ".gguf") == 0) base.resize(base.size() - 5);
+    return base;
+}
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv) {
+    CLI::App app{"Serve the OpenAI-compatible HTTP API (chat/completions, completions, models, health, metrics)"};
+    std::string model_path, alias, thinking = "off", prefix_cache = "on";
+    server::ServerOptions so;
+    EngineOptions eo;
+    eo.max_queue = 64;
+    int64_t ctx = 0;
+    DeviceOptions dev;
+    app.add_option("-m,--model", model_path, "model GGUF")->required();
+    app.add_option("--host", so.host, "address to listen on")->capture_default_str();
+    app.add_option("--port", so.port, "port to listen on (0: any free port)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 65535));
+    app.add_option("-c,--ctx", ctx, "context size per request in tokens (default: min(4096, the model's))")
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("-p,--parallel", eo.n_slots, "requests decoded at once (KV-cache slots)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1024));
+    app.add_option("--api-key", so.api_key, "require 'Authorization: Bearer KEY' on /v1/* (also: DSV4_API_KEY)")
+        ->envname("DSV4_API_KEY");
+    app.add_option("--thinking-default", thinking, "thinking mode for chat requests that do not choose")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"on", "off"}));
+    app.add_option("--max-queue", eo.max_queue, "requests waiting for a slot before new ones get HTTP 429")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 100000));
+    app.add_option("--max-body-bytes", so.max_body_bytes, "largest request body accepted (larger: HTTP 413)")
+        ->capture_default_str()
+        ->check(CLI::Range(1024, 1 << 30));
+    app.add_option("--alias", alias, "model id reported by /v1/models (default: the file's general.name)");
+    app.add_option("--prefix-cache", prefix_cache, "reuse the state of shared prompt prefixes")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"on", "off"}));
+    app.add_flag("-v,--verbose", so.verbose, "log every request to stderr");
+    add_device_options(app, dev);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    so.thinking_default = thinking == "on";
+    eo.prefix_cache = prefix_cache == "on";
+
+    // SIGINT/SIGTERM are taken by a waiting thread (sigwait), never by an async handler: block them before
+    // any thread starts so that every thread inherits the mask. A write to a closed socket must fail with
+    // EPIPE rather than kill the process.
+    std::signal(SIGPIPE, SIG_IGN);
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+    auto backend = make_backend(dev);
+    if (!backend.ok()) return fail(backend.error());
+    auto model = Model::load(model_path, **backend);
+    if (!model.ok()) return fail(model.error());
+    auto tok = Tokenizer::from_gguf((*model)->file());
+    if (!tok.ok()) return fail("the model file has no usable tokenizer: " + tok.error());
+
+    const int64_t n_ctx_train = (*model)->config().n_ctx_train;
+    eo.n_ctx = ctx > 0 ? ctx : (n_ctx_train > 0 ? std::min<int64_t>(4096, n_ctx_train) : 4096);
+    if (n_ctx_train > 0 && eo.n_ctx > n_ctx_train) {
+        std::fprintf(stderr, "dsv4 serve: warning: --ctx %lld is beyond the model's training context %lld\n",
+                     (long long)eo.n_ctx, (long long)n_ctx_train);
+    }
+    so.model_name = model_name(**model, model_path, alias);
+
+    Engine engine(**model, **tok, eo);
+    server::Server srv(engine, so);
+    auto port = srv.bind();
+    if (!port.ok()) return fail(port.error());
+
+    std::atomic<bool> done{false};
+    std::thread signals([&] {
+        const timespec poll = {0, 200 * 1000 * 1000};
+        while (!done.load()) {
+            const int sig = sigtimedwait(&stop_signals, nullptr, &poll);
+            if (sig == SIGINT || sig == SIGTERM) {
+                std::fprintf(stderr, "dsv4 serve: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+                srv.stop();
+                return;
+            }
+        }
+    });
+
+    std::printf("dsv4 serve: model '%s' (%s), %d slots x %lld tokens on %s\n", so.model_name.c_str(),
+                model_path.c_str(), eo.n_slots, (long long)eo.n_ctx, (*backend)->name());
+    const bool v6 = so.host.find(':') != std::string::npos;
+    std::printf("dsv4 serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", so.host.c_str(), v6 ? "]" : "", *port);
+    std::fflush(stdout);
+
+    Status st = srv.run();
+    done = true;
+    signals.join();
+    if (!st.ok()) return fail(st.error());
+    std::fprintf(stderr, "dsv4 serve: stopped\n");
+    return 0;
+}
+
+#else
+
+int cmd_serve(int, char**) {
+    return fail("this dsv4 was built without the HTTP server (DSV4_MINIMAL): rebuild without it to use 'serve'");
+}
+
+#endif
+
+}  // namespace dsv4::cli

@@ -1,0 +1,371 @@
+// POST /v1/chat/completions and POST /v1/completions (see generation.h). Both follow one path: parse and
+// validate, build the prompt ids, check them against the context, submit, then collect events. Streaming
+// uses httplib's chunked content provider: each call waits briefly for events, writes them as SSE, and
+// when none came checks that the client is still connected (DataSink::is_writable); a provider returning
+// false or a stream ending early cancels the engine request in the resource releaser.
+#include "server/generation.h"
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <random>
+
+namespace dsv4::server {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+// How long one wait for events lasts before the handler looks at the connection again.
+constexpr std::chrono::milliseconds kPollInterval(200);
+
+std::string hex(uint64_t x) {
+    char buf[20];
+    std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(x));
+    return buf;
+}
+
+TokenLogprobs to_logprobs(const TokenEvent& ev) {
+    TokenLogprobs lp;
+    lp.token = ev.token;
+    lp.logprob = ev.logprob;
+    for (const auto& t : ev.top) lp.top.emplace_back(t.token, t.logprob);
+    return lp;
+}
+
+std::string finish_reason(GenerationEnd end, bool tool_calls) {
+    return finish_reason_name(end == GenerationEnd::length, tool_calls);
+}
+
+// The error a request that did not end normally reports (cancelled means the server is stopping: a client
+// that went away sees nothing).
+ApiError end_error(GenerationEnd end, const std::string& message) {
+    ApiError e;
+    if (end == GenerationEnd::cancelled) {
+        e.status = 503;
+        e.type = "server_error";
+        e.code = "shutting_down";
+        e.message = "the request was cancelled: the server is shutting down";
+    } else {
+        e.status = 500;
+        e.type = "server_error";
+        e.code = "generation_failed";
+        e.message = "generation failed: " + message;
+    }
+    return e;
+}
+
+void append(ChatDelta& a, ChatDelta b) {
+    a.reasoning += b.reasoning;
+    a.content += b.content;
+    for (auto& t : b.tool_calls) a.tool_calls.push_back(std::move(t));
+}
+
+}  // namespace
+
+void send_json(httplib::Response& res, int status, const json& body) {
+    res.status = status;
+    res.set_content(dump_json(body), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& error) { send_json(res, error.status, error_json(error)); }
+
+struct GenerationRoutes::Job {
+    uint64_t id = 0;
+    std::shared_ptr<EventChannel> channel;
+    ResponseMeta meta;
+    bool finished = false;
+    GenerationEnd end = GenerationEnd::none;
+    std::string error;
+    Usage usage;
+};
+
+struct GenerationRoutes::ChatState {
+    std::shared_ptr<Job> job;
+    ChatAccumulator acc;
+    bool logprobs = false;
+    bool include_usage = false;
+    bool sent_role = false;
+    json pending_logprobs = json::array();  // entries not yet sent (streaming) / all entries (blocking)
+};
+
+struct GenerationRoutes::TextState {
+    std::shared_ptr<Job> job;
+    bool logprobs = false;
+    bool include_usage = false;
+    std::string text;              // everything sent so far (echoed prompt included)
+    std::string echo;              // prompt text still to send first
+    CompletionLogprobs lp;         // not yet sent (streaming) / all (blocking)
+};
+
+ApiResult<std::shared_ptr<GenerationRoutes::Job>> GenerationRoutes::start(std::vector<int32_t> prompt,
+                                                                            const GenerationParams& gen,
+                                                                            int64_t max_tokens, const char* id_prefix) {
+    GenerationRequest g;
+    g.prompt = std::move(prompt);
+    g.sampling = gen.sampling;
+    // Without a seed every request draws its own; with one the same request gives the same text.
+    if (!gen.seed_given) g.sampling.seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+    g.max_tokens = max_tokens;
+    g.stop = gen.stop;
+    g.logprobs = gen.logprobs;
+    g.top_logprobs = gen.top_logprobs;
+    if (Status s = validate_sampling_params(g.sampling); !s.ok()) return bad_request(s.error(), {}, "invalid_value");
+
+    ApiError unavailable;
+    unavailable.status = 503;
+    unavailable.type = "server_error";
+    unavailable.code = "shutting_down";
+    unavailable.message = "the server is shutting down";
+    if (ctx_.registry->closed()) return unavailable;
+
+    auto job = std::make_shared<Job>();
+    job->channel = std::make_shared<EventChannel>();
+    // The callback owns the channel, so a handler that has already returned (client gone) is never touched.
+    auto id = ctx_.engine->submit(std::move(g), [ch = job->channel](const TokenEvent& ev) { ch->push(ev); });
+    if (!id.ok()) {
+        const EngineStats st = ctx_.engine->stats();
+        if (st.queue_depth >= ctx_.engine->options().max_queue) {
+            ApiError e;
+            e.status = 429;
+            e.type = "rate_limit_error";
+            e.code = "queue_full";
+            e.message = "the server is busy (" + std::to_string(st.queue_depth) +
+                        " requests waiting); retry later";
+            return e;
+        }
+        return bad_request(id.error());
+    }
+    job->id = *id;
+    if (!ctx_.registry->add(job->id)) {
+        ctx_.engine->cancel(job->id);
+        return unavailable;
+    }
+    job->meta.id = std::string(id_prefix) + hex(ctx_.id_nonce) + hex(job->id);
+    job->meta.model = gen.model.empty() ? ctx_.model_name : gen.model;
+    job->meta.created = static_cast<int64_t>(std::time(nullptr));
+    return job;
+}
+
+void GenerationRoutes::end_stream(Job& job) {
+    if (!job.finished) {
+        // The client went away (or the server is stopping) before the end: free the slot now.
+        ctx_.engine->cancel(job.id);
+        ctx_.counters->count_disconnect();
+    }
+    ctx_.registry->remove(job.id);
+    ctx_.counters->stream_ended();
+}
+
+// ---- chat ------------------------------------------------------------------------------------------------
+
+ChatDelta GenerationRoutes::apply(ChatState& st, const TokenEvent& ev) {
+    // The EOS token ends the turn; it is not part of the answer, so it gets no logprob entry either.
+    if (st.logprobs && ev.token >= 0 && ev.token != tok().eos()) {
+        st.pending_logprobs.push_back(chat_logprob_entry(tok(), to_logprobs(ev)));
+    }
+    ChatDelta d = st.acc.push(ev.text);
+    if (ev.finished) {
+        Job& job = *st.job;
+        job.finished = true;
+        job.end = ev.reason;
+        job.error = ev.error;
+        job.usage = {ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens};
+        append(d, st.acc.finish());
+        if (!st.acc.error().empty() && ev.reason != GenerationEnd::cancelled) {
+            ctx_.counters->count_parse_error();
+            std::fprintf(stderr, "dsv4 serve: %s: output withheld from the markup on: %s\n", job.meta.id.c_str(),
+                         st.acc.error().c_str());
+        }
+    }
+    return d;
+}
+
+void GenerationRoutes::chat(const httplib::Request& req, httplib::Response& res) {
+    auto body = parse_json_body(req.body);
+    if (!body.ok()) return send_error(res, body.error());
+    auto r = parse_chat_request(*body, ctx_.limits);
+    if (!r.ok()) return send_error(res, r.error());
+    auto prompt = render_chat_prompt(*r);
+    if (!prompt.ok()) return send_error(res, prompt.error());
+    // The rendered prompt spells its special tokens (BOS, turn markers) as text: parse them as tokens.
+    std::vector<int32_t> ids = tok().encode(*prompt, /*parse_special=*/true);
+    auto max_tokens = fit_context((int64_t)ids.size(), r->gen.max_tokens, ctx_.engine->options().n_ctx, "messages");
+    if (!max_tokens.ok()) return send_error(res, max_tokens.error());
+    auto job = start(std::move(ids), r->gen, *max_tokens, "chatcmpl-");
+    if (!job.ok()) return send_error(res, job.error());
+
+    auto st = std::make_shared<ChatState>(ChatState{
+        *job, ChatAccumulator(r->chat.thinking_mode, r->forced_prefix, "call_" + hex(ctx_.id_nonce ^ (*job)->id)),
+        r->gen.logprobs, r->gen.include_usage});
+
+    if (!r->gen.stream) {
+        std::vector<TokenEvent> events;
+        while (!st->job->finished) {
+            if (!st->job->channel->wait(events, kPollInterval)) continue;
+            for (const TokenEvent& ev : events) (void)apply(*st, ev);
+        }
+        ctx_.registry->remove(st->job->id);
+        const Job& j = *st->job;
+        if (j.end == GenerationEnd::cancelled || j.end == GenerationEnd::error) {
+            return send_error(res, end_error(j.end, j.error));
+        }
+        send_json(res, 200,
+                  chat_completion_json(j.meta, st->acc.message(), st->acc.call_ids(),
+                                       finish_reason(j.end, st->acc.has_tool_calls()), j.usage,
+                                       st->logprobs ? st->pending_logprobs : json(nullptr)));
+        return;
+    }
+
+    ctx_.counters->stream_started();
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream", [this, st](size_t, httplib::DataSink& sink) { return pump_chat(*st, sink); },
+        [this, st](bool) { end_stream(*st->job); });
+}
+
+bool GenerationRoutes::pump_chat(ChatState& st, httplib::DataSink& sink) {
+    Job& job = *st.job;
+    std::string out;
+    if (!st.sent_role) {
+        // Sent at once so the client sees the stream open before the prompt is processed.
+        out += sse_data(chat_chunk(job.meta, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr,
+                                   st.include_usage));
+        st.sent_role = true;
+    }
+    std::vector<TokenEvent> events;
+    if (!job.channel->wait(events, kPollInterval)) {
+        if (!out.empty()) return sink.write(out.data(), out.size());
+        return sink.is_writable();  // nothing to send: is anyone still listening?
+    }
+    ChatDelta d;
+    for (const TokenEvent& ev : events) append(d, apply(st, ev));
+    std::vector<json> chunks = chat_delta_chunks(job.meta, d, st.include_usage);
+    if (!st.pending_logprobs.empty()) {
+        // Logprobs ride on the chunk with the text they produced; held-back text still gets its entries now.
+        if (chunks.empty()) chunks.push_back(chat_chunk(job.meta, json::object(), nullptr, nullptr, st.include_usage));
+        chunks.back()["choices"][0]["logprobs"] = json{{"content", std::move(st.pending_logprobs)}};
+        st.pending_logprobs = json::array();
+    }
+    for (const json& c : chunks) out += sse_data(c);
+    if (job.finished) {
+        if (job.end == GenerationEnd::cancelled || job.end == GenerationEnd::error) {
+            out += sse_data(error_json(end_error(job.end, job.error)));
+        } else {
+            out += sse_data(chat_chunk(job.meta, json::object(), finish_reason(job.end, st.acc.has_tool_calls()),
+                                       nullptr, st.include_usage));
+            if (st.include_usage) out += sse_data(chat_usage_chunk(job.meta, job.usage));
+        }
+        out += kSseDone;
+    }
+    if (!out.empty() && !sink.write(out.data(), out.size())) return false;
+    if (job.finished) sink.done();
+    return true;
+}
+
+// ---- text completions ------------------------------------------------------------------------------------
+
+std::string GenerationRoutes::apply(TextState& st, const TokenEvent& ev) {
+    if (st.logprobs && ev.token >= 0 && ev.token != tok().eos()) {
+        st.lp.add(tok(), to_logprobs(ev), static_cast<int64_t>(st.text.size()));
+    }
+    st.text += ev.text;
+    if (ev.finished) {
+        Job& job = *st.job;
+        job.finished = true;
+        job.end = ev.reason;
+        job.error = ev.error;
+        job.usage = {ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens};
+    }
+    return ev.text;
+}
+
+void GenerationRoutes::completions(const httplib::Request& req, httplib::Response& res) {
+    auto body = parse_json_body(req.body);
+    if (!body.ok()) return send_error(res, body.error());
+    auto r = parse_completion_request(*body, ctx_.limits);
+    if (!r.ok()) return send_error(res, r.error());
+
+    std::vector<int32_t> ids;
+    std::string prompt_text;
+    if (r->prompt_is_tokens) {
+        ids = r->prompt_tokens;
+        if (r->echo) prompt_text = tok().decode(ids);
+    } else {
+        // BOS as the model expects it, unless the prompt already spells it out.
+        if (tok().add_bos()) ids.push_back(tok().bos());
+        tok().encode(r->prompt_text, /*parse_special=*/true, ids);
+        if (ids.size() >= 2 && tok().add_bos() && ids[1] == tok().bos()) ids.erase(ids.begin());
+        prompt_text = r->prompt_text;
+    }
+    if (ids.empty()) return send_error(res, bad_request("'prompt' is empty", "prompt", "invalid_value"));
+    auto max_tokens = fit_context((int64_t)ids.size(), r->gen.max_tokens, ctx_.engine->options().n_ctx, "prompt");
+    if (!max_tokens.ok()) return send_error(res, max_tokens.error());
+    auto job = start(std::move(ids), r->gen, *max_tokens, "cmpl-");
+    if (!job.ok()) return send_error(res, job.error());
+
+    auto st = std::make_shared<TextState>();
+    st->job = *job;
+    st->logprobs = r->gen.logprobs;
+    st->include_usage = r->gen.include_usage;
+    if (r->echo) st->echo = prompt_text;
+    st->text = st->echo;
+
+    if (!r->gen.stream) {
+        std::vector<TokenEvent> events;
+        while (!st->job->finished) {
+            if (!st->job->channel->wait(events, kPollInterval)) continue;
+            for (const TokenEvent& ev : events) (void)apply(*st, ev);
+        }
+        ctx_.registry->remove(st->job->id);
+        const Job& j = *st->job;
+        if (j.end == GenerationEnd::cancelled || j.end == GenerationEnd::error) {
+            return send_error(res, end_error(j.end, j.error));
+        }
+        send_json(res, 200,
+                  completion_json(j.meta, st->text, finish_reason(j.end, false), j.usage,
+                                  st->logprobs ? st->lp.to_json() : json(nullptr)));
+        return;
+    }
+
+    ctx_.counters->stream_started();
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream", [this, st](size_t, httplib::DataSink& sink) { return pump_text(*st, sink); },
+        [this, st](bool) { end_stream(*st->job); });
+}
+
+bool GenerationRoutes::pump_text(TextState& st, httplib::DataSink& sink) {
+    Job& job = *st.job;
+    std::string out;
+    if (!st.echo.empty()) {
+        out += sse_data(completion_chunk(job.meta, st.echo, nullptr, nullptr, st.include_usage));
+        st.echo.clear();
+    }
+    std::vector<TokenEvent> events;
+    if (!job.channel->wait(events, kPollInterval)) {
+        if (!out.empty()) return sink.write(out.data(), out.size());
+        return sink.is_writable();
+    }
+    std::string text;
+    for (const TokenEvent& ev : events) text += apply(st, ev);
+    if (!text.empty() || !st.lp.empty()) {
+        out += sse_data(completion_chunk(job.meta, text, nullptr, st.logprobs ? st.lp.to_json() : json(nullptr),
+                                         st.include_usage));
+        st.lp.clear();
+    }
+    if (job.finished) {
+        if (job.end == GenerationEnd::cancelled || job.end == GenerationEnd::error) {
+            out += sse_data(error_json(end_error(job.end, job.error)));
+        } else {
+            out += sse_data(completion_chunk(job.meta, "", finish_reason(job.end, false), nullptr, st.include_usage));
+            if (st.include_usage) out += sse_data(completion_usage_chunk(job.meta, job.usage));
+        }
+        out += kSseDone;
+    }
+    if (!out.empty() && !sink.write(out.data(), out.size())) return false;
+    if (job.finished) sink.done();
+    return true;
+}
+
+}  // namespace dsv4::server

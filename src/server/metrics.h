@@ -1,0 +1,42 @@
+// /metrics: the engine's counters and the server's HTTP counters in the Prometheus text exposition format
+// (version 0.0.4): requests, tokens, queue depth, KV use, throughput, prefix-cache use.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "runtime/engine.h"
+
+namespace dsv4::server {
+
+// Counters the HTTP layer keeps (thread-safe). Label sets stay bounded: endpoints are the fixed routes (every
+// other path counts as "other") and statuses are the few the server sends.
+class HttpCounters {
+public:
+    void count_request(const std::string& endpoint, int status);
+    void count_disconnect();
+    void count_parse_error();
+
+    struct Snapshot {
+        std::map<std::pair<std::string, int>, uint64_t> requests;  // (endpoint, status) -> count
+        uint64_t disconnects = 0;        // streams whose client went away before the end
+        uint64_t parse_errors = 0;       // chat outputs whose tool-call markup did not parse
+        uint64_t streams_active = 0;
+    };
+    Snapshot snapshot() const;
+
+    void stream_started();
+    void stream_ended();
+
+private:
+    mutable std::mutex mu_;
+    Snapshot s_;
+};
+
+// The Prometheus text for one scrape. uptime_seconds: since the server started.
+std::string render_metrics(const EngineStats& engine, const HttpCounters::Snapshot& http, double uptime_seconds);
+
+}  // namespace dsv4::server

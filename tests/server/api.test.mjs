@@ -1,0 +1,419 @@
+// `dsv4 serve` end to end with the official openai client and raw HTTP, on a random-weight tiny model with
+// the real DeepSeek vocabulary: chat and completions (streaming and not, with usage), seeded
+// reproducibility, thinking, tools, logprobs, 16 simultaneous streams, a client disconnecting mid-stream,
+// malformed requests (4xx JSON, server stays healthy), a soak watching the server's memory, and a clean
+// exit on SIGTERM. Generations stay short (max_tokens 4-16) so that this runs in a minute or two on CPU.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import {
+  DSML, client, metrics, request, rssKiB, sseEvents, startServer, stopServer, waitFor,
+} from './harness.mjs';
+
+const CTX = 1024;
+let server;
+let openai;
+let model;
+
+before(async () => {
+  server = await startServer(['--ctx', String(CTX), '--parallel', '4', '--max-queue', '64']);
+  openai = client(server);
+});
+
+after(async () => {
+  if (server && server.child.exitCode === null && server.child.signalCode === null) await stopServer(server);
+});
+
+const user = (content) => [{ role: 'user', content }];
+
+function checkUsage(usage, maxTokens) {
+  assert.ok(usage, 'usage missing');
+  assert.ok(usage.prompt_tokens > 0);
+  assert.ok(usage.completion_tokens >= 1 && usage.completion_tokens <= maxTokens, `completion_tokens ${usage.completion_tokens}`);
+  assert.equal(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens);
+  assert.equal(typeof usage.prompt_tokens_details?.cached_tokens, 'number');
+}
+
+function noMarkup(text) {
+  assert.ok(!text.includes(DSML), `DSML markup leaked: ${JSON.stringify(text)}`);
+}
+
+// Streams a chat completion through the SDK; returns the concatenated deltas and the chunks.
+async function streamChat(params) {
+  const stream = await openai.chat.completions.create({ model, stream: true, ...params });
+  const out = { content: '', reasoning: '', chunks: [], finish: null, usage: null, role: null };
+  for await (const chunk of stream) {
+    out.chunks.push(chunk);
+    if (chunk.usage) out.usage = chunk.usage;
+    const choice = chunk.choices[0];
+    if (!choice) continue;
+    if (choice.delta.role) out.role = choice.delta.role;
+    out.content += choice.delta.content ?? '';
+    out.reasoning += choice.delta.reasoning_content ?? '';
+    if (choice.finish_reason) out.finish = choice.finish_reason;
+  }
+  return out;
+}
+
+test('health and models', async () => {
+  const h = await request(server, 'GET', '/health');
+  assert.equal(h.status, 200);
+  assert.equal(h.json.status, 'ok');
+  const list = await openai.models.list();
+  assert.equal(list.data.length, 1);
+  model = list.data[0].id;
+  assert.equal(typeof model, 'string');
+  assert.equal(list.data[0].object, 'model');
+  const one = await openai.models.retrieve(model);
+  assert.equal(one.id, model);
+});
+
+test('chat completion', async () => {
+  const r = await openai.chat.completions.create({ model, messages: user('Hello there!'), max_tokens: 8, seed: 1 });
+  assert.equal(r.object, 'chat.completion');
+  assert.match(r.id, /^chatcmpl-/);
+  assert.equal(r.model, model);
+  const c = r.choices[0];
+  assert.equal(c.index, 0);
+  assert.equal(c.message.role, 'assistant');
+  assert.equal(typeof c.message.content, 'string');
+  noMarkup(c.message.content);
+  assert.ok(['stop', 'length'].includes(c.finish_reason), c.finish_reason);
+  checkUsage(r.usage, 8);
+  if (c.finish_reason === 'length') assert.equal(r.usage.completion_tokens, 8);
+});
+
+test('text completion with a string and with token ids', async () => {
+  const r = await openai.completions.create({ model, prompt: 'Once upon a time', max_tokens: 6, seed: 2 });
+  assert.equal(r.object, 'text_completion');
+  assert.equal(typeof r.choices[0].text, 'string');
+  assert.ok(['stop', 'length'].includes(r.choices[0].finish_reason));
+  checkUsage(r.usage, 6);
+  const t = await openai.completions.create({ model, prompt: [0, 100, 200, 300], max_tokens: 4, seed: 2 });
+  assert.equal(t.usage.prompt_tokens, 4);
+  checkUsage(t.usage, 4);
+  // echo returns the prompt in front of the completion.
+  const e = await openai.completions.create({ model, prompt: 'Echo me', max_tokens: 4, echo: true, seed: 3 });
+  assert.ok(e.choices[0].text.startsWith('Echo me'));
+});
+
+test('streaming chat with usage equals the non-streamed answer for the same seed', async () => {
+  const params = { messages: user('Tell me a story.'), max_tokens: 12, seed: 1234, temperature: 0.8 };
+  const s = await streamChat({ ...params, stream_options: { include_usage: true } });
+  assert.equal(s.role, 'assistant');
+  assert.ok(['stop', 'length'].includes(s.finish));
+  checkUsage(s.usage, 12);
+  // The usage chunk comes last and has no choices; every other chunk carries usage: null.
+  const last = s.chunks[s.chunks.length - 1];
+  assert.deepEqual(last.choices, []);
+  for (const c of s.chunks.slice(0, -1)) assert.equal(c.usage, null);
+  noMarkup(s.content);
+  const whole = await openai.chat.completions.create({ model, ...params });
+  assert.equal(s.content, whole.choices[0].message.content);
+  assert.equal(s.usage.completion_tokens, whole.usage.completion_tokens);
+});
+
+test('streaming completion with usage', async () => {
+  const stream = await openai.completions.create({
+    model, prompt: 'The weather today', max_tokens: 8, stream: true, stream_options: { include_usage: true }, seed: 5,
+  });
+  let text = '';
+  let usage = null;
+  let finish = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      text += c.text;
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  checkUsage(usage, 8);
+  assert.ok(['stop', 'length'].includes(finish));
+  const whole = await openai.completions.create({ model, prompt: 'The weather today', max_tokens: 8, seed: 5 });
+  assert.equal(text, whole.choices[0].text);
+});
+
+test('seeded sampling is reproducible', async () => {
+  const ask = (seed) => openai.chat.completions.create({
+    model, messages: user('Pick random words.'), max_tokens: 10, seed, temperature: 1.0, top_p: 0.95,
+  }).then((r) => r.choices[0].message.content);
+  const a = await ask(42);
+  const b = await ask(42);
+  assert.equal(a, b);
+  const others = await Promise.all([ask(7), ask(8)]);
+  // A random-weight model spreads its probability thinly: other seeds give other text.
+  assert.ok(others.some((t) => t !== a), 'different seeds gave the same text');
+  const greedy1 = await openai.completions.create({ model, prompt: 'abc', max_tokens: 6, temperature: 0 });
+  const greedy2 = await openai.completions.create({ model, prompt: 'abc', max_tokens: 6, temperature: 0, seed: 99 });
+  assert.equal(greedy1.choices[0].text, greedy2.choices[0].text);
+});
+
+test('thinking mode puts the reasoning in reasoning_content', async () => {
+  const r = await openai.chat.completions.create({
+    model, messages: user('Think about it.'), max_tokens: 8, reasoning_effort: 'high', seed: 11,
+  });
+  const m = r.choices[0].message;
+  // The random model never writes </think>, so everything it says is reasoning.
+  assert.equal(typeof m.reasoning_content, 'string');
+  assert.ok(m.reasoning_content.length > 0 || r.usage.completion_tokens <= 1);
+  noMarkup(m.reasoning_content);
+  const s = await streamChat({ messages: user('Think.'), max_tokens: 6, chat_template_kwargs: { thinking: true }, seed: 11 });
+  assert.equal(s.content, '');
+  assert.ok(s.reasoning.length > 0 || s.chunks.length <= 3);
+});
+
+const tools = [{
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: 'Current weather for a city',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+  },
+}];
+
+test('tools: every tool_choice is accepted and nothing leaks', async () => {
+  const choices = ['auto', 'none', 'required', { type: 'function', function: { name: 'get_weather' } }];
+  for (const tool_choice of choices) {
+    const r = await openai.chat.completions.create({
+      model, messages: user('Weather in Paris?'), tools, tool_choice, max_tokens: 8, seed: 3,
+    });
+    const c = r.choices[0];
+    assert.ok(['stop', 'length', 'tool_calls'].includes(c.finish_reason));
+    assert.ok(c.message.content === null || typeof c.message.content === 'string');
+    noMarkup(c.message.content ?? '');
+    for (const call of c.message.tool_calls ?? []) {
+      assert.equal(call.type, 'function');
+      JSON.parse(call.function.arguments);
+    }
+  }
+  // The forced call opens the tool-call block in the prompt: the prompt is longer than with auto.
+  const auto = await openai.chat.completions.create({ model, messages: user('x'), tools, max_tokens: 4 });
+  const named = await openai.chat.completions.create({
+    model, messages: user('x'), tools, tool_choice: { type: 'function', function: { name: 'get_weather' } }, max_tokens: 4,
+  });
+  assert.ok(named.usage.prompt_tokens > auto.usage.prompt_tokens);
+  const none = await openai.chat.completions.create({ model, messages: user('x'), tools, tool_choice: 'none', max_tokens: 4 });
+  assert.ok(none.usage.prompt_tokens < auto.usage.prompt_tokens, 'tool_choice none still rendered the tools');
+  // A streamed request with tools never shows markup in a delta either.
+  const s = await streamChat({ messages: user('Weather?'), tools, tool_choice: 'required', max_tokens: 10, seed: 4 });
+  noMarkup(s.content);
+});
+
+test('tools: a multi-turn conversation with tool calls and results', async () => {
+  const messages = [
+    { role: 'system', content: 'You can use tools.' },
+    { role: 'user', content: 'Weather in Paris and Lyon?' },
+    {
+      role: 'assistant', content: null, tool_calls: [
+        { id: 'c1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } },
+        { id: 'c2', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Lyon"}' } },
+      ],
+    },
+    { role: 'tool', tool_call_id: 'c1', content: '{"temp": 21}' },
+    { role: 'tool', tool_call_id: 'c2', content: '{"temp": 18}' },
+  ];
+  const r = await openai.chat.completions.create({ model, messages, tools, max_tokens: 6 });
+  assert.equal(r.choices[0].message.role, 'assistant');
+  const json = await openai.chat.completions.create({
+    model, messages: user('An object please'), response_format: { type: 'json_object' }, max_tokens: 4,
+  });
+  assert.equal(json.object, 'chat.completion');
+  const schema = await openai.chat.completions.create({
+    model, messages: user('An object please'), max_tokens: 4,
+    response_format: { type: 'json_schema', json_schema: { name: 'thing', schema: { type: 'object' } } },
+  });
+  assert.equal(schema.object, 'chat.completion');
+});
+
+test('logprobs', async () => {
+  const r = await openai.chat.completions.create({
+    model, messages: user('Hi'), max_tokens: 5, logprobs: true, top_logprobs: 2, seed: 8,
+  });
+  const entries = r.choices[0].logprobs.content;
+  assert.ok(entries.length >= 1 && entries.length <= 5);
+  for (const e of entries) {
+    assert.equal(typeof e.token, 'string');
+    assert.ok(e.logprob <= 0);
+    assert.ok(Array.isArray(e.bytes));
+    assert.equal(e.top_logprobs.length, 2);
+    assert.ok(e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob);
+  }
+  const t = await openai.completions.create({ model, prompt: 'Hi', max_tokens: 4, logprobs: 3, seed: 8 });
+  const lp = t.choices[0].logprobs;
+  assert.ok(lp.tokens.length >= 1 && lp.tokens.length <= 4);
+  assert.equal(lp.tokens.length, lp.token_logprobs.length);
+  assert.equal(lp.tokens.length, lp.top_logprobs.length);
+  assert.equal(lp.tokens.length, lp.text_offset.length);
+  for (const top of lp.top_logprobs) assert.ok(Object.keys(top).length >= 1 && Object.keys(top).length <= 3);
+});
+
+test('16 simultaneous streams', async () => {
+  const runs = Array.from({ length: 16 }, (_, i) => streamChat({
+    messages: user(`Stream number ${i}`), max_tokens: 8, seed: i, stream_options: { include_usage: true },
+  }));
+  const results = await Promise.all(runs);
+  for (const r of results) {
+    assert.equal(r.role, 'assistant');
+    assert.ok(['stop', 'length'].includes(r.finish));
+    checkUsage(r.usage, 8);
+  }
+  // Same seed, same prompt in a batch of different requests: same text as alone.
+  const alone = await streamChat({ messages: user('Stream number 3'), max_tokens: 8, seed: 3 });
+  assert.equal(alone.content, results[3].content);
+});
+
+test('a client that disconnects mid-stream cancels its request', async () => {
+  const before = await metrics(server);
+  const cancelled0 = before.dsv4_requests_cancelled_total;
+  const disconnects0 = before.dsv4_client_disconnects_total;
+  await new Promise((resolve, reject) => {
+    const body = JSON.stringify({ model, messages: user('Write a very long essay.'), max_tokens: 900, stream: true, seed: 1 });
+    const req = http.request(new URL('/v1/chat/completions', server.base), {
+      method: 'POST', headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) },
+    }, (res) => {
+      assert.equal(res.statusCode, 200);
+      let seen = '';
+      res.on('data', (d) => {
+        seen += d;
+        // Wait for an event after the role chunk (generation has started), then hang up.
+        if ((seen.match(/^data: /gm) ?? []).length >= 2) {
+          req.destroy();
+          resolve();
+        }
+      });
+      res.on('end', () => reject(new Error(`stream ended before the disconnect: ${seen.slice(-300)}`)));
+    });
+    req.on('error', () => {});
+    req.end(body);
+  });
+  await waitFor(async () => {
+    const m = await metrics(server);
+    return m.dsv4_requests_cancelled_total > cancelled0 && m.dsv4_client_disconnects_total > disconnects0;
+  }, { what: 'the disconnected stream to be cancelled' });
+  const h = await request(server, 'GET', '/health');
+  assert.equal(h.status, 200);
+  const r = await openai.chat.completions.create({ model, messages: user('Still there?'), max_tokens: 4 });
+  assert.equal(r.choices[0].message.role, 'assistant');
+  // The slot was given back: nothing is left running or queued.
+  const m = await metrics(server);
+  assert.equal(m.dsv4_requests_running, 0);
+  assert.equal(m.dsv4_queue_depth, 0);
+});
+
+test('malformed requests get 4xx OpenAI-style JSON and the server stays healthy', async () => {
+  const chat = '/v1/chat/completions';
+  const ok = { model: 'x', messages: user('hi'), max_tokens: 4 };
+  const cases = [
+    ['invalid JSON', 'POST', chat, '{"model": "x", "messages": [', 400],
+    ['empty body', 'POST', chat, '', 400],
+    ['array body', 'POST', chat, '[1, 2, 3]', 400],
+    ['invalid UTF-8', 'POST', chat, Buffer.from([0x7b, 0x22, 0x61, 0x22, 0x3a, 0x22, 0xff, 0xfe, 0x22, 0x7d]), 400],
+    ['no messages', 'POST', chat, { model: 'x' }, 400, 'messages'],
+    ['messages not an array', 'POST', chat, { model: 'x', messages: 'hi' }, 400, 'messages'],
+    ['empty messages', 'POST', chat, { model: 'x', messages: [] }, 400, 'messages'],
+    ['unknown role', 'POST', chat, { model: 'x', messages: [{ role: 'robot', content: 'x' }] }, 400, 'messages[0].role'],
+    ['content a number', 'POST', chat, { model: 'x', messages: [{ role: 'user', content: 5 }] }, 400, 'messages[0].content'],
+    ['image content', 'POST', chat, { model: 'x', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }, 400],
+    ['tool without id', 'POST', chat, { model: 'x', messages: [{ role: 'tool', content: 'r' }] }, 400],
+    ['n > 1', 'POST', chat, { ...ok, n: 2 }, 400, 'n'],
+    ['temperature a string', 'POST', chat, { ...ok, temperature: 'hot' }, 400, 'temperature'],
+    ['top_p out of range', 'POST', chat, { ...ok, top_p: 5 }, 400, 'top_p'],
+    ['max_tokens zero', 'POST', chat, { ...ok, max_tokens: 0 }, 400, 'max_tokens'],
+    ['stop a number', 'POST', chat, { ...ok, stop: 3 }, 400, 'stop'],
+    ['logit_bias bad id', 'POST', chat, { ...ok, logit_bias: { abc: 1 } }, 400, 'logit_bias'],
+    ['top_logprobs without logprobs', 'POST', chat, { ...ok, top_logprobs: 3 }, 400, 'top_logprobs'],
+    ['stream_options without stream', 'POST', chat, { ...ok, stream_options: { include_usage: true } }, 400],
+    ['tools not an array', 'POST', chat, { ...ok, tools: { type: 'function' } }, 400, 'tools'],
+    ['tool without a name', 'POST', chat, { ...ok, tools: [{ type: 'function', function: { parameters: {} } }] }, 400],
+    ['tool schema not an object', 'POST', chat, { ...ok, tools: [{ type: 'function', function: { name: 'f', parameters: 'x' } }] }, 400],
+    ['tool_choice unknown function', 'POST', chat, { ...ok, tools, tool_choice: { type: 'function', function: { name: 'nope' } } }, 400, 'tool_choice'],
+    ['tool_choice required without tools', 'POST', chat, { ...ok, tool_choice: 'required' }, 400, 'tool_choice'],
+    ['bad response_format', 'POST', chat, { ...ok, response_format: { type: 'xml' } }, 400],
+    ['bad reasoning_effort', 'POST', chat, { ...ok, reasoning_effort: 'extreme' }, 400, 'reasoning_effort'],
+    ['beyond the context', 'POST', chat, { ...ok, max_tokens: CTX * 4 }, 400],
+    ['prompt beyond the context', 'POST', '/v1/completions', { model: 'x', prompt: Array(CTX + 5).fill(100) }, 400],
+    ['completion without prompt', 'POST', '/v1/completions', { model: 'x' }, 400, 'prompt'],
+    ['completion bad token', 'POST', '/v1/completions', { model: 'x', prompt: [1, 99999999] }, 400, 'prompt'],
+    ['completion batch', 'POST', '/v1/completions', { model: 'x', prompt: ['a', 'b'] }, 400, 'prompt'],
+    ['body too large', 'POST', chat, JSON.stringify({ ...ok, pad: 'x'.repeat(9 << 20) }), 413],
+    ['unknown path', 'POST', '/v1/nothing', ok, 404],
+    ['GET on a POST endpoint', 'GET', chat, undefined, 405],
+    ['unknown model id', 'GET', '/v1/models/not-this-one', undefined, 404],
+  ];
+  for (const [name, method, path, body, status, param] of cases) {
+    const r = await request(server, method, path, { body });
+    assert.equal(r.status, status, `${name}: status ${r.status} ${r.text.slice(0, 200)}`);
+    assert.match(r.headers['content-type'] ?? '', /application\/json/, name);
+    assert.ok(r.json?.error, `${name}: no error object in ${r.text.slice(0, 200)}`);
+    const e = r.json.error;
+    assert.equal(typeof e.message, 'string', name);
+    assert.ok(e.message.length > 0, name);
+    assert.equal(typeof e.type, 'string', name);
+    assert.ok('param' in e && 'code' in e, `${name}: param/code missing`);
+    if (param) assert.equal(e.param, param, `${name}: param ${e.param}`);
+  }
+  const beyond = await request(server, 'POST', chat, { body: { ...ok, max_tokens: CTX * 4 } });
+  assert.equal(beyond.json.error.code, 'context_length_exceeded');
+  assert.match(beyond.json.error.message, new RegExp(String(CTX)));
+  // The SDK surfaces these as APIError with the status.
+  await assert.rejects(openai.chat.completions.create({ model, messages: user('x'), n: 3 }), (e) => e.status === 400);
+  const h = await request(server, 'GET', '/health');
+  assert.equal(h.status, 200);
+  const r = await openai.chat.completions.create({ model, messages: user('fine?'), max_tokens: 4 });
+  assert.equal(r.choices[0].message.role, 'assistant');
+});
+
+test('soak: a few hundred short requests without memory growth', async () => {
+  const pid = server.child.pid;
+  const kinds = [
+    () => openai.chat.completions.create({ model, messages: user('soak'), max_tokens: 4 }),
+    () => openai.completions.create({ model, prompt: 'soak', max_tokens: 4 }),
+    () => streamChat({ messages: user('soak stream'), max_tokens: 4, stream_options: { include_usage: true } }),
+    () => request(server, 'POST', '/v1/chat/completions', { body: '{"broken' }),
+    () => openai.chat.completions.create({ model, messages: user('soak tools'), tools, max_tokens: 4 }),
+  ];
+  let done = 0;
+  async function batch(n) {
+    const workers = Array.from({ length: 8 }, async () => {
+      while (n > 0) {
+        n -= 1;
+        await kinds[done % kinds.length]();
+        done += 1;
+      }
+    });
+    await Promise.all(workers);
+  }
+  await batch(80);  // warm-up: allocator pools, thread stacks, first-use buffers
+  const rss0 = rssKiB(pid);
+  await batch(120);
+  const rss1 = rssKiB(pid);
+  await batch(120);
+  const rss2 = rssKiB(pid);
+  const growth = rss2 - rss0;
+  console.log(`soak: ${done} requests; VmRSS ${rss0} -> ${rss1} -> ${rss2} KiB`);
+  // A leak of 50 KiB per request would add 12 MiB over these 240; allocator noise stays well below.
+  assert.ok(growth < 10 * 1024, `VmRSS grew by ${growth} KiB over 240 requests`);
+  assert.ok(rss2 - rss1 < 6 * 1024, `VmRSS still growing: ${rss1} -> ${rss2} KiB`);
+  const m = await metrics(server);
+  assert.equal(m.dsv4_requests_running, 0);
+  assert.equal(m.dsv4_queue_depth, 0);
+});
+
+test('metrics report requests, tokens, queue and KV use', async () => {
+  const m = await metrics(server);
+  for (const name of ['dsv4_requests_total', 'dsv4_generated_tokens_total', 'dsv4_prompt_tokens_total',
+    'dsv4_queue_depth', 'dsv4_kv_tokens_capacity', 'dsv4_kv_usage_ratio', 'dsv4_generation_tokens_per_second']) {
+    assert.ok(name in m, `${name} missing`);
+  }
+  assert.ok(m.dsv4_requests_total > 250);
+  assert.ok(m.dsv4_generated_tokens_total > 0);
+  assert.ok(m.dsv4_generation_tokens_per_second > 0);
+  assert.equal(m.dsv4_kv_tokens_capacity, 4 * CTX);
+  assert.ok(m['dsv4_http_requests_total{endpoint="/v1/chat/completions",status="200"}'] > 100);
+  assert.ok(m['dsv4_http_requests_total{endpoint="/v1/chat/completions",status="400"}'] > 10);
+});
+
+test('SIGTERM stops the server cleanly (exit 0)', async () => {
+  const status = await stopServer(server, 'SIGTERM');
+  assert.deepEqual(status, { code: 0, signal: null }, server.stderr);
+});
