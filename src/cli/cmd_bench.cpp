@@ -1,0 +1,186 @@
+// `dsv4 bench`: prefill and decode tokens/s at several context depths, with the weight bytes a decoded token
+// reads and the bandwidth that implies. A benchmark, not a test: it prints measurements only.
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <sstream>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "format/gguf.h"
+#include "model/deepseek4.h"
+#include "model/synth.h"
+
+namespace dsv4::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+size_t weight_bytes(const Weight& w) { return w.valid() ? (size_t)w.rows * w.row_bytes * w.n_experts : 0; }
+
+// Bytes of weights one decoded token reads: every dense matrix once, n_expert_used of the routed experts
+// per layer, and the LM head; norms and other small vectors are negligible and left out.
+double decode_weight_bytes(const Model& m) {
+    const auto& c = m.config();
+    const auto& w = m.weights();
+    double total = weight_bytes(w.output) + (double)c.n_embd * ggml_traits(w.token_embd.type).block_bytes /
+                                                ggml_traits(w.token_embd.type).block_elems;
+    total += weight_bytes(w.output_hc_fn);
+    for (int il = 0; il < c.n_layer; ++il) {
+        const LayerWeights& L = w.layers[il];
+        for (const Weight* x : {&L.hc_attn_fn, &L.hc_ffn_fn, &L.q_a, &L.q_b, &L.kv, &L.out_a, &L.out_b, &L.index_q_b,
+                                &L.index_proj, &L.compressor.kv, &L.compressor.gate, &L.index_compressor.kv,
+                                &L.index_compressor.gate, &L.gate_inp, &L.gate_shexp, &L.up_shexp, &L.down_shexp})
+            total += weight_bytes(*x);
+        const double frac = (double)c.n_expert_used / c.n_expert;
+        total += frac * (weight_bytes(L.gate_exps) + weight_bytes(L.up_exps) + weight_bytes(L.down_exps));
+    }
+    return total;
+}
+
+std::vector<int64_t> parse_list(const std::string& s) {
+    std::vector<int64_t> v;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ','))
+        if (!item.empty()) v.push_back(std::stoll(item));
+    return v;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+    CLI::App app{"Measure prefill and decode speed (tokens/s) and the achieved weight-read bandwidth"};
+    std::string model_path, synth_preset_name, ctx_list = "0";
+    int layers = 0;
+    int64_t n_prompt = 128, n_gen = 32, chunk = 256;
+    bool json = false, exact = false;
+    double peak_gbs = 0;
+    DeviceOptions dev;
+    app.add_option("-m,--model", model_path, "model GGUF");
+    app.add_option("--synth", synth_preset_name, "benchmark a random-weight model of this preset (tiny, flash, pro)");
+    app.add_option("--layers", layers, "main layers of the --synth model");
+    app.add_option("--prompt", n_prompt, "prompt tokens for the prefill measurement")->check(CLI::PositiveNumber);
+    app.add_option("--gen", n_gen, "decoded tokens per measurement")->check(CLI::PositiveNumber);
+    app.add_option("--ctx", ctx_list, "comma-separated context depths at which to measure decode (e.g. 0,4096)");
+    app.add_option("--prefill-chunk", chunk, "tokens per prefill step")->check(CLI::PositiveNumber);
+    app.add_option("--peak-gbs", peak_gbs, "memory bandwidth peak in GB/s to report the achieved fraction against");
+    app.add_flag("--exact", exact, "exact mode (no FP8/FP4 rounding simulation)");
+    app.add_flag("--json", json, "print one JSON object instead of a table");
+    add_device_options(app, dev);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    if (model_path.empty() == synth_preset_name.empty()) return fail("give exactly one of -m MODEL or --synth PRESET");
+    std::vector<int64_t> depths;
+    try {
+        depths = parse_list(ctx_list);
+    } catch (const std::exception&) {
+        return fail("--ctx takes comma-separated integers, got '" + ctx_list + "'");
+    }
+    if (depths.empty()) depths.push_back(0);
+
+    std::string tmp_path;
+    if (!synth_preset_name.empty()) {
+        auto hp = synth_preset(synth_preset_name, layers);
+        if (!hp.ok()) return fail(hp.error());
+        tmp_path = (std::filesystem::temp_directory_path() /
+                    ("dsv4-bench-" + std::to_string(getpid()) + ".gguf")).string();
+        SynthWriteOptions wo;
+        wo.progress = !json;
+        Status s = synth_write(*hp, SynthTypes{}, wo, tmp_path);
+        if (!s.ok()) return fail(s.error());
+        model_path = tmp_path;
+    }
+    auto cleanup = [&] {
+        if (!tmp_path.empty()) std::filesystem::remove(tmp_path);
+    };
+    auto backend = make_backend(dev);
+    if (!backend.ok()) return cleanup(), fail(backend.error());
+    auto model = Model::load(model_path, **backend);
+    if (!model.ok()) return cleanup(), fail(model.error());
+    cleanup();  // mapped: the file can go
+    Model& m = **model;
+    const auto& cfg = m.config();
+    const int64_t max_depth = *std::max_element(depths.begin(), depths.end());
+    auto cache = m.new_cache(std::max(max_depth, n_prompt) + n_gen + 1, false);
+    std::mt19937 rng(1);
+    auto random_tokens = [&](int64_t n) {
+        std::vector<int32_t> t(n);
+        for (auto& x : t) x = (int32_t)(rng() % cfg.n_vocab);
+        return t;
+    };
+    StepOptions opt;
+    opt.quant_sim = !exact;
+    std::vector<float> logits;
+
+    // Prefill from position 0.
+    auto prompt = random_tokens(n_prompt);
+    auto t0 = Clock::now();
+    for (int64_t b = 0; b < n_prompt; b += chunk) {
+        const int64_t e = std::min(n_prompt, b + chunk);
+        Status s = m.step(*cache, std::span<const int32_t>(prompt.data() + b, e - b), opt, e == n_prompt ? &logits : nullptr);
+        if (!s.ok()) return fail(s.error());
+    }
+    (*backend)->synchronize();
+    const double prefill_s = seconds_since(t0);
+
+    const double bytes_per_token = decode_weight_bytes(m);
+    nlohmann::ordered_json out;
+    out["model"] = synth_preset_name.empty() ? model_path : "synth:" + synth_preset_name;
+    out["device"] = (*backend)->name();
+    out["layers"] = cfg.n_layer;
+    out["weight_bytes_per_decoded_token"] = bytes_per_token;
+    out["prefill"] = {{"tokens", n_prompt}, {"seconds", prefill_s}, {"tokens_per_s", n_prompt / prefill_s}};
+    out["decode"] = nlohmann::ordered_json::array();
+    for (int64_t depth : depths) {
+        // Bring the cache to `depth` tokens (untimed), then time single-token decode steps.
+        cache->reset();
+        auto fill = random_tokens(depth);
+        for (int64_t b = 0; b < depth; b += chunk) {
+            Status s = m.step(*cache, std::span<const int32_t>(fill.data() + b, std::min(depth, b + chunk) - b), opt, nullptr);
+            if (!s.ok()) return fail(s.error());
+        }
+        auto gen = random_tokens(n_gen);
+        (*backend)->synchronize();
+        t0 = Clock::now();
+        for (int64_t i = 0; i < n_gen; ++i) {
+            Status s = m.step(*cache, std::span<const int32_t>(&gen[i], 1), opt, &logits);
+            if (!s.ok()) return fail(s.error());
+        }
+        (*backend)->synchronize();
+        const double dt = seconds_since(t0);
+        const double gbs = bytes_per_token * n_gen / dt / 1e9;
+        nlohmann::ordered_json d = {{"context", depth}, {"tokens", n_gen}, {"seconds", dt},
+                                    {"tokens_per_s", n_gen / dt}, {"weight_gb_per_s", gbs}};
+        if (peak_gbs > 0) d["fraction_of_peak"] = gbs / peak_gbs;
+        out["decode"].push_back(d);
+    }
+    if (json) {
+        std::printf("%s\n", out.dump(2).c_str());
+        return 0;
+    }
+    std::printf("model    %s (%d layers) on %s\n", out["model"].get<std::string>().c_str(), cfg.n_layer,
+                (*backend)->name());
+    std::printf("weights  %.1f MB read per decoded token\n", bytes_per_token / 1e6);
+    std::printf("prefill  %lld tokens in %.3f s: %.1f tokens/s\n", (long long)n_prompt, prefill_s, n_prompt / prefill_s);
+    for (const auto& d : out["decode"]) {
+        std::printf("decode   ctx %-7lld %lld tokens in %.3f s: %.2f tokens/s, %.2f GB/s of weights",
+                    (long long)d["context"].get<int64_t>(), (long long)d["tokens"].get<int64_t>(),
+                    d["seconds"].get<double>(), d["tokens_per_s"].get<double>(), d["weight_gb_per_s"].get<double>());
+        if (d.contains("fraction_of_peak")) std::printf(" (%.1f%% of %.0f GB/s)", 100 * d["fraction_of_peak"].get<double>(), peak_gbs);
+        std::printf("\n");
+    }
+    return 0;
+}
+
+}  // namespace dsv4::cli
