@@ -12,6 +12,8 @@ int cmd_serve(int argc, char** argv);  // cmd_serve.cpp
 
 int cmd_inspect(int argc, char** argv);  // cmd_inspect.cpp
 
+int cmd_prompt(int argc, char** argv);  // cmd_prompt.cpp
+
 int cmd_tokenize(int argc, char** argv);    // cmd_tokenize.cpp
 int cmd_detokenize(int argc, char** argv);  // cmd_tokenize.cpp
 

@@ -25,6 +25,7 @@ const Command kCommands[] = {
     {"detokenize", dsv4::cli::cmd_detokenize, "print the text of a JSON array of token ids on stdin"},
     {"inspect", dsv4::cli::cmd_inspect, "print a GGUF file's metadata, model config and tensors"},
     {"logits", dsv4::cli::cmd_logits, "run token ids through the model and write float32 logits"},
+    {"prompt", dsv4::cli::cmd_prompt, "render a chat message list (JSON) as the DeepSeek-V4 prompt text"},
     {"synth", dsv4::cli::cmd_synth, "write a random-weight DeepSeek-V4 GGUF (tiny, flash or pro sizes)"},
     {"serve", dsv4::cli::cmd_serve, "serve the OpenAI-compatible HTTP API"},
 };
