@@ -26,6 +26,9 @@ const Command kCommands[] = {
     {"inspect", dsv4::cli::cmd_inspect, "print a GGUF file's metadata, model config and tensors"},
     {"logits", dsv4::cli::cmd_logits, "run token ids through the model and write float32 logits"},
     {"prompt", dsv4::cli::cmd_prompt, "render a chat message list (JSON) as the DeepSeek-V4 prompt text"},
+    {"run", dsv4::cli::cmd_run, "generate a completion for one prompt (streamed)"},
+    {"chat", dsv4::cli::cmd_chat, "interactive multi-turn chat"},
+    {"bench", dsv4::cli::cmd_bench, "measure prefill/decode tokens/s and weight bandwidth"},
     {"synth", dsv4::cli::cmd_synth, "write a random-weight DeepSeek-V4 GGUF (tiny, flash or pro sizes)"},
     {"serve", dsv4::cli::cmd_serve, "serve the OpenAI-compatible HTTP API"},
 };
