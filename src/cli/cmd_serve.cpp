@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "cli/commands.h"
@@ -116,13 +117,19 @@ int cmd_serve(int argc, char** argv) {
     std::atomic<bool> done{false};
     std::thread signals([&] {
         const timespec poll = {0, 200 * 1000 * 1000};
+        bool stopping = false;
         while (!done.load()) {
             const int sig = sigtimedwait(&stop_signals, nullptr, &poll);
-            if (sig == SIGINT || sig == SIGTERM) {
-                std::fprintf(stderr, "dsv4 serve: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-                srv.stop();
-                return;
+            if (sig != SIGINT && sig != SIGTERM) continue;
+            if (stopping) {
+                // A second signal while draining: the user wants out now.
+                std::fprintf(stderr, "dsv4 serve: second signal, exiting immediately\n");
+                std::_Exit(130);
             }
+            stopping = true;
+            std::fprintf(stderr, "dsv4 serve: %s received, shutting down (again to exit at once)\n",
+                         sig == SIGINT ? "SIGINT" : "SIGTERM");
+            srv.stop();
         }
     });
 
