@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Run the golden sets' token sequences through `dsv4 logits` and write the raw logits, without comparing:
+# the reference logits stay on the development machine (scripts/golden_compare.py compares there).
+# usage: scripts/gpu_golden.sh DSV4_BINARY GOLDEN_ROOT OUT_DIR   (DEVICE=cuda|cpu, default cuda)
+# For each set and quant-sim mode (off, on) writes <set>.<mode>.{main,stepwise,mtp}.f32, following the
+# commands of golden/README.md: main = tokens[0:P+D] with --prefill P; stepwise = tokens[0:S] --stepwise;
+# mtp = tokens[0:P+D+1] --prefill P --mtp (sets with an MTP block only).
+set -euo pipefail
+DSV4=$1
+GOLDEN=$2
+OUTDIR=$3
+DEVICE=${DEVICE:-cuda}
+mkdir -p "$OUTDIR"
+tmp=$(mktemp -d)
+for dir in "$GOLDEN"/*/; do
+  name=$(basename "$dir")
+  # Token files and lengths from the manifest.
+  read -r P HAS_MTP < <(python3 - "$dir/manifest.json" "$tmp" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1])); t = m["tokens"]
+P, D, S = m["prefill_len"], m["decode_len"], m["stepwise_len"]
+json.dump(t[:P + D], open(sys.argv[2] + "/main.json", "w"))
+json.dump(t[:S], open(sys.argv[2] + "/stepwise.json", "w"))
+json.dump(t[:P + D + 1], open(sys.argv[2] + "/mtp.json", "w"))
+print(P, int("exact_fp32.mtp_prefill" in m["files"]))
+PY
+)
+  for mode in off on; do
+    base="$OUTDIR/$name.$mode"
+    "$DSV4" logits -m "$dir/model.gguf" --tokens "$tmp/main.json" -o "$base.main.f32" --prefill "$P" \
+      --quant-sim "$mode" --device "$DEVICE"
+    "$DSV4" logits -m "$dir/model.gguf" --tokens "$tmp/stepwise.json" -o "$base.stepwise.f32" --stepwise \
+      --quant-sim "$mode" --device "$DEVICE"
+    if [[ "$HAS_MTP" == 1 ]]; then
+      "$DSV4" logits -m "$dir/model.gguf" --tokens "$tmp/mtp.json" -o "$base.mtp.f32" --prefill "$P" --mtp \
+        --quant-sim "$mode" --device "$DEVICE"
+    fi
+  done
+done
+rm -rf "$tmp"

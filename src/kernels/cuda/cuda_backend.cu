@@ -1,0 +1,172 @@
+// CUDA backend: device selection, memory (a caching allocator over cudaMalloc, resident weights), the IQ
+// lookup tables uploaded once from the host codecs' arrays, and host<->device transfers.
+#include "kernels/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <iterator>
+#include <string>
+
+#include "core/check.h"
+#include "format/quant_codecs.h"
+#include "kernels/cuda/cuda_backend_impl.cuh"
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace dsv4 {
+
+bool cuda_device_available() {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();  // no driver or no device: not an error for the caller, just "no"
+        return false;
+    }
+    return n > 0;
+}
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return make_error(std::string("no CUDA device: ") + cudaGetErrorString(e));
+    }
+    if (device < 0 || device >= n)
+        return make_error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(n) +
+                          " found)");
+    const cudaError_t s = cudaSetDevice(device);
+    if (s != cudaSuccess) {
+        (void)cudaGetLastError();
+        return make_error("cannot use CUDA device " + std::to_string(device) + ": " + cudaGetErrorString(s));
+    }
+    return std::unique_ptr<Backend>(new cuda::CudaBackend(device));
+}
+
+namespace cuda {
+
+namespace {
+
+// Allocation granularity of the cache: small enough not to waste, large enough to keep 16-byte (and
+// cudaMalloc's 256-byte) alignment for every block handed out.
+constexpr size_t kGranule = 256;
+
+size_t round_up(size_t bytes) { return (std::max<size_t>(bytes, 1) + kGranule - 1) / kGranule * kGranule; }
+
+}  // namespace
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+
+    // One buffer holds every lookup table; QuantTables points into it.
+    using namespace dsv4::quant;
+    struct Part {
+        const void* src;
+        size_t bytes;
+    };
+    const Part parts[] = {
+        {kIq2xxsGrid, sizeof(kIq2xxsGrid)}, {kIq2xsGrid, sizeof(kIq2xsGrid)}, {kIq2sGrid, sizeof(kIq2sGrid)},
+        {kIq3xxsGrid, sizeof(kIq3xxsGrid)}, {kIq3sGrid, sizeof(kIq3sGrid)},   {kIq1sGrid, sizeof(kIq1sGrid)},
+        {kSigns.v, sizeof(kSigns.v)},       {kIq4nlValues, sizeof(kIq4nlValues)},
+        {kMxfp4Values, sizeof(kMxfp4Values)},
+    };
+    size_t offsets[std::size(parts)];
+    size_t total = 0;
+    for (size_t i = 0; i < std::size(parts); ++i) {
+        offsets[i] = total;
+        total += (parts[i].bytes + 15) / 16 * 16;
+    }
+    std::vector<uint8_t> host(total, 0);
+    for (size_t i = 0; i < std::size(parts); ++i) std::memcpy(host.data() + offsets[i], parts[i].src, parts[i].bytes);
+    CUDA_CHECK(cudaMalloc(&tables_mem_, total));
+    // Every copy goes through stream_: a copy on the legacy stream would not be ordered before the kernels
+    // of this non-blocking stream.
+    CUDA_CHECK(cudaMemcpyAsync(tables_mem_, host.data(), total, cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const uint8_t* base = static_cast<const uint8_t*>(tables_mem_);
+    tables_.iq2xxs = reinterpret_cast<const uint64_t*>(base + offsets[0]);
+    tables_.iq2xs = reinterpret_cast<const uint64_t*>(base + offsets[1]);
+    tables_.iq2s = reinterpret_cast<const uint64_t*>(base + offsets[2]);
+    tables_.iq3xxs = reinterpret_cast<const uint32_t*>(base + offsets[3]);
+    tables_.iq3s = reinterpret_cast<const uint32_t*>(base + offsets[4]);
+    tables_.iq1s = reinterpret_cast<const uint64_t*>(base + offsets[5]);
+    tables_.signs = base + offsets[6];
+    tables_.iq4nl = reinterpret_cast<const int8_t*>(base + offsets[7]);
+    tables_.mxfp4 = reinterpret_cast<const int8_t*>(base + offsets[8]);
+}
+
+CudaBackend::~CudaBackend() {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    release_cache();
+    for (auto& [p, size] : live_) CUDA_CHECK(cudaFree(p));
+    for (void* p : weights_) CUDA_CHECK(cudaFree(p));
+    CUDA_CHECK(cudaFree(tables_mem_));
+    CUDA_CHECK(cudaStreamDestroy(stream_));
+}
+
+void CudaBackend::release_cache() {
+    for (auto& [size, p] : cache_) CUDA_CHECK(cudaFree(p));
+    cache_.clear();
+}
+
+void* CudaBackend::alloc(size_t bytes) {
+    const size_t size = round_up(bytes);
+    // Reuse a freed block of the same size or up to a quarter larger (steps repeat the same shapes).
+    auto it = cache_.lower_bound(size);
+    if (it != cache_.end() && it->first <= size + size / 4) {
+        void* p = it->second;
+        live_[p] = it->first;
+        cache_.erase(it);
+        return p;
+    }
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, size);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+        release_cache();
+        e = cudaMalloc(&p, size);
+    }
+    DSV4_CHECK_MSG(e == cudaSuccess, "out of GPU memory allocating %zu bytes on CUDA device %d (%s)", bytes, device_,
+                   cudaGetErrorName(e));
+    live_[p] = size;
+    return p;
+}
+
+void CudaBackend::free(void* p) {
+    if (!p) return;
+    auto it = live_.find(p);
+    DSV4_CHECK_MSG(it != live_.end(), "CUDA backend: free of %p, which this backend did not allocate", p);
+    cache_.emplace(it->second, p);
+    live_.erase(it);
+}
+
+void CudaBackend::upload(void* dst, const void* src, size_t bytes) {
+    // From pageable host memory the copy is staged before the call returns, so `src` may be freed at once.
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+}
+
+void CudaBackend::download(void* dst, const void* src, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+const uint8_t* CudaBackend::weight_data(const uint8_t* host_bytes, size_t n_bytes) {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, std::max<size_t>(n_bytes, 1));
+    DSV4_CHECK_MSG(e == cudaSuccess, "out of GPU memory uploading a %zu-byte weight to CUDA device %d (%s)", n_bytes,
+                   device_, cudaGetErrorName(e));
+    if (n_bytes) CUDA_CHECK(cudaMemcpyAsync(p, host_bytes, n_bytes, cudaMemcpyHostToDevice, stream_));
+    weights_.push_back(p);
+    return static_cast<const uint8_t*>(p);
+}
+
+}  // namespace cuda
+}  // namespace dsv4

@@ -1,0 +1,108 @@
+// The CUDA backend class, shared by the kernel files of src/kernels/cuda (each defines the ops of one family).
+// Everything runs in order on one stream; the host synchronizes only in download() and synchronize().
+// This first version keeps activations and caches in f32 and computes in f32 (the CPU oracle's numerics);
+// docs/cuda.md says why and what the performance work changes.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/cuda/cuda_dequant.cuh"
+#include "ops/backend.h"
+
+namespace dsv4::cuda {
+
+class CudaBackend final : public Backend {
+public:
+    explicit CudaBackend(int device);
+    ~CudaBackend() override;
+    CudaBackend(const CudaBackend&) = delete;
+    CudaBackend& operator=(const CudaBackend&) = delete;
+
+    const char* name() const override { return "cuda"; }
+    bool is_host() const override { return false; }
+
+    void* alloc(size_t bytes) override;
+    void free(void* p) override;
+    void upload(void* dst, const void* src, size_t bytes) override;
+    void download(void* dst, const void* src, size_t bytes) override;
+    void copy(void* dst, const void* src, size_t bytes) override;
+    void fill(float* dst, float value, int64_t n) override;
+    void synchronize() override;
+    const uint8_t* weight_data(const uint8_t* host_bytes, size_t n_bytes) override;
+
+    void embed(float* out, const Weight& w, const int32_t* ids, int64_t n) override;
+    void matmul(float* y, int64_t y_stride, const float* x, int64_t x_stride, const Weight& w, int64_t n) override;
+    void rms_norm(float* y, const float* x, const float* weight, int64_t n, int64_t dim, int64_t stride,
+                  float eps) override;
+    void hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
+                const float* base, int64_t n, const HcParams& p) override;
+    void hc_post(float* H_out, const float* x, const float* H_res, const float* post, const float* comb, int64_t n,
+                 const HcParams& p) override;
+    void hc_head(float* y, const float* H, const Weight& fn, const float* scale, const float* base, int64_t n,
+                 const HcParams& p) override;
+    void rope(float* x, int64_t n, int n_heads, int head_dim, int64_t stride, const int32_t* pos,
+              const RopeParams& r, bool inverse) override;
+    void fp8_sim(float* x, int64_t n, int64_t n_dims, int64_t stride, int block) override;
+    void hadamard(float* x, int64_t n, int dim, bool fp4_sim) override;
+    void compressor(const CompressorArgs& a) override;
+    void indexer_topk(int32_t* idx, const float* q, const float* w, const float* keys, const int32_t* n_visible,
+                      int64_t n, int n_heads, int head_dim, int top_k) override;
+    void attention(const AttentionArgs& a) override;
+    void moe_route(int32_t* ids, float* weights, const float* logits, const float* bias, const int32_t* tid2eid,
+                   const int32_t* tokens, int64_t n, int n_experts, int k, float scale, bool norm) override;
+    void moe_experts(const MoeArgs& a) override;
+    void swiglu(float* h, const float* g, const float* u, int64_t n, int64_t f, int64_t gu_stride,
+                float clamp) override;
+    void add(float* y, const float* a, const float* b, int64_t n) override;
+    void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t n,
+                   int64_t cols) override;
+    void gather_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) override;
+
+    cudaStream_t stream() const { return stream_; }
+    const QuantTables& tables() const { return tables_; }
+    const cudaDeviceProp& props() const { return props_; }
+
+    // Scratch for an op's intermediates: released to the cache when the object dies (stream order keeps
+    // the reuse safe: every kernel runs on the one stream).
+    class Scratch {
+    public:
+        explicit Scratch(CudaBackend& b) : b_(b) {}
+        ~Scratch() {
+            for (void* p : ptrs_) b_.free(p);
+        }
+        Scratch(const Scratch&) = delete;
+        Scratch& operator=(const Scratch&) = delete;
+        template <class T>
+        T* get(int64_t count) {
+            void* p = b_.alloc((size_t)(count > 0 ? count : 1) * sizeof(T));
+            ptrs_.push_back(p);
+            return static_cast<T*>(p);
+        }
+
+    private:
+        CudaBackend& b_;
+        std::vector<void*> ptrs_;
+    };
+
+    // An f32 copy of a weight's rows (dequantized on the device), for ops that take small projection
+    // matrices as f32 rows (mHC). Returns w.data itself when already F32 and contiguous.
+    const float* weight_f32(const Weight& w, Scratch& s);
+
+private:
+    void release_cache();
+
+    int device_ = 0;
+    cudaStream_t stream_ = nullptr;
+    cudaDeviceProp props_{};
+    QuantTables tables_{};
+    void* tables_mem_ = nullptr;
+    std::vector<void*> weights_;                         // resident weights, freed at destruction
+    std::unordered_map<void*, size_t> live_;             // allocation -> rounded size
+    std::multimap<size_t, void*> cache_;                 // freed allocations by rounded size, for reuse
+};
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,68 @@
+// Shared CUDA plumbing for the kernels: error checks that abort with file:line and the CUDA error name (a
+// device failure is not recoverable), launch-size helpers and warp/block reductions.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#define CUDA_CHECK(expr)                                                                              \
+    do {                                                                                              \
+        const cudaError_t dsv4_cuda_err_ = (expr);                                                    \
+        if (dsv4_cuda_err_ != cudaSuccess) {                                                          \
+            std::fprintf(stderr, "dsv4: %s:%d: CUDA error %s (%s) in %s\n", __FILE__, __LINE__,        \
+                         cudaGetErrorName(dsv4_cuda_err_), cudaGetErrorString(dsv4_cuda_err_), #expr); \
+            std::abort();                                                                             \
+        }                                                                                             \
+    } while (0)
+
+// After every kernel launch: catches bad launch configurations at the call site (asynchronous faults
+// surface at the next synchronizing call, which is checked too).
+#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+
+namespace dsv4::cuda {
+
+constexpr int kWarp = 32;
+
+inline unsigned ceil_div(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
+
+// Grid size for a grid-stride loop over n items: enough blocks to fill the GPU, never zero.
+inline unsigned grid_for(int64_t n, int threads) {
+    const int64_t blocks = (n + threads - 1) / threads;
+    return (unsigned)(blocks < 1 ? 1 : (blocks > 65535 * 4 ? 65535 * 4 : blocks));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// `scratch` holds at least 32 values of T in shared memory.
+template <class T>
+__device__ T block_sum(T v, T* scratch) {
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
+    v = warp_sum(v);
+    __syncthreads();  // scratch may still be read by a previous call
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    T t = lane < n_warps ? scratch[lane] : T(0);
+    return warp_sum(t);
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,119 @@
+// CUDA per-row ops: RMS norm (sum of squares in double, as the CPU oracle), RoPE, the FP8 fake quantizer
+// and the Walsh-Hadamard rotation with the optional FP4 round trip. The scalar numerics come from
+// ops/numerics.h, the same code the CPU runs, so FP8/FP4 rounding is bit-identical.
+#include "core/check.h"
+#include "kernels/cuda/cuda_backend_impl.cuh"
+#include "kernels/cuda/cuda_common.cuh"
+#include "ops/numerics.h"
+
+namespace dsv4::cuda {
+
+namespace {
+
+__global__ void rms_norm_kernel(float* y, const float* x, const float* weight, int64_t dim, int64_t stride, float eps) {
+    __shared__ double scratch[32];
+    const float* xi = x + blockIdx.x * stride;
+    float* yi = y + blockIdx.x * stride;
+    double ss = 0;
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) ss += (double)xi[j] * xi[j];
+    ss = block_sum(ss, scratch);
+    const float r = 1.0f / sqrtf((float)(ss / (double)dim) + eps);
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+        const float v = __fmul_rn(xi[j], r);
+        yi[j] = weight ? __fmul_rn(weight[j], v) : v;
+    }
+}
+
+__global__ void rope_kernel(float* x, int64_t n, int n_heads, int head_dim, int64_t stride, const int32_t* pos,
+                            const float* freqs, int rope_dim, bool inverse) {
+    const int half = rope_dim / 2, off = head_dim - rope_dim;
+    const int64_t total = n * n_heads * half;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
+        const int p = (int)(t % half);
+        const int h = (int)((t / half) % n_heads);
+        const int64_t i = t / ((int64_t)half * n_heads);
+        const float ang = (float)pos[i] * freqs[p];
+        const float cs = cosf(ang), sn = inverse ? -sinf(ang) : sinf(ang);
+        float* v = x + i * stride + (int64_t)h * head_dim + off + 2 * p;
+        const float a = v[0], c = v[1];
+        // Two roundings per product and one per sum, as the CPU computes it.
+        v[0] = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(c, sn));
+        v[1] = __fadd_rn(__fmul_rn(a, sn), __fmul_rn(c, cs));
+    }
+}
+
+__global__ void fp8_sim_kernel(float* x, int64_t n, int64_t blocks_per_row, int64_t stride, int block) {
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n * blocks_per_row;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = t / blocks_per_row, j = t % blocks_per_row;
+        fake_quant_block(x + i * stride + j * block, block, false);
+    }
+}
+
+// One block per row: the fast Walsh-Hadamard transform in shared memory, in the CPU's butterfly order
+// (Sylvester: H_2n = [[H, H], [H, -H]]), so every value is the same sum of the same terms.
+__global__ void hadamard_kernel(float* x, int dim, float scale, bool fp4_sim) {
+    extern __shared__ float v[];
+    float* row = x + (int64_t)blockIdx.x * dim;
+    for (int j = threadIdx.x; j < dim; j += blockDim.x) v[j] = row[j];
+    __syncthreads();
+    for (int len = 1; len < dim; len <<= 1) {
+        for (int p = threadIdx.x; p < dim / 2; p += blockDim.x) {
+            const int s = (p / len) * 2 * len + (p % len);
+            const float a = v[s], c = v[s + len];
+            v[s] = a + c;
+            v[s + len] = a - c;
+        }
+        __syncthreads();
+    }
+    for (int j = threadIdx.x; j < dim; j += blockDim.x) v[j] *= scale;
+    __syncthreads();
+    if (fp4_sim)
+        for (int b = threadIdx.x; b < dim / 32; b += blockDim.x) fake_quant_block(v + 32 * b, 32, true);
+    __syncthreads();
+    for (int j = threadIdx.x; j < dim; j += blockDim.x) row[j] = v[j];
+}
+
+}  // namespace
+
+void CudaBackend::rms_norm(float* y, const float* x, const float* weight, int64_t n, int64_t dim, int64_t stride,
+                           float eps) {
+    if (n <= 0 || dim <= 0) return;
+    DSV4_CHECK(n <= INT32_MAX);
+    const int threads = dim >= 1024 ? 256 : 128;
+    rms_norm_kernel<<<(unsigned)n, threads, 0, stream_>>>(y, x, weight, dim, stride, eps);
+    CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::rope(float* x, int64_t n, int n_heads, int head_dim, int64_t stride, const int32_t* pos,
+                       const RopeParams& r, bool inverse) {
+    const int64_t total = n * n_heads * (r.rope_dim / 2);
+    if (total <= 0) return;
+    DSV4_CHECK(r.rope_dim <= head_dim && r.rope_dim % 2 == 0);
+    rope_kernel<<<grid_for(total, 256), 256, 0, stream_>>>(x, n, n_heads, head_dim, stride, pos, r.freqs, r.rope_dim,
+                                                           inverse);
+    CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::fp8_sim(float* x, int64_t n, int64_t n_dims, int64_t stride, int block) {
+    DSV4_CHECK(block > 0 && n_dims % block == 0);
+    const int64_t per_row = n_dims / block;
+    if (n * per_row <= 0) return;
+    fp8_sim_kernel<<<grid_for(n * per_row, 128), 128, 0, stream_>>>(x, n, per_row, stride, block);
+    CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::hadamard(float* x, int64_t n, int dim, bool fp4_sim) {
+    DSV4_CHECK(dim > 0 && (dim & (dim - 1)) == 0);
+    DSV4_CHECK(!fp4_sim || dim % 32 == 0);
+    if (n <= 0) return;
+    DSV4_CHECK(n <= INT32_MAX);
+    const size_t smem = (size_t)dim * sizeof(float);
+    DSV4_CHECK_MSG(smem <= 48 * 1024, "hadamard: dim %d exceeds the shared-memory row buffer", dim);
+    const float scale = 1.0f / sqrtf((float)dim);
+    const int threads = dim >= 512 ? 256 : (dim >= 64 ? dim / 2 : 32);
+    hadamard_kernel<<<(unsigned)n, threads, smem, stream_>>>(x, dim, scale, fp4_sim);
+    CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dsv4::cuda

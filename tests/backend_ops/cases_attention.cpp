@@ -1,0 +1,337 @@
+// Conformance cases of the attention family: sparse attention with sinks (window lists, compressed index
+// lists or counts, empty rows), the lightning indexer's top-k (compared up to near-ties, exactly on
+// integer-valued inputs where ties are real) and the KV compressor over two consecutive calls.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "harness.h"
+
+namespace dsv4::backend_ops {
+
+namespace {
+
+enum class Comp { none, idx, count };
+
+CaseGen attention_case(int64_t n, int H, int hd, int n_win, Comp comp, int n_comp, bool sinks, bool empty_row,
+                       bool perf_only, uint64_t seed) {
+    return [=]() {
+        Case c;
+        c.op = "attention";
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "n=%lld H=%d hd=%d win=%d comp=%s/%d%s%s", (long long)n, H, hd, n_win,
+                      comp == Comp::none ? "none" : comp == Comp::idx ? "idx" : "count", n_comp, sinks ? " sinks" : "",
+                      empty_row ? " empty-row" : "");
+        c.shape = buf;
+        c.perf_only = perf_only;
+        Rng rng(case_seed(seed, c.op + c.shape));
+        const int W = std::max(n_win + 8, 40), C = std::max(n_comp + 20, 100);  // rows of kv_win / kv_comp
+        auto q = std::make_shared<std::vector<float>>(rng.vec(n * H * hd));
+        auto kvw = std::make_shared<std::vector<float>>(rng.vec((int64_t)W * hd));
+        auto kvc = std::make_shared<std::vector<float>>(rng.vec((int64_t)C * hd));
+        auto snk = std::make_shared<std::vector<float>>(rng.vec(H, -1, 1));
+        auto widx = std::make_shared<std::vector<int32_t>>((size_t)(n * n_win));
+        for (auto& v : *widx) v = rng.uniform_int(0, 4) == 0 ? -1 : rng.uniform_int(0, W - 1);
+        auto cidx = std::make_shared<std::vector<int32_t>>((size_t)(comp == Comp::idx ? n * n_comp : 0));
+        for (auto& v : *cidx) v = rng.uniform_int(0, 4) == 0 ? -1 : rng.uniform_int(0, C - 1);
+        auto ccount = std::make_shared<std::vector<int32_t>>((size_t)n);
+        for (auto& v : *ccount) v = rng.uniform_int(0, n_comp);
+        if (empty_row) {  // query 0 attends to nothing: its output must be zero
+            std::fill(widx->begin(), widx->begin() + n_win, -1);
+            if (comp == Comp::idx) std::fill(cidx->begin(), cidx->begin() + n_comp, -1);
+            (*ccount)[0] = 0;
+        }
+        const int L = n_win + (comp == Comp::none ? 0 : n_comp);
+        // hd-term score dots, one exp per row, an L-term weighted sum and its normalization.
+        c.tol = tol_dot(hd) + kTolTransc + tol_dot(L);
+        c.ref_tol = c.tol;
+        c.bytes = 4.0 * (2 * n * H * hd + (double)n * L * hd);
+        c.make = [=](Backend& b) {
+            Instance in;
+            in.dev = std::make_unique<Dev>(b);
+            Dev& d = *in.dev;
+            AttentionArgs a;
+            a.out = d.f32_out(n * H * hd);
+            a.q = d.f32(*q);
+            a.n = n;
+            a.n_heads = H;
+            a.head_dim = hd;
+            a.scale = 1.0f / std::sqrt((float)hd);
+            a.sinks = sinks ? d.f32(*snk) : nullptr;
+            a.kv_win = d.f32(*kvw);
+            a.win_idx = d.i32(*widx);
+            a.n_win = n_win;
+            if (comp != Comp::none) {
+                a.kv_comp = d.f32(*kvc);
+                if (comp == Comp::idx) {
+                    a.comp_idx = d.i32(*cidx);
+                    a.n_comp = n_comp;
+                } else {
+                    a.comp_count = d.i32(*ccount);
+                }
+            }
+            in.run = [&b, a]() { b.attention(a); };
+            in.read = [&d, a, n, H, hd]() { return Arrays{d.get(a.out, n * H * hd)}; };
+            return in;
+        };
+        c.reference = [=]() {
+            Array out;
+            const double scale = 1.0f / std::sqrt((float)hd);
+            for (int64_t i = 0; i < n; ++i) {
+                std::vector<const float*> rows;
+                for (int w = 0; w < n_win; ++w)
+                    if ((*widx)[i * n_win + w] >= 0) rows.push_back(kvw->data() + (int64_t)(*widx)[i * n_win + w] * hd);
+                if (comp == Comp::idx)
+                    for (int k = 0; k < n_comp; ++k)
+                        if ((*cidx)[i * n_comp + k] >= 0) rows.push_back(kvc->data() + (int64_t)(*cidx)[i * n_comp + k] * hd);
+                if (comp == Comp::count)
+                    for (int k = 0; k < (*ccount)[i]; ++k) rows.push_back(kvc->data() + (int64_t)k * hd);
+                for (int h = 0; h < H; ++h) {
+                    const float* qh = q->data() + (i * H + h) * hd;
+                    std::vector<double> s(rows.size());
+                    double m = -INFINITY;
+                    for (size_t r = 0; r < rows.size(); ++r) {
+                        double dot = 0;
+                        for (int k = 0; k < hd; ++k) dot += (double)qh[k] * rows[r][k];
+                        s[r] = dot * scale;
+                        m = std::max(m, s[r]);
+                    }
+                    double l = 0;
+                    for (double& v : s) l += v = std::exp(v - m);
+                    if (sinks) l += std::exp((*snk)[h] - m);
+                    for (int k = 0; k < hd; ++k) {
+                        double o = 0;
+                        for (size_t r = 0; r < rows.size(); ++r) o += s[r] * rows[r][k];
+                        out.push_back(rows.empty() ? 0.0 : o / l);
+                    }
+                }
+            }
+            return Arrays{out};
+        };
+        return c;
+    };
+}
+
+CaseGen indexer_case(int64_t n, int H, int hd, int NV, int top_k, bool exact, bool perf_only, uint64_t seed) {
+    return [=]() {
+        Case c;
+        c.op = "indexer_topk";
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "n=%lld H=%d hd=%d keys=%d top_k=%d%s", (long long)n, H, hd, NV, top_k,
+                      exact ? " integer-valued" : "");
+        c.shape = buf;
+        c.perf_only = perf_only;
+        Rng rng(case_seed(seed, c.op + c.shape));
+        auto coarse = [&](int64_t count, const float* vals, int nvals) {
+            std::vector<float> v((size_t)count);
+            for (auto& x : v) x = vals[rng.uniform_int(0, nvals - 1)];
+            return v;
+        };
+        // Integer-valued inputs (multiples of 1/2, weights powers of two) make every score exact in f32 in any
+        // summation order, so exact ties are frequent and the tie rule (lower index first) is tested exactly.
+        const float halves[] = {-1, -0.5f, 0, 0.5f, 1}, pows[] = {0.5f, 1, 2};
+        auto q = std::make_shared<std::vector<float>>(exact ? coarse(n * H * hd, halves, 5) : rng.vec(n * H * hd));
+        auto w = std::make_shared<std::vector<float>>(exact ? coarse(n * H, pows, 3) : rng.vec(n * H, -1, 1));
+        auto keys = std::make_shared<std::vector<float>>(exact ? coarse((int64_t)NV * hd, halves, 5) : rng.vec((int64_t)NV * hd));
+        auto nvis = std::make_shared<std::vector<int32_t>>((size_t)n);
+        for (auto& v : *nvis) v = rng.uniform_int(0, NV);
+        (*nvis)[0] = NV;
+        if (n > 1) (*nvis)[1] = std::min(NV, top_k / 2);  // fewer visible entries than top_k: padded with -1
+        if (n > 2) (*nvis)[2] = 0;
+        // Scores and their worst-case f32 error bounds ((hd + H) u sum |terms|), in double.
+        auto score = std::make_shared<std::vector<double>>((size_t)(n * NV));
+        auto bound = std::make_shared<std::vector<double>>((size_t)(n * NV));
+        for (int64_t i = 0; i < n; ++i)
+            for (int t = 0; t < (*nvis)[i]; ++t) {
+                double s = 0, a = 0;
+                for (int h = 0; h < H; ++h) {
+                    double dot = 0, abs_dot = 0;
+                    for (int k = 0; k < hd; ++k) {
+                        const double p = (double)(*q)[(i * H + h) * hd + k] * (*keys)[(int64_t)t * hd + k];
+                        dot += p;
+                        abs_dot += std::fabs(p);
+                    }
+                    s += std::max(dot, 0.0) * (*w)[i * H + h];
+                    a += abs_dot * std::fabs((*w)[i * H + h]);
+                }
+                (*score)[i * NV + t] = s;
+                (*bound)[i * NV + t] = (hd + H + 2) * kU * a;
+            }
+        c.bytes = 4.0 * (n * H * (hd + 1) + (double)NV * hd + n * top_k);
+        c.make = [=](Backend& b) {
+            Instance in;
+            in.dev = std::make_unique<Dev>(b);
+            Dev& d = *in.dev;
+            int32_t* idx = d.i32_out(n * top_k);
+            const float* qd = d.f32(*q);
+            const float* wd = d.f32(*w);
+            const float* kd = d.f32(*keys);
+            const int32_t* nv = d.i32(*nvis);
+            in.run = [&b, idx, qd, wd, kd, nv, n, H, hd, top_k]() { b.indexer_topk(idx, qd, wd, kd, nv, n, H, hd, top_k); };
+            in.read = [&d, idx, n, top_k]() { return Arrays{d.get_i(idx, n * top_k)}; };
+            return in;
+        };
+        c.reference = [=]() {
+            Array out;
+            for (int64_t i = 0; i < n; ++i) {
+                std::vector<int> order((*nvis)[i]);
+                std::iota(order.begin(), order.end(), 0);
+                const double* s = score->data() + i * NV;
+                std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return s[a] > s[b]; });
+                for (int j = 0; j < top_k; ++j) out.push_back(j < (int)order.size() ? order[j] : -1);
+            }
+            return Arrays{out};
+        };
+        // Exact inputs: identical lists. Otherwise: the same -1 padding, valid distinct indices, and at every
+        // rank the two chosen entries' scores agree within their f32 error bounds (a near-tie may swap).
+        c.compare = [=](const Arrays& got, const Arrays& want, bool) -> std::string {
+            if (exact) return got == want ? "" : "top-k lists differ on exact scores";
+            for (int64_t i = 0; i < n; ++i) {
+                const int k = std::min(top_k, (*nvis)[i]);
+                std::vector<char> seen((size_t)NV, 0);
+                for (int j = 0; j < top_k; ++j) {
+                    const int a = (int)got[0][i * top_k + j], b = (int)want[0][i * top_k + j];
+                    const std::string at = "query " + std::to_string(i) + " rank " + std::to_string(j);
+                    if (j >= k) {
+                        if (a != -1) return at + ": expected -1, got " + std::to_string(a);
+                        continue;
+                    }
+                    if (a < 0 || a >= (*nvis)[i] || seen[a]) return at + ": invalid or repeated index " + std::to_string(a);
+                    seen[a] = 1;
+                    const double sa = (*score)[i * NV + a], sb = (*score)[i * NV + b];
+                    if (std::fabs(sa - sb) > (*bound)[i * NV + a] + (*bound)[i * NV + b])
+                        return at + ": index " + std::to_string(a) + " (score " + std::to_string(sa) + ") vs " +
+                               std::to_string(b) + " (" + std::to_string(sb) + ")";
+                }
+            }
+            return "";
+        };
+        return c;
+    };
+}
+
+CaseGen compressor_case(int ratio, int d, int64_t n1, int64_t n2, uint64_t seed) {
+    return [=]() {
+        Case c;
+        c.op = "compressor";
+        char buf[128];
+        std::snprintf(buf, sizeof buf, "ratio=%d d=%d calls=%lld+%lld", ratio, d, (long long)n1, (long long)n2);
+        c.shape = buf;
+        Rng rng(case_seed(seed, c.op + c.shape));
+        const bool overlap = ratio == 4;
+        const int coff = overlap ? 2 : 1;
+        const int64_t width = (int64_t)coff * d, N = n1 + n2, rows = (int64_t)coff * ratio;
+        auto kv = std::make_shared<std::vector<float>>(rng.vec(N * width));
+        auto sc = std::make_shared<std::vector<float>>(rng.vec(N * width, -3, 3));
+        auto ape = std::make_shared<std::vector<float>>(rng.vec((int64_t)ratio * width, -1, 1));
+        const int64_t new1 = n1 / ratio, total = N / ratio;
+        const int n_slots = overlap ? 2 * ratio : ratio;
+        // Pooled entries: a softmax over n_slots (exp each, two n_slots-term sums); the state holds copies and
+        // one f32 sum per value.
+        c.tol = kTolTransc + tol_dot(n_slots);
+        c.ref_tol = c.tol;
+        c.bytes = 4.0 * (2 * N * width + total * d);
+        c.make = [=](Backend& b) {
+            Instance in;
+            in.dev = std::make_unique<Dev>(b);
+            Dev& dv = *in.dev;
+            float* skv = dv.f32(std::vector<float>((size_t)(rows * width), 0.0f));
+            float* ssc = dv.f32(std::vector<float>((size_t)(rows * width), -INFINITY));
+            float* entries = dv.f32_out(std::max<int64_t>(total, 1) * d);
+            const float* kvd = dv.f32(*kv);
+            const float* scd = dv.f32(*sc);
+            const float* aped = dv.f32(*ape);
+            in.run = [=, &b]() {
+                CompressorArgs a;
+                a.ape = aped;
+                a.state_kv = skv;
+                a.state_sc = ssc;
+                a.ratio = ratio;
+                a.d = d;
+                a.overlap = overlap;
+                a.kv = kvd;
+                a.score = scd;
+                a.out_entries = entries;
+                a.n = n1;
+                a.pos0 = 0;
+                b.compressor(a);
+                a.kv = kvd + n1 * width;
+                a.score = scd + n1 * width;
+                a.out_entries = entries + new1 * d;
+                a.n = n2;
+                a.pos0 = n1;
+                b.compressor(a);
+            };
+            in.read = [&dv, entries, skv, ssc, total, d, rows, width]() {
+                return Arrays{dv.get(entries, total * d), dv.get(skv, rows * width), dv.get(ssc, rows * width)};
+            };
+            return in;
+        };
+        c.reference = [=]() {
+            const int off = overlap ? ratio : 0;
+            std::vector<double> skv((size_t)(rows * width), 0.0), ssc((size_t)(rows * width), -INFINITY);
+            Array entries;
+            for (int64_t p = 0; p < N; ++p) {
+                const int slot = off + (int)(p % ratio);
+                for (int64_t col = 0; col < width; ++col) {
+                    skv[slot * width + col] = (*kv)[p * width + col];
+                    ssc[slot * width + col] = (double)(*sc)[p * width + col] + (*ape)[(p % ratio) * width + col];
+                }
+                if ((p + 1) % ratio) continue;
+                for (int ch = 0; ch < d; ++ch) {
+                    double m = -INFINITY, sum = 0, acc = 0;
+                    auto col = [&](int s) { return (overlap && s >= ratio) ? d + ch : ch; };
+                    for (int s = 0; s < n_slots; ++s) m = std::max(m, ssc[s * width + col(s)]);
+                    for (int s = 0; s < n_slots; ++s) {
+                        const double e = std::exp(ssc[s * width + col(s)] - m);
+                        sum += e;
+                        acc += e * skv[s * width + col(s)];
+                    }
+                    entries.push_back(acc / sum);
+                }
+                if (overlap) {
+                    std::copy(skv.begin() + ratio * width, skv.end(), skv.begin());
+                    std::copy(ssc.begin() + ratio * width, ssc.end(), ssc.begin());
+                }
+            }
+            return Arrays{entries, Array(skv.begin(), skv.end()), Array(ssc.begin(), ssc.end())};
+        };
+        return c;
+    };
+}
+
+}  // namespace
+
+void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
+    const uint64_t s = o.seed;
+    for (int64_t n : {1, 7, 83})
+        for (int hd : {64, 83, 128, 512}) {
+            const int H = hd == 512 ? 2 : 4;
+            out.push_back(attention_case(n, H, hd, 32, Comp::none, 0, true, n > 1, false, s));
+            out.push_back(attention_case(n, H, hd, 7, Comp::idx, 16, hd != 83, false, false, s));
+            out.push_back(attention_case(n, 1, hd, 16, Comp::count, 100, true, n > 1, false, s));
+            out.push_back(attention_case(n, H, hd, 0, Comp::idx, 70, false, false, false, s));
+        }
+    out.push_back(indexer_case(1, 4, 64, 83, 8, false, false, s));
+    out.push_back(indexer_case(7, 16, 64, 769, 16, false, false, s));
+    out.push_back(indexer_case(7, 16, 128, 3000, 512, false, false, s));
+    out.push_back(indexer_case(5, 8, 64, 5000, 100, false, false, s));
+    out.push_back(indexer_case(83, 4, 64, 300, 16, false, false, s));
+    out.push_back(indexer_case(7, 4, 64, 769, 16, true, false, s));
+    out.push_back(indexer_case(3, 16, 64, 3000, 512, true, false, s));
+    for (auto [ratio, d, n1, n2] : {std::tuple{4, 64, 7, 1}, std::tuple{4, 83, 83, 13}, std::tuple{4, 512, 1, 1},
+                                    std::tuple{4, 64, 300, 5}, std::tuple{128, 64, 300, 1}, std::tuple{128, 83, 127, 2},
+                                    std::tuple{8, 64, 5, 20}})
+        out.push_back(compressor_case(ratio, d, n1, n2, s));
+    if (o.perf) {
+        // V4-Flash-like decode and prefill attention (64 heads of 512, 128 window + 512 selected entries) and
+        // the indexer over a 128K context (32K compressed keys).
+        out.push_back(attention_case(1, 64, 512, 128, Comp::idx, 512, true, false, true, s));
+        out.push_back(attention_case(64, 64, 512, 128, Comp::idx, 512, true, false, true, s));
+        out.push_back(indexer_case(1, 64, 128, 32768, 512, false, true, s));
+        out.push_back(indexer_case(8, 64, 128, 32768, 2048, false, true, s));
+    }
+}
+
+}  // namespace dsv4::backend_ops

@@ -1,0 +1,253 @@
+// Conformance cases of the hyper-connection ops: hc_pre (mix projection, Sinkhorn, collapse), hc_post and
+// hc_head, over stream counts, widths and the f32/f16/bf16 projection formats.
+#include <cmath>
+#include <cstdio>
+
+#include "harness.h"
+
+namespace dsv4::backend_ops {
+
+namespace {
+
+double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
+
+struct HcInputs {
+    int hc = 4;
+    int64_t D = 0, n = 0;
+    GgmlType fn_type = GgmlType::F32;
+    std::vector<uint8_t> fn;  // [n_mix, hc*D] in fn_type
+    std::vector<float> fn_f32, H, scale, base;
+};
+
+std::shared_ptr<HcInputs> hc_inputs(int hc, int64_t D, int64_t n, GgmlType t, int n_mix, Rng& rng) {
+    auto in = std::make_shared<HcInputs>();
+    in->hc = hc;
+    in->D = D;
+    in->n = n;
+    in->fn_type = t;
+    const int64_t flat = hc * D;
+    in->fn = random_weight(t, n_mix, flat, rng);  // entries in [-1, 1]: mixes are O(sqrt(flat)) before the scale
+    in->fn_f32 = dequant_weight(t, in->fn, n_mix, flat);
+    in->H = rng.vec(n * flat, -2, 2);
+    // Scales bring the mixes to O(1) so sigmoid and softmax see a useful range.
+    const float s = 1.0f / std::sqrt((float)flat);
+    in->scale = {s * rng.uniform(0.5f, 2), s * rng.uniform(0.5f, 2), s * rng.uniform(0.5f, 2)};
+    in->base = rng.vec(n_mix, -1, 1);
+    return in;
+}
+
+Weight fn_weight(Backend& b, const HcInputs& in, int n_mix) {
+    Weight w;
+    w.type = in.fn_type;
+    w.rows = n_mix;
+    w.cols = in.hc * in.D;
+    w.row_bytes = ggml_row_bytes(ggml_traits(in.fn_type), w.cols);
+    w.data = b.weight_data(in.fn.data(), in.fn.size());
+    w.name = "hc_fn";
+    return w;
+}
+
+// mixes[m] = (H_i . fn_m) / sqrt(mean(H_i^2) + eps), in double.
+std::vector<double> ref_mixes(const HcInputs& in, int64_t i, int n_mix, double eps) {
+    const int64_t flat = in.hc * in.D;
+    const float* h = in.H.data() + i * flat;
+    double ss = 0;
+    for (int64_t j = 0; j < flat; ++j) ss += (double)h[j] * h[j];
+    const double r = 1 / std::sqrt(ss / flat + eps);
+    std::vector<double> m((size_t)n_mix);
+    for (int k = 0; k < n_mix; ++k) {
+        double s = 0;
+        for (int64_t j = 0; j < flat; ++j) s += (double)h[j] * in.fn_f32[k * flat + j];
+        m[k] = s * r;
+    }
+    return m;
+}
+
+std::string shape_of(int hc, int64_t D, int64_t n, GgmlType t) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "hc=%d D=%lld n=%lld fn=%s", hc, (long long)D, (long long)n,
+                  std::string(ggml_type_name(t)).c_str());
+    return buf;
+}
+
+constexpr int kIters = 20;
+constexpr float kEps = 1e-6f;
+
+CaseGen hc_pre_case(int hc, int64_t D, int64_t n, GgmlType t, uint64_t seed) {
+    return [=]() {
+        Case c;
+        c.op = "hc_pre";
+        c.shape = shape_of(hc, D, n, t);
+        Rng rng(case_seed(seed, c.op + c.shape));
+        const int n_mix = (2 + hc) * hc;
+        auto in = hc_inputs(hc, D, n, t, n_mix, rng);
+        // The mixes are hc*D-term dots; sigmoid/exp add transcendental error; each of the Sinkhorn iterations
+        // rounds every entry a few times (relative error growing at most linearly: (2u (iters+1))^2).
+        c.tol = tol_dot((double)hc * D) + kTolTransc + 4 * kU2 * (kIters + 1) * (kIters + 1);
+        c.ref_tol = c.tol;
+        c.bytes = 4.0 * n * (hc * D + D + hc + hc * hc);
+        c.make = [=](Backend& b) {
+            Instance inst;
+            inst.dev = std::make_unique<Dev>(b);
+            Dev& d = *inst.dev;
+            const Weight fn = fn_weight(b, *in, n_mix);
+            const float* H = d.f32(in->H);
+            const float* scale = d.f32(in->scale);
+            const float* base = d.f32(in->base);
+            float* x = d.f32_out(n * D);
+            float* post = d.f32_out(n * hc);
+            float* comb = d.f32_out(n * hc * hc);
+            const HcParams p{hc, D, kIters, kEps, kEps};
+            inst.run = [&b, x, post, comb, H, fn, scale, base, n, p]() { b.hc_pre(x, post, comb, H, fn, scale, base, n, p); };
+            inst.read = [&d, x, post, comb, n, D, hc]() {
+                return Arrays{d.get(x, n * D), d.get(post, n * hc), d.get(comb, n * hc * hc)};
+            };
+            return inst;
+        };
+        c.reference = [=]() {
+            Array xs, posts, combs;
+            for (int64_t i = 0; i < n; ++i) {
+                const std::vector<double> m = ref_mixes(*in, i, n_mix, kEps);
+                std::vector<double> pre(hc), comb(hc * hc);
+                for (int j = 0; j < hc; ++j) {
+                    pre[j] = sigmoid(m[j] * in->scale[0] + in->base[j]) + kEps;
+                    posts.push_back(2 * sigmoid(m[hc + j] * in->scale[1] + in->base[hc + j]));
+                }
+                // Row softmax (+eps), then alternate column and row normalizations: iters column passes.
+                for (int j = 0; j < hc; ++j) {
+                    double mx = -INFINITY, s = 0;
+                    for (int k = 0; k < hc; ++k) {
+                        comb[j * hc + k] = m[2 * hc + j * hc + k] * in->scale[2] + in->base[2 * hc + j * hc + k];
+                        mx = std::max(mx, comb[j * hc + k]);
+                    }
+                    for (int k = 0; k < hc; ++k) s += comb[j * hc + k] = std::exp(comb[j * hc + k] - mx);
+                    for (int k = 0; k < hc; ++k) comb[j * hc + k] = comb[j * hc + k] / s + kEps;
+                }
+                for (int it = 0; it < kIters; ++it) {
+                    if (it > 0)
+                        for (int j = 0; j < hc; ++j) {
+                            double s = 0;
+                            for (int k = 0; k < hc; ++k) s += comb[j * hc + k];
+                            for (int k = 0; k < hc; ++k) comb[j * hc + k] /= s + kEps;
+                        }
+                    for (int k = 0; k < hc; ++k) {
+                        double s = 0;
+                        for (int j = 0; j < hc; ++j) s += comb[j * hc + k];
+                        for (int j = 0; j < hc; ++j) comb[j * hc + k] /= s + kEps;
+                    }
+                }
+                combs.insert(combs.end(), comb.begin(), comb.end());
+                for (int64_t d = 0; d < D; ++d) {
+                    double s = 0;
+                    for (int j = 0; j < hc; ++j) s += pre[j] * in->H[(i * hc + j) * D + d];
+                    xs.push_back(s);
+                }
+            }
+            return Arrays{xs, posts, combs};
+        };
+        return c;
+    };
+}
+
+CaseGen hc_head_case(int hc, int64_t D, int64_t n, GgmlType t, uint64_t seed) {
+    return [=]() {
+        Case c;
+        c.op = "hc_head";
+        c.shape = shape_of(hc, D, n, t);
+        Rng rng(case_seed(seed, c.op + c.shape));
+        auto in = hc_inputs(hc, D, n, t, hc, rng);
+        c.tol = tol_dot((double)hc * D) + kTolTransc;  // hc*D-term dots, then sigmoid and an hc-term sum
+        c.ref_tol = c.tol;
+        c.bytes = 4.0 * n * (hc * D + D);
+        c.make = [=](Backend& b) {
+            Instance inst;
+            inst.dev = std::make_unique<Dev>(b);
+            Dev& d = *inst.dev;
+            const Weight fn = fn_weight(b, *in, hc);
+            const float* H = d.f32(in->H);
+            const float* scale = d.f32(in->scale);
+            const float* base = d.f32(in->base);
+            float* y = d.f32_out(n * D);
+            const HcParams p{hc, D, kIters, kEps, kEps};
+            inst.run = [&b, y, H, fn, scale, base, n, p]() { b.hc_head(y, H, fn, scale, base, n, p); };
+            inst.read = [&d, y, n, D]() { return Arrays{d.get(y, n * D)}; };
+            return inst;
+        };
+        c.reference = [=]() {
+            Array y;
+            for (int64_t i = 0; i < n; ++i) {
+                const std::vector<double> m = ref_mixes(*in, i, hc, kEps);
+                for (int64_t d = 0; d < D; ++d) {
+                    double s = 0;
+                    for (int j = 0; j < hc; ++j)
+                        s += (sigmoid(m[j] * in->scale[0] + in->base[j]) + kEps) * in->H[(i * hc + j) * D + d];
+                    y.push_back(s);
+                }
+            }
+            return Arrays{y};
+        };
+        return c;
+    };
+}
+
+CaseGen hc_post_case(int hc, int64_t D, int64_t n, uint64_t seed) {
+    return [=]() {
+        Case c;
+        c.op = "hc_post";
+        c.shape = shape_of(hc, D, n, GgmlType::F32);
+        Rng rng(case_seed(seed, c.op + c.shape));
+        auto x = std::make_shared<std::vector<float>>(rng.vec(n * D));
+        auto R = std::make_shared<std::vector<float>>(rng.vec(n * hc * D));
+        auto post = std::make_shared<std::vector<float>>(rng.vec(n * hc, 0, 2));
+        auto comb = std::make_shared<std::vector<float>>(rng.vec(n * hc * hc, 0, 1));
+        c.tol = tol_dot(hc + 1.0);  // an (hc+1)-term sum per value
+        c.ref_tol = c.tol;
+        c.bytes = 4.0 * n * (D + 2 * hc * D);
+        c.make = [=](Backend& b) {
+            Instance inst;
+            inst.dev = std::make_unique<Dev>(b);
+            Dev& d = *inst.dev;
+            const float* xd = d.f32(*x);
+            const float* Rd = d.f32(*R);
+            const float* pd = d.f32(*post);
+            const float* cd = d.f32(*comb);
+            float* out = d.f32_out(n * hc * D);
+            const HcParams p{hc, D, kIters, kEps, kEps};
+            inst.run = [&b, out, xd, Rd, pd, cd, n, p]() { b.hc_post(out, xd, Rd, pd, cd, n, p); };
+            inst.read = [&d, out, n, hc, D]() { return Arrays{d.get(out, n * hc * D)}; };
+            return inst;
+        };
+        c.reference = [=]() {
+            Array out;
+            for (int64_t i = 0; i < n; ++i)
+                for (int k = 0; k < hc; ++k)
+                    for (int64_t d = 0; d < D; ++d) {
+                        double s = (double)(*post)[i * hc + k] * (*x)[i * D + d];
+                        for (int j = 0; j < hc; ++j) s += (double)(*comb)[(i * hc + j) * hc + k] * (*R)[(i * hc + j) * D + d];
+                        out.push_back(s);
+                    }
+            return Arrays{out};
+        };
+        return c;
+    };
+}
+
+}  // namespace
+
+void add_hc_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
+    for (int hc : {4, 2})
+        for (int64_t D : {7, 83, 769})
+            for (int64_t n : {1, 7, 83}) {
+                const GgmlType t = D == 83 ? GgmlType::F16 : (D == 7 && hc == 2 ? GgmlType::BF16 : GgmlType::F32);
+                out.push_back(hc_pre_case(hc, D, n, t, o.seed));
+                out.push_back(hc_head_case(hc, D, n, t, o.seed));
+                out.push_back(hc_post_case(hc, D, n, o.seed));
+            }
+    if (o.perf)
+        for (int64_t n : {1, 128}) {  // V4-Flash width
+            out.push_back(hc_pre_case(4, 4096, n, GgmlType::F32, o.seed));
+            out.push_back(hc_post_case(4, 4096, n, o.seed));
+        }
+}
+
+}  // namespace dsv4::backend_ops

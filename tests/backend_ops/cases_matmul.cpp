@@ -1,0 +1,121 @@
+// Conformance cases of the weight ops: matmul (every weight format, GEMV- and tile-sized inputs, strided
+// x and y) and embed (every format, bit-identical: dequantization is exact on every backend).
+#include <cstdio>
+
+#include "harness.h"
+
+namespace dsv4::backend_ops {
+
+namespace {
+
+std::string fmt_type(GgmlType t) { return std::string(ggml_type_name(t)); }
+
+Weight make_weight(Backend& b, GgmlType t, const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols) {
+    Weight w;
+    w.type = t;
+    w.cols = cols;
+    w.rows = rows;
+    w.row_bytes = ggml_row_bytes(ggml_traits(t), cols);
+    w.data = b.weight_data(bytes.data(), bytes.size());
+    w.name = "test";
+    return w;
+}
+
+CaseGen matmul_case(GgmlType t, int64_t n, int64_t K, int64_t M, int64_t xs, int64_t ys, bool perf_only, uint64_t seed) {
+    return [=]() {
+        Case c;
+        c.op = "matmul";
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "%s n=%lld K=%lld M=%lld xs=%lld ys=%lld", fmt_type(t).c_str(), (long long)n,
+                      (long long)K, (long long)M, (long long)xs, (long long)ys);
+        c.shape = buf;
+        c.perf_only = perf_only;
+        Rng rng(case_seed(seed, c.op + c.shape));
+        auto w = std::make_shared<std::vector<uint8_t>>(random_weight(t, M, K, rng));
+        auto x = std::make_shared<std::vector<float>>(rng.vec(n * xs));
+        // Each output is one K-term dot of the exactly dequantized weight with x.
+        c.tol = tol_dot((double)K);
+        c.ref_tol = tol_dot((double)K);
+        c.bytes = (double)w->size() + 4.0 * n * (K + M);
+        c.make = [=](Backend& b) {
+            Instance in;
+            in.dev = std::make_unique<Dev>(b);
+            Dev& d = *in.dev;
+            const Weight wt = make_weight(b, t, *w, M, K);
+            const float* xd = d.f32(*x);
+            float* yd = d.f32_out(n * ys);
+            in.run = [&b, wt, xd, yd, n, xs, ys]() { b.matmul(yd, ys, xd, xs, wt, n); };
+            in.read = [&d, yd, n, M, ys]() { return Arrays{d.get(yd, n, M, ys)}; };
+            return in;
+        };
+        c.reference = [=]() {
+            const std::vector<float> deq = dequant_weight(t, *w, M, K);
+            Array y((size_t)(n * M));
+            for (int64_t i = 0; i < n; ++i)
+                for (int64_t m = 0; m < M; ++m) {
+                    double s = 0;
+                    for (int64_t k = 0; k < K; ++k) s += (double)deq[m * K + k] * (*x)[i * xs + k];
+                    y[i * M + m] = s;
+                }
+            return Arrays{y};
+        };
+        return c;
+    };
+}
+
+CaseGen embed_case(GgmlType t, int64_t rows, int64_t cols, int64_t n, uint64_t seed) {
+    return [=]() {
+        Case c;
+        c.op = "embed";
+        c.shape = fmt_type(t) + " rows=" + std::to_string(rows) + " cols=" + std::to_string(cols) + " n=" + std::to_string(n);
+        Rng rng(case_seed(seed, c.op + c.shape));
+        auto w = std::make_shared<std::vector<uint8_t>>(random_weight(t, rows, cols, rng));
+        std::vector<int32_t> ids((size_t)n);
+        for (auto& id : ids) id = rng.uniform_int(0, (int)rows - 1);
+        ids[0] = 0;
+        ids[n - 1] = (int32_t)rows - 1;
+        c.tol = 0;  // dequantization is exact: the same float operations on every backend
+        c.ref_tol = 0;
+        c.bytes = (double)n * (w->size() / rows + 4.0 * cols);
+        c.make = [=](Backend& b) {
+            Instance in;
+            in.dev = std::make_unique<Dev>(b);
+            Dev& d = *in.dev;
+            const Weight wt = make_weight(b, t, *w, rows, cols);
+            const int32_t* idd = d.i32(ids);
+            float* out = d.f32_out(n * cols);
+            in.run = [&b, wt, idd, out, n]() { b.embed(out, wt, idd, n); };
+            in.read = [&d, out, n, cols]() { return Arrays{d.get(out, n * cols)}; };
+            return in;
+        };
+        c.reference = [=]() {
+            const std::vector<float> deq = dequant_weight(t, *w, rows, cols);
+            Array out;
+            for (int64_t i = 0; i < n; ++i)
+                for (int64_t k = 0; k < cols; ++k) out.push_back(deq[ids[i] * cols + k]);
+            return Arrays{out};
+        };
+        return c;
+    };
+}
+
+}  // namespace
+
+void add_matmul_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
+    for (GgmlType t : weight_types()) {
+        const int64_t k1 = cols_for(t, 1, 7), k2 = cols_for(t, 2, 83), k3 = cols_for(t, 3, 769);
+        // n <= 8: the GEMV path; n > 8: the tiled path. Odd M, strided x/y, K of 1..3 blocks (plain: 7, 83, 769).
+        out.push_back(matmul_case(t, 1, k3, 769, k3, 769, false, o.seed));
+        out.push_back(matmul_case(t, 7, k1, 83, k1 + 5, 83 + 3, false, o.seed));
+        out.push_back(matmul_case(t, 8, k2, 33, k2, 33, false, o.seed));
+        out.push_back(matmul_case(t, 83, k3, 7, k3 + 5, 7 + 3, false, o.seed));
+        out.push_back(matmul_case(t, 70, k2, 130, k2, 130, false, o.seed));
+        out.push_back(embed_case(t, 83, k2, 7, o.seed));
+        if (o.perf) {
+            // Decode GEMV and prefill-sized products of a 4096 x 4096 matrix.
+            for (int64_t n : {1, 16, 128}) out.push_back(matmul_case(t, n, 4096, 4096, 4096, 4096, true, o.seed));
+        }
+    }
+}
+
+}  // namespace dsv4::backend_ops
