@@ -1,10 +1,5 @@
-// CUDA sparse attention with sinks over per-query KV index lists, and the lightning indexer's top-k.
-// Attention: one block per (query, head), KV rows in tiles of 32 with an online softmax, so scratch is a
-// few shared-memory values whatever the context. Indexer: one block per query keeps its running top-k in
-// shared memory and merges each tile of new scores with a bitonic sort, so no score array of the context's
-// size is ever stored and selection is O(n log^2 k) per query, not a full sort.
-#include <algorithm>
-
+// CUDA sparse attention with sinks over per-query KV index lists: one block per (query, head), KV rows in
+// tiles of 32 with an online softmax, so scratch is a few shared-memory values whatever the context.
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
@@ -121,84 +116,6 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttentionArgs a
     }
 }
 
-// Entry a comes before entry b: higher score first, then lower index (the CPU's deterministic tie rule).
-__device__ __forceinline__ bool precedes(float sa, int ia, float sb, int ib) {
-    return sa > sb || (sa == sb && ia < ib);
-}
-
-// Sort n (a power of two) entries into precedence order with a bitonic network over the whole block.
-__device__ void bitonic_sort(float* key, int* idx, int n) {
-    for (int k = 2; k <= n; k <<= 1) {
-        for (int j = k >> 1; j > 0; j >>= 1) {
-            for (int t = threadIdx.x; t < n; t += blockDim.x) {
-                const int u = t ^ j;
-                if (u > t) {
-                    const bool forward = (t & k) == 0;
-                    const float ka = key[t], kb = key[u];
-                    const int ia = idx[t], ib = idx[u];
-                    if (forward ? precedes(kb, ib, ka, ia) : precedes(ka, ia, kb, ib)) {
-                        key[t] = kb;
-                        key[u] = ka;
-                        idx[t] = ib;
-                        idx[u] = ia;
-                    }
-                }
-            }
-            __syncthreads();
-        }
-    }
-}
-
-constexpr int kTopkThreads = 256;
-constexpr int kNoIndex = 0x7fffffff;  // sorts after every real entry of equal (-inf) score
-
-__global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(int32_t* out, const float* q, const float* w,
-                                                                    const float* keys, const int32_t* n_visible,
-                                                                    int n_heads, int head_dim, int top_k, int sort_n) {
-    extern __shared__ unsigned char smem[];
-    float* key = reinterpret_cast<float*>(smem);
-    int* idx = reinterpret_cast<int*>(key + sort_n);
-    const int64_t i = blockIdx.x;
-    const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
-    const int nv = n_visible[i];
-    const int tile = sort_n - top_k;  // new entries merged per pass
-    for (int s = tid; s < sort_n; s += kTopkThreads) {
-        key[s] = -INFINITY;
-        idx[s] = kNoIndex;
-    }
-    __syncthreads();
-    const float* qi = q + i * (int64_t)n_heads * head_dim;
-    const float* wi = w + i * (int64_t)n_heads;
-    for (int base = 0; base < nv; base += tile) {
-        // score(t) = sum_h relu(q_h . k_t) * w_h: a warp per key, lanes over head_dim.
-        for (int s = warp; s < tile; s += kTopkThreads / kWarp) {
-            const int t = base + s;
-            float score = -INFINITY;
-            int id = kNoIndex;
-            if (t < nv) {
-                const float* kt = keys + (int64_t)t * head_dim;
-                score = 0.0f;
-                for (int h = 0; h < n_heads; ++h) {
-                    const float* qh = qi + (int64_t)h * head_dim;
-                    float d = 0.0f;
-                    for (int k = lane; k < head_dim; k += kWarp) d = fmaf(qh[k], kt[k], d);
-                    d = warp_sum(d);
-                    score += fmaxf(d, 0.0f) * wi[h];
-                }
-                id = t;
-            }
-            if (lane == 0) {
-                key[top_k + s] = score;
-                idx[top_k + s] = id;
-            }
-        }
-        __syncthreads();
-        bitonic_sort(key, idx, sort_n);
-    }
-    const int k = min(top_k, nv);
-    for (int j = tid; j < top_k; j += kTopkThreads) out[i * top_k + j] = j < k ? idx[j] : -1;
-}
-
 }  // namespace
 
 void CudaBackend::attention(const AttentionArgs& a) {
@@ -208,22 +125,6 @@ void CudaBackend::attention(const AttentionArgs& a) {
     DSV4_CHECK(a.n * a.n_heads <= INT32_MAX);
     const size_t smem = (size_t)a.head_dim * sizeof(float);
     attention_kernel<<<(unsigned)(a.n * a.n_heads), kAttnThreads, smem, stream_>>>(a);
-    CUDA_CHECK_LAUNCH();
-}
-
-void CudaBackend::indexer_topk(int32_t* idx, const float* q, const float* w, const float* keys,
-                               const int32_t* n_visible, int64_t n, int n_heads, int head_dim, int top_k) {
-    if (n <= 0 || top_k <= 0) return;
-    // The sort buffer holds the running top-k plus at least as many new entries, a power of two.
-    int sort_n = 64;
-    while (sort_n < 2 * top_k) sort_n <<= 1;
-    const size_t smem = (size_t)sort_n * (sizeof(float) + sizeof(int));
-    DSV4_CHECK_MSG(smem <= (size_t)props_.sharedMemPerBlockOptin, "indexer_topk: top_k %d needs %zu bytes of shared memory",
-                   top_k, smem);
-    if (smem > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(indexer_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    indexer_topk_kernel<<<(unsigned)n, kTopkThreads, smem, stream_>>>(idx, q, w, keys, n_visible, n_heads, head_dim,
-                                                                      top_k, sort_n);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -336,7 +336,7 @@ struct Dq<GgmlType::IQ4_XS> {  // d(2) scales_h(2) scales_l(4) qs(128)
 __device__ __forceinline__ float tq1_trit(uint8_t byte, int n) {
     const uint8_t pow3[5] = {1, 3, 9, 27, 81};
     const uint8_t q = (uint8_t)(byte * pow3[n]);
-    return (float)((((uint32_t)q * 3) >> 8) - 1);
+    return (float)((int)(((uint32_t)q * 3) >> 8) - 1);  // signed: trit 0 is -1
 }
 template <>
 struct Dq<GgmlType::TQ1_0> {  // qs(48) qh(4) d(2)
