@@ -6,11 +6,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake ninja-build pkg-config libpcre2-dev libcpp-httplib-dev nlohmann-json3-dev
-      libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev python3-numpy nodejs npm clang)
+      libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev python3-numpy)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Tools that may come from outside Debian's packages (a Node.js install ships its own npm): only install the
+# Debian package when the command itself is missing.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+command -v clang++ >/dev/null 2>&1 || missing+=(clang)
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
