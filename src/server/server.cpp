@@ -11,6 +11,8 @@
 #include <random>
 #include <thread>
 
+#include <sys/socket.h>
+
 #include <httplib.h>
 
 #include "server/event_channel.h"
@@ -95,6 +97,12 @@ void Server::Impl::setup() {
     http.set_read_timeout(30, 0);
     http.set_write_timeout(30, 0);
     http.set_tcp_nodelay(true);
+    // httplib's default sets SO_REUSEPORT, which lets a second server bind the same port and silently share
+    // its traffic. SO_REUSEADDR alone still allows a quick restart (TIME_WAIT) but makes a port clash an error.
+    http.set_socket_options([](socket_t sock) {
+        int yes = 1;
+        setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
 
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
         if (opt.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
