@@ -243,7 +243,10 @@ bool Engine::step() {
     std::erase_if(running_, [](const auto& s) { return s->done; });
 
     admit();
-    if (running_.empty()) return !dropped.empty();
+    if (running_.empty()) {
+        refresh_stats();
+        return !dropped.empty();
+    }
 
     // Plan: decodes first (one token each), then prompt chunks while the budget lasts.
     struct Planned {
@@ -291,6 +294,7 @@ bool Engine::step() {
     if (!st.ok()) {
         for (auto& p : plan) finish(*p.s, GenerationEnd::error, st.error());
         std::erase_if(running_, [](const auto& s) { return s->done; });
+        refresh_stats();
         return true;
     }
     for (auto& p : plan) {
@@ -304,20 +308,22 @@ bool Engine::step() {
         if (p.want_logits) sample_and_emit(s, s.logits);
     }
     std::erase_if(running_, [](const auto& s) { return s->done; });
-    {
-        std::lock_guard<std::mutex> lk(mu_);
-        stats_.running = running_.size();
-        int64_t used = 0;
-        for (auto& s : running_) used += s->n_fed;
-        stats_.kv_tokens_used = used;
-        if (prefix_) {
-            stats_.prefix_cache_entries = prefix_->size();
-            stats_.prefix_cache_bytes = prefix_->bytes();
-            stats_.prefix_cache_hits = prefix_->hits();
-            stats_.prefix_cache_misses = prefix_->misses();
-        }
-    }
+    refresh_stats();
     return true;
+}
+
+void Engine::refresh_stats() {
+    std::lock_guard<std::mutex> lk(mu_);
+    stats_.running = running_.size();
+    int64_t used = 0;
+    for (auto& s : running_) used += s->n_fed;
+    stats_.kv_tokens_used = used;
+    if (prefix_) {
+        stats_.prefix_cache_entries = prefix_->size();
+        stats_.prefix_cache_bytes = prefix_->bytes();
+        stats_.prefix_cache_hits = prefix_->hits();
+        stats_.prefix_cache_misses = prefix_->misses();
+    }
 }
 
 void Engine::run_until_idle() {

@@ -110,6 +110,7 @@ private:
     void finish(Sequence& s, GenerationEnd r, const std::string& error = {});
     void release(Sequence& s);
     void publish_prefix(Sequence& s);
+    void refresh_stats();
     bool sample_and_emit(Sequence& s, const std::vector<float>& logits);
 
     Model& model_;
