@@ -102,7 +102,9 @@ TEST_F(EngineTest, PrefixCacheGivesIdenticalOutputAcrossTurns) {
         ASSERT_EQ(a.tokens, b.tokens) << "turn " << t;
         EXPECT_EQ(a.text, b.text);
         EXPECT_EQ(a.last.reason, GenerationEnd::length);
-        if (t > 0) EXPECT_GT(b.last.cached_tokens, 0) << "turn " << t << " should reuse the earlier turn";
+        if (t > 0) {
+            EXPECT_GT(b.last.cached_tokens, 0) << "turn " << t << " should reuse the earlier turn";
+        }
         EXPECT_EQ(a.last.cached_tokens, 0);
         turn.insert(turn.end(), a.tokens.begin(), a.tokens.end());
         auto more = tok_->encode("<｜User｜>And then what about step " + std::to_string(t + 2) + "?<｜Assistant｜>", true);
