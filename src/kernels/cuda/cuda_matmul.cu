@@ -2,10 +2,15 @@
 // row, up to 8 activation rows at a time) for decode-sized inputs and a 64x64 shared-memory tile for
 // larger ones. Both read the weight in its block format and decode it with cuda_dequant.cuh, so the
 // products are those of the exactly dequantized weight. Also embedding lookup and f32 weight copies.
-// Performance (issue 6) replaces these with vectorized decode, tensor cores and activation quantization.
+// Decode GEMV of the common quantized formats goes to the staged kernel of cuda_gemv.cu; issue 6 goes on
+// with tensor cores and activation quantization for the tiles.
+#include <cstdlib>
+#include <cstring>
+
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_gemv.cuh"
 #include "kernels/cuda/cuda_matmul.cuh"
 
 namespace dsv4::cuda {
@@ -164,6 +169,16 @@ void launch_matmul(const MatmulParams& p, const QuantTables& t, cudaStream_t s) 
     // GEMV when every expert sees few rows (decode); tiles otherwise. Grouped rows per expert are unknown on
     // the host (they live on the device), so the grid covers the total and empty experts exit at once.
     const bool gemv = p.n <= (grouped ? 64 : kGemvTokens);
+    // The staged GEMV (cuda_gemv.cu) serves the formats it specializes; DSV4_GEMV=legacy keeps the
+    // one-value-per-call kernel below for A/B timing. Read once: the environment does not change mid-run.
+    static const bool legacy_gemv = [] {
+        const char* v = std::getenv("DSV4_GEMV");
+        return v != nullptr && std::strcmp(v, "legacy") == 0;
+    }();
+    if (gemv && !legacy_gemv && launch_gemv_staged(p, t, s)) {
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
     dispatch_weight_type(p.type, [&](auto tag) {
         constexpr GgmlType T = decltype(tag)::type;
         if (gemv) {
