@@ -2,7 +2,8 @@
 // per weight row. The warp copies the row chunk by chunk (2048 values at a time) into shared memory with
 // 16-byte loads, prefetching the next chunk into registers while it decodes the current one, so HBM sees
 // wide coalesced reads whatever the block size and alignment (17-, 34- or 210-byte blocks). Each lane then
-// decodes groups of 8 consecutive values from shared memory with the exact decoders of cuda_dequant.cuh and
+// decodes groups of 8 consecutive values from shared memory (Group8: the group's scale once, then the values,
+// each bit-identical to the exact decoders of cuda_dequant.cuh) and
 // multiplies them with 16-byte loads of the activation rows (adjacent lanes read adjacent x, so the loads
 // coalesce), accumulating in f32 and reducing with warp shuffles.
 #include <cstdint>
@@ -26,6 +27,109 @@ struct Stage {
     static constexpr int kBytes = kBlocks * D::kBytes;
     static constexpr int kWords = (kBytes + 15 + 15) / 16;  // 16-byte words, the chunk may start mid-word
     static constexpr int kVec = (kWords + kWarp - 1) / kWarp; // words per lane
+};
+
+// The 8 values of group gi (values 8 gi .. 8 gi + 7) of block b, each bit-identical to Dq<T>::value(b, 8 gi + j):
+// the specializations below derive the group's scale and table entries once instead of once per value.
+template <GgmlType T>
+struct Group8 {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables& t) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = Dq<T>::value(b, 8 * gi + j, t);
+    }
+};
+template <>
+struct Group8<GgmlType::Q8_0> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables&) {
+        const float d = ld_f16(b);
+        const uint8_t* q = b + 2 + 8 * gi;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __fmul_rn((float)(int8_t)q[j], d);
+    }
+};
+template <>
+struct Group8<GgmlType::MXFP4> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables& t) {
+        const float d = e8m0_half(b[0]);
+        const uint8_t* q = b + 1 + 8 * (gi & 1);
+        const bool high = gi >= 2;  // values 16..31 are the high nibbles
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __fmul_rn((float)t.mxfp4[high ? q[j] >> 4 : q[j] & 0x0F], d);
+    }
+};
+template <>
+struct Group8<GgmlType::Q2_K> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables&) {
+        const int n = gi / 16, group = (gi % 16) / 4, half = (gi % 4) / 2, l0 = (gi % 2) * 8;
+        const uint8_t sc = b[8 * n + 2 * group + half];
+        const float dl = __fmul_rn(ld_f16(b + 80), (float)(sc & 0x0F));
+        const float ml = __fmul_rn(ld_f16(b + 82), (float)(sc >> 4));
+        const uint8_t* q = b + 16 + 32 * n + 16 * half + l0;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __fsub_rn(__fmul_rn(dl, (float)((q[j] >> (2 * group)) & 3)), ml);
+    }
+};
+template <>
+struct Group8<GgmlType::Q3_K> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables&) {
+        const int n = gi / 16, group = (gi % 16) / 4, half = (gi % 4) / 2, l0 = (gi % 2) * 8;
+        const int js = 8 * n + 2 * group + half;  // scale index
+        const uint8_t* sp = b + 96;
+        const int low = js < 8 ? (sp[js] & 0x0F) : (sp[js - 8] >> 4);
+        const int high = (sp[8 + js % 4] >> (2 * (js / 4))) & 3;
+        const int sc = (int)(int8_t)(uint8_t)(low | (high << 4));
+        const float dl = __fmul_rn(ld_f16(b + 108), (float)(sc - 32));
+        const int o = 16 * half + l0;
+        const uint8_t* hm = b + o;
+        const uint8_t* q = b + 32 + 32 * n + o;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int hbit = (hm[j] >> (4 * n + group)) & 1;
+            v[j] = __fmul_rn(dl, (float)(((q[j] >> (2 * group)) & 3) - (hbit ? 0 : 4)));
+        }
+    }
+};
+template <>
+struct Group8<GgmlType::Q4_K> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables&) {
+        const int c = gi / 8, w0 = (gi % 8) * 8, sub = 2 * c + (w0 >= 32);
+        int sc, m;
+        k4_scale_min(sub, b + 4, &sc, &m);
+        const float d1 = __fmul_rn(ld_f16(b), (float)sc), m1 = __fmul_rn(ld_f16(b + 2), (float)m);
+        const uint8_t* q = b + 16 + 32 * c + (w0 % 32);
+        const bool high = w0 >= 32;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __fsub_rn(__fmul_rn(d1, (float)(high ? q[j] >> 4 : q[j] & 0x0F)), m1);
+    }
+};
+template <>
+struct Group8<GgmlType::Q6_K> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables&) {
+        const int n = gi / 16, k = (gi % 16) / 4, l0 = (gi % 4) * 8;
+        const uint8_t* ql = b + 64 * n + ((k & 1) ? 32 : 0) + l0;
+        const uint8_t* qh = b + 128 + 32 * n + l0;
+        const int8_t sc = (int8_t)b[192 + 8 * n + l0 / 16 + 2 * k];
+        const float d = __fmul_rn(ld_f16(b + 208), (float)sc);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int lo = ql[j];
+            const int q = ((k < 2 ? (lo & 0x0F) : (lo >> 4)) | (((qh[j] >> (2 * k)) & 3) << 4)) - 32;
+            v[j] = __fmul_rn(d, (float)q);
+        }
+    }
+};
+template <>
+struct Group8<GgmlType::IQ2_XXS> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables& t) {
+        const int ib = gi / 4, l = gi % 4;
+        const uint8_t* p = b + 2 + 8 * ib;
+        const uint32_t aux = ld_u32(p + 4);
+        const float db = __fmul_rn(__fmul_rn(ld_f16(b), 0.5f + (float)(aux >> 28)), 0.25f);
+        const uint32_t signs = t.signs[(aux >> (7 * l)) & 127];
+        const uint64_t e = t.iq2xxs[p[l]];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(__fmul_rn(db, grid_val(e, j)), sign_of(signs, j));
+    }
 };
 
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
@@ -52,7 +156,8 @@ __device__ __forceinline__ void load_chunk(const uint8_t* wrow, int64_t b0, int 
     }
 }
 
-template <GgmlType T>
+// NT: activation rows per pass (1 for single-token decode, so it carries one accumulator; else kTokens).
+template <GgmlType T, int NT>
 __global__ void __launch_bounds__(kWarps * kWarp) gemv_staged_kernel(MatmulParams p, QuantTables tb) {
     using D = Dq<T>;
     using S = Stage<T>;
@@ -70,17 +175,17 @@ __global__ void __launch_bounds__(kWarps * kWarp) gemv_staged_kernel(MatmulParam
     const int64_t nb = p.K / D::kElems;
     const int64_t n_chunks = (nb + S::kBlocks - 1) / S::kBlocks;
     uint8_t* st = reinterpret_cast<uint8_t*>(stage[warp]);
-    for (int64_t c0 = r0 + (int64_t)blockIdx.y * kTokens; c0 < r1; c0 += (int64_t)gridDim.y * kTokens) {
-        const int nt = (int)(r1 - c0 < kTokens ? r1 - c0 : kTokens);
-        const float* xr[kTokens];
+    for (int64_t c0 = r0 + (int64_t)blockIdx.y * NT; c0 < r1; c0 += (int64_t)gridDim.y * NT) {
+        const int nt = (int)(r1 - c0 < NT ? r1 - c0 : NT);
+        const float* xr[NT];
 #pragma unroll
-        for (int t = 0; t < kTokens; ++t) {
+        for (int t = 0; t < NT; ++t) {
             const int64_t r = c0 + (t < nt ? t : 0);
             xr[t] = p.x + (p.x_rows ? (int64_t)p.x_rows[r] : r) * p.x_stride;
         }
-        float acc[kTokens];
+        float acc[NT];
 #pragma unroll
-        for (int t = 0; t < kTokens; ++t) acc[t] = 0.0f;
+        for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
         uint4 buf[S::kVec];
         load_chunk<T>(wrow, 0, (int)(nb < S::kBlocks ? nb : S::kBlocks), lane, buf);
         for (int64_t c = 0; c < n_chunks; ++c) {
@@ -106,13 +211,11 @@ __global__ void __launch_bounds__(kWarps * kWarp) gemv_staged_kernel(MatmulParam
                 const int g = lane + kWarp * q;
                 if (g >= n_groups) break;
                 const uint8_t* blk = cb + (g / S::kGroupsPerBlock) * D::kBytes;
-                const int i0 = (g % S::kGroupsPerBlock) * 8;
                 float v[8];
-#pragma unroll
-                for (int j = 0; j < 8; ++j) v[j] = D::value(blk, i0 + j, tb);
+                Group8<T>::decode(blk, g % S::kGroupsPerBlock, v, tb);
                 const int64_t k = b0 * D::kElems + 8 * (int64_t)g;
 #pragma unroll
-                for (int t = 0; t < kTokens; ++t) {
+                for (int t = 0; t < NT; ++t) {
                     if (t >= nt) break;
                     const float4 a = __ldg(reinterpret_cast<const float4*>(xr[t] + k));
                     const float4 b = __ldg(reinterpret_cast<const float4*>(xr[t] + k + 4));
@@ -130,7 +233,7 @@ __global__ void __launch_bounds__(kWarps * kWarp) gemv_staged_kernel(MatmulParam
             }
         }
 #pragma unroll
-        for (int t = 0; t < kTokens; ++t) acc[t] = warp_sum(acc[t]);
+        for (int t = 0; t < NT; ++t) acc[t] = warp_sum(acc[t]);
         if (lane == 0)
             for (int t = 0; t < nt; ++t) p.y[(c0 + t) * p.y_stride + m] = acc[t];
     }
@@ -140,7 +243,10 @@ template <GgmlType T>
 void launch(const MatmulParams& p, const QuantTables& t, cudaStream_t s) {
     const int n_experts = p.offsets ? p.n_experts : 1;
     const dim3 grid(ceil_div(p.M, kWarps), 1, n_experts);
-    gemv_staged_kernel<T><<<grid, kWarps * kWarp, 0, s>>>(p, t);
+    if (p.n == 1)  // grouped too: with one row in all, every expert sees at most one
+        gemv_staged_kernel<T, 1><<<grid, kWarps * kWarp, 0, s>>>(p, t);
+    else
+        gemv_staged_kernel<T, kTokens><<<grid, kWarps * kWarp, 0, s>>>(p, t);
 }
 
 }  // namespace
