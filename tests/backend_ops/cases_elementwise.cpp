@@ -1,5 +1,7 @@
 // Conformance cases of the per-row and element-wise ops: rms_norm, rope, fp8_sim, hadamard (with and
 // without the FP4 round trip), swiglu, add, copy_rows, gather_rows and fill.
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -195,7 +197,7 @@ void add_elementwise_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
                             for (int a = 0; a < dim; ++a) {
                                 double s = 0;
                                 for (int c = 0; c < dim; ++c)
-                                    s += (__builtin_popcount(a & c) & 1 ? -1.0 : 1.0) * in[i * dim + c];
+                                    s += (std::popcount((unsigned)(a & c)) & 1 ? -1.0 : 1.0) * in[i * dim + c];
                                 r[i * dim + a] = s / std::sqrt((double)dim);
                             }
                         return r;
