@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <set>
@@ -134,6 +135,25 @@ TEST(ModelConfig, WrongTensorShapeNamesTensorAndBothShapes) {
     EXPECT_NE(m.error().find("blk.3.attn_kv.weight"), std::string::npos) << m.error();
     EXPECT_NE(m.error().find("[128, 64]"), std::string::npos) << m.error();
     EXPECT_NE(m.error().find("[128, 128]"), std::string::npos) << m.error();
+}
+
+TEST(ModelConfig, OutOfRangeHashRoutingIsAnError) {
+    // tid2eid entries index experts: a file with an id >= expert_count must fail at load, not at run time.
+    Edit e;
+    e.tensor = [](GgufWriter& w, const GgufTensor& t) {
+        if (t.name != "blk.1.ffn_gate_tid2eid.weight") return false;
+        std::vector<uint8_t> bytes(t.data, t.data + t.n_bytes);
+        const int32_t bad = 16;  // flash-mini has 16 experts
+        std::memcpy(bytes.data() + 4 * 100, &bad, 4);
+        EXPECT_TRUE(w.add_tensor_data(t.name, t.type, {t.ne[0], t.ne[1]}, bytes).ok());
+        return true;
+    };
+    const std::string path = edited_copy("tid2eid", e);
+    auto backend = make_cpu_backend(1);
+    auto m = Model::load(path, *backend);
+    std::remove(path.c_str());
+    ASSERT_FALSE(m.ok());
+    EXPECT_NE(m.error().find("blk.1.ffn_gate_tid2eid.weight"), std::string::npos) << m.error();
 }
 
 TEST(ModelConfig, MissingTensorIsNamed) {

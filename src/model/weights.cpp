@@ -71,11 +71,19 @@ public:
         return upload_f32(host);
     }
 
-    Result<const int32_t*> ivec(const std::string& name, const std::vector<int64_t>& ne) {
+    // An I32 tensor whose every entry must lie in [0, limit) (e.g. expert ids).
+    Result<const int32_t*> ivec(const std::string& name, const std::vector<int64_t>& ne, int64_t limit) {
         DSV4_ASSIGN_OR_RETURN(const GgufTensor* t, find(name, ne));
         if (t->type != GgmlType::I32)
             return make_error("tensor '" + name + "' has type " + std::string(ggml_type_name(t->type)) +
                               ", expected I32");
+        for (int64_t i = 0; i < t->n_elems(); ++i) {
+            int32_t v;
+            std::memcpy(&v, t->data + i * 4, 4);
+            if (v < 0 || v >= limit)
+                return make_error("tensor '" + name + "' entry " + std::to_string(i) + " is " + std::to_string(v) +
+                                  ", outside [0, " + std::to_string(limit) + ")");
+        }
         void* p = b_.alloc(t->n_bytes);
         b_.upload(p, t->data, t->n_bytes);
         w_.owned.push_back(p);
@@ -142,7 +150,7 @@ Status load_layer(Binder& b, const ModelConfig& c, int il, int ratio, bool hash,
     const int E = c.n_expert;
     DSV4_ASSIGN_OR_RETURN(L.gate_inp, b.matrix(p + "ffn_gate_inp.weight", E, D));
     if (hash) {
-        DSV4_ASSIGN_OR_RETURN(L.tid2eid, b.ivec(p + "ffn_gate_tid2eid.weight", {c.n_expert_used, c.n_vocab}));
+        DSV4_ASSIGN_OR_RETURN(L.tid2eid, b.ivec(p + "ffn_gate_tid2eid.weight", {c.n_expert_used, c.n_vocab}, E));
     } else {
         DSV4_ASSIGN_OR_RETURN(L.expert_bias, b.vec(p + "exp_probs_b.bias", {E}));
     }

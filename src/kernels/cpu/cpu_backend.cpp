@@ -68,10 +68,12 @@ void CpuBackend::rope(float* x, int64_t n, int n_heads, int head_dim, int64_t st
 }
 
 void CpuBackend::fp8_sim(float* x, int64_t n, int64_t n_dims, int64_t stride, int block) {
-    DSV4_CHECK(n_dims % block == 0);
+    // The reference needs n_dims to be a multiple of the block; a file that is not gets a short last block
+    // rather than a crash.
     pool_.parallel_for(n, 16, [&](int64_t b, int64_t e, int) {
         for (int64_t i = b; i < e; ++i)
-            for (int64_t j = 0; j < n_dims; j += block) fake_quant_block(x + i * stride + j, block, false);
+            for (int64_t j = 0; j < n_dims; j += block)
+                fake_quant_block(x + i * stride + j, (int)std::min<int64_t>(block, n_dims - j), false);
     });
 }
 
@@ -90,10 +92,8 @@ void CpuBackend::hadamard(float* x, int64_t n, int dim, bool fp4_sim) {
                         v[j + len] = a - c;
                     }
             for (int j = 0; j < dim; ++j) v[j] *= scale;
-            if (fp4_sim) {
-                DSV4_CHECK(dim % 32 == 0);
-                for (int j = 0; j < dim; j += 32) fake_quant_block(v + j, 32, true);
-            }
+            if (fp4_sim)
+                for (int j = 0; j < dim; j += 32) fake_quant_block(v + j, std::min(32, dim - j), true);
         }
     });
 }
