@@ -14,7 +14,9 @@ os.makedirs(work, exist_ok=True)
 failures = []
 
 def run(args, **kw):
-    return subprocess.run([dsv4] + args, capture_output=True, text=True, timeout=600, **kw)
+    # Random-weight models can emit byte tokens that do not form valid UTF-8: decode leniently.
+    return subprocess.run([dsv4] + args, capture_output=True, text=True, encoding="utf-8", errors="replace",
+                          timeout=600, **kw)
 
 def expect(cond, what):
     print(("ok   " if cond else "FAIL ") + what)
