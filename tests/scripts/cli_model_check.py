@@ -66,5 +66,26 @@ expect(outs[0] != outs[2], "run prints another text for another seed")
 r = run(["run", "-m", tiny, "-p", "plain text", "-n", "4", "--raw", "--temp", "0"])
 expect(r.returncode == 0, "run --raw (greedy) succeeds")
 
+# dsv4 chat: multi-turn over stdin, /reset, and Ctrl-C stopping an answer but not the program.
+import signal, time
+chat = subprocess.Popen([dsv4, "chat", "-m", tiny, "-n", "4000", "--seed", "1", "-c", "8192"], stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+chat.stdin.write("Tell me a very long story.\n".encode())
+chat.stdin.flush()
+time.sleep(3.0)  # let the answer start streaming
+chat.send_signal(signal.SIGINT)
+time.sleep(1.0)
+try:
+    out, err = chat.communicate(input="/reset\nAnother question?\n/exit\n".encode(), timeout=600)
+except subprocess.TimeoutExpired:
+    chat.kill()
+    out, err = chat.communicate()
+out = out.decode("utf-8", "replace")
+err = err.decode("utf-8", "replace")
+expect(chat.returncode == 0, "chat exits 0 after Ctrl-C during an answer and /exit (rc %s)" % chat.returncode)
+expect("(stopped)" in err, "Ctrl-C stops the current answer")
+expect("(conversation cleared)" in out, "/reset clears the conversation")
+expect(err.count("generation:") >= 2, "chat answers again after the interrupted turn")
+
 print(f"{len(failures) == 0 and 'all' or len(failures)} {'checks passed' if not failures else 'checks failed'}")
 sys.exit(1 if failures else 0)
