@@ -39,8 +39,6 @@ void ChatDisplay::feed(std::string_view piece) {
         // Not the chat grammar: show what the parser held back, then raw text from here on.
         failed_ = true;
         if (in_reasoning_ && tty_) std::fputs("\x1b[0m", out_);
-        const size_t shown = reasoning_.size() + content_.size();
-        (void)shown;
         std::string rest = raw_.substr(std::min(raw_.size(), raw_shown_));
         std::fwrite(rest.data(), 1, rest.size(), out_);
         std::fflush(out_);

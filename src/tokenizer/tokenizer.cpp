@@ -39,10 +39,10 @@ void Tokenizer::build_trie() {
         uint32_t node;
         size_t lo, hi, depth;  // specials[lo, hi) share their first `depth` bytes
     };
-    std::vector<Range> todo{{0, 0, specials.size(), 0}};
-    while (!todo.empty()) {
-        const Range r = todo.back();
-        todo.pop_back();
+    std::vector<Range> pending{{0, 0, specials.size(), 0}};
+    while (!pending.empty()) {
+        const Range r = pending.back();
+        pending.pop_back();
         size_t i = r.lo;
         if (i < r.hi && specials[i].first.size() == r.depth) {
             // Equal texts sort together; the lowest id among duplicates was first in the vocabulary.
@@ -58,7 +58,7 @@ void Tokenizer::build_trie() {
             trie_.nodes.push_back(SpecialTrie::Node{});
             trie_.edges.push_back({b, child});
             ++trie_.nodes[r.node].n_edges;
-            todo.push_back({child, i, j, r.depth + 1});
+            pending.push_back({child, i, j, r.depth + 1});
             i = j;
         }
     }
