@@ -49,7 +49,7 @@ struct GgufTensor {
     GgmlType type = GgmlType::F32;
     uint32_t n_dims = 0;
     int64_t ne[4] = {1, 1, 1, 1};  // ne[0] is the contiguous dimension
-    const uint8_t* data = nullptr;  // inside the mapped file
+    const uint8_t* data = nullptr;  // inside the mapped file; null in a header-only file (parse_header)
     size_t n_bytes = 0;
     uint64_t file_offset = 0;       // absolute offset in its file
     uint32_t split = 0;             // which split file holds it
@@ -70,6 +70,10 @@ public:
     static Result<std::unique_ptr<GgufFile>> open(const std::string& path);
     // Parse from memory the caller keeps alive (tests, fuzzing). No split handling.
     static Result<std::unique_ptr<GgufFile>> parse(const uint8_t* data, size_t size, std::string name = "<memory>");
+    // Parse a header without its data section (GgufWriter::header: metadata and tensor infos), which the file
+    // keeps: a model's description whose tensor bytes come from elsewhere (random-weight models built in
+    // memory). Every tensor's `data` is null; offsets are checked for alignment and overlap only.
+    static Result<std::unique_ptr<GgufFile>> parse_header(std::vector<uint8_t> bytes, std::string name);
     ~GgufFile();
 
     uint32_t version() const { return version_; }
@@ -114,6 +118,7 @@ private:
     uint32_t n_splits_ = 1;
     uint64_t data_offset_ = 0;
     std::vector<std::unique_ptr<MappedFile>> maps_;
+    std::vector<uint8_t> header_;  // parse_header's bytes
     std::vector<std::pair<std::string, GgufValue>> kv_;
     std::map<std::string, size_t, std::less<>> kv_index_;
     std::vector<GgufTensor> tensors_;

@@ -163,8 +163,9 @@ namespace {
 // Parses one GGUF file held in memory. Every error message starts with `name`.
 class PartParser {
 public:
-    PartParser(const uint8_t* data, size_t size, const std::string& name, uint32_t split)
-        : cur_(data, size), data_(data), size_(size), name_(name), split_(split) {}
+    // with_data false: the bytes end after the tensor infos (GgufWriter::header); tensors get no data pointer.
+    PartParser(const uint8_t* data, size_t size, const std::string& name, uint32_t split, bool with_data)
+        : cur_(data, size), data_(data), size_(size), name_(name), split_(split), with_data_(with_data) {}
 
     Result<GgufPart> parse() {
         GgufPart part;
@@ -206,7 +207,7 @@ public:
 
         // The data section starts at the next multiple of the alignment after the tensor infos.
         part.data_offset = (cur_.pos() + part.alignment - 1) / part.alignment * part.alignment;
-        if (!part.tensors.empty() && part.data_offset > size_)
+        if (with_data_ && !part.tensors.empty() && part.data_offset > size_)
             return fail("tensor data section would start at byte " + std::to_string(part.data_offset) +
                         ", past the end of the file (" + std::to_string(size_) + " bytes)");
         DSV4_TRY(place_tensors(part));
@@ -348,19 +349,20 @@ private:
     }
 
     // Checks each tensor's offset (aligned, data inside the file, no overlap) and turns it into a pointer.
+    // Without a data section only the alignment and the overlap are checked, and the pointers stay null.
     Status place_tensors(GgufPart& part) {
-        const uint64_t data_bytes = part.tensors.empty() ? 0 : size_ - part.data_offset;
+        const uint64_t data_bytes = part.tensors.empty() || !with_data_ ? 0 : size_ - part.data_offset;
         for (GgufTensor& t : part.tensors) {
             const uint64_t rel = t.file_offset;
             if (rel % part.alignment != 0)
                 return fail("tensor " + quoted(t.name) + " data offset " + std::to_string(rel) +
                             " is not a multiple of the alignment " + std::to_string(part.alignment));
-            if (rel > data_bytes || t.n_bytes > data_bytes - rel)
+            if (with_data_ && (rel > data_bytes || t.n_bytes > data_bytes - rel))
                 return fail("tensor " + quoted(t.name) + " data (" + std::to_string(t.n_bytes) + " bytes at offset " +
                             std::to_string(rel) + " of the data section) runs past the end of the file (" +
                             std::to_string(size_) + " bytes, data section at " + std::to_string(part.data_offset) + ")");
             t.file_offset = part.data_offset + rel;
-            t.data = data_ + t.file_offset;
+            t.data = with_data_ ? data_ + t.file_offset : nullptr;
         }
         // Overlapping data is a damaged or hostile table: two weights would alias.
         std::vector<const GgufTensor*> order;
@@ -383,10 +385,12 @@ private:
     size_t size_;
     const std::string& name_;
     uint32_t split_;
+    bool with_data_;
 };
 
-Result<GgufPart> parse_part(const uint8_t* data, size_t size, const std::string& name, uint32_t split) {
-    return PartParser(data, size, name, split).parse();
+Result<GgufPart> parse_part(const uint8_t* data, size_t size, const std::string& name, uint32_t split,
+                            bool with_data = true) {
+    return PartParser(data, size, name, split, with_data).parse();
 }
 
 // For a first split part named <prefix>-00001-of-<NNNNN>.gguf, the names of all parts; nullopt-like error
@@ -546,6 +550,15 @@ Result<std::unique_ptr<GgufFile>> GgufFile::parse(const uint8_t* data, size_t si
     std::unique_ptr<GgufFile> f(new GgufFile());
     f->path_ = std::move(name);
     DSV4_ASSIGN_OR_RETURN(GgufPart part, parse_part(data, size, f->path_, 0));
+    DSV4_TRY(f->adopt_first(std::move(part)));
+    return f;
+}
+
+Result<std::unique_ptr<GgufFile>> GgufFile::parse_header(std::vector<uint8_t> bytes, std::string name) {
+    std::unique_ptr<GgufFile> f(new GgufFile());
+    f->path_ = std::move(name);
+    f->header_ = std::move(bytes);  // metadata values point into it: it moves in before parsing
+    DSV4_ASSIGN_OR_RETURN(GgufPart part, parse_part(f->header_.data(), f->header_.size(), f->path_, 0, false));
     DSV4_TRY(f->adopt_first(std::move(part)));
     return f;
 }

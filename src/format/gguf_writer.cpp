@@ -212,12 +212,9 @@ Status GgufWriter::add_tensor_data(std::string name, GgmlType type, std::vector<
     return {};
 }
 
-Status GgufWriter::write(const std::string& path, const std::function<void(uint64_t, uint64_t)>& progress) const {
+Result<std::vector<uint8_t>> GgufWriter::header() const {
     if (alignment_ == 0 || !std::has_single_bit(alignment_))
-        return make_error("cannot write '" + path + "': alignment " + std::to_string(alignment_) +
-                          " is not a nonzero power of two");
-
-    // Header, metadata and tensor infos are small: encode them in memory first.
+        return make_error("GGUF alignment " + std::to_string(alignment_) + " is not a nonzero power of two");
     std::vector<uint8_t> head;
     head.insert(head.end(), {'G', 'G', 'U', 'F'});
     put<uint32_t>(head, kVersion);
@@ -233,7 +230,7 @@ Status GgufWriter::write(const std::string& path, const std::function<void(uint6
         put<uint32_t>(head, (uint32_t)kv.type);
         head.insert(head.end(), kv.bytes.begin(), kv.bytes.end());
     }
-    uint64_t offset = 0, total = 0;
+    uint64_t offset = 0;
     for (const Tensor& t : tensors_) {
         put_str(head, t.name);
         put<uint32_t>(head, (uint32_t)t.ne.size());
@@ -241,8 +238,17 @@ Status GgufWriter::write(const std::string& path, const std::function<void(uint6
         put<uint32_t>(head, (uint32_t)t.type);
         put<uint64_t>(head, offset);
         offset += align_up(t.n_bytes, alignment_);
-        total += t.n_bytes;
     }
+    return head;
+}
+
+Status GgufWriter::write(const std::string& path, const std::function<void(uint64_t, uint64_t)>& progress) const {
+    // Header, metadata and tensor infos are small: encode them in memory first.
+    auto encoded = header();
+    if (!encoded.ok()) return make_error("cannot write '" + path + "': " + encoded.error());
+    const std::vector<uint8_t>& head = *encoded;
+    uint64_t total = 0;
+    for (const Tensor& t : tensors_) total += t.n_bytes;
 
     const std::string tmp = path + ".tmp";
     std::unique_ptr<std::FILE, FileCloser> out(std::fopen(tmp.c_str(), "wb"));

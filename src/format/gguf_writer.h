@@ -60,6 +60,10 @@ public:
     // `general.alignment` when it differs from GGUF's default of 32.
     void set_alignment(uint32_t a) { alignment_ = a; }
 
+    // The bytes write() puts before the data section: header, metadata and tensor infos, without the padding
+    // and the tensor data (GgufFile::parse_header reads them back: a model's description without its weights).
+    Result<std::vector<uint8_t>> header() const;
+
     // Write the whole file: header, metadata, tensor infos, then each tensor's data (aligned) in order.
     // `progress(done_bytes, total_bytes)` is called after each tensor when given.
     Status write(const std::string& path, const std::function<void(uint64_t, uint64_t)>& progress = {}) const;

@@ -38,10 +38,21 @@ std::vector<float> rope_freqs(const ModelConfig& cfg, bool compressed) {
 
 Result<std::unique_ptr<Model>> Model::load(const std::string& path, Backend& backend) {
     DSV4_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::open(path));
+    return load(std::move(f), nullptr, backend);
+}
+
+Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<GgufFile> f, std::unique_ptr<TensorSource> source,
+                                           Backend& backend) {
     std::unique_ptr<Model> m(new Model(backend));
     DSV4_ASSIGN_OR_RETURN(m->cfg_, ModelConfig::from_gguf(*f));
-    DSV4_ASSIGN_OR_RETURN(m->w_, load_weights(*f, m->cfg_, backend));
+    if (source) {
+        DSV4_ASSIGN_OR_RETURN(m->w_, load_weights(*f, m->cfg_, backend, *source));
+        source->finish();
+    } else {
+        DSV4_ASSIGN_OR_RETURN(m->w_, load_weights(*f, m->cfg_, backend));
+    }
     m->file_ = std::move(f);
+    m->source_ = std::move(source);
     auto upload = [&](const std::vector<float>& v) {
         void* p = backend.alloc(v.size() * sizeof(float));
         backend.upload(p, v.data(), v.size() * sizeof(float));

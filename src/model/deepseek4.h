@@ -33,6 +33,11 @@ struct StepOptions {
 class Model {
 public:
     static Result<std::unique_ptr<Model>> load(const std::string& path, Backend& backend);
+    // A model described by `file` (metadata and tensor table; a header-only file is fine) whose tensor bytes
+    // come from `source` (e.g. a random-weight generator, model/synth.h). The model keeps both: on a host
+    // backend the weights are the bytes the source kept.
+    static Result<std::unique_ptr<Model>> load(std::unique_ptr<GgufFile> file, std::unique_ptr<TensorSource> source,
+                                               Backend& backend);
     ~Model();
 
     const ModelConfig& config() const { return cfg_; }
@@ -83,6 +88,7 @@ private:
 
     Backend& backend_;
     std::unique_ptr<GgufFile> file_;
+    std::unique_ptr<TensorSource> source_;  // null when the weights are the file's own bytes
     ModelConfig cfg_;
     ModelWeights w_;
     const float* rope_freqs_window_ = nullptr;      // backend memory, rope_dim/2

@@ -1,24 +1,16 @@
 // Random-weight DeepSeek-V4 GGUF generator: presets, the tensor plan (names, shapes, types, distributions),
-// the metadata, and the streaming writer that fills each tensor row chunk by row chunk on a thread pool.
-// Every row has its own PRNG stream seeded from (seed, tensor name, row), so the bytes never depend on the
-// chunking or the thread count.
+// the metadata, and the streaming writer that fills each tensor chunk by chunk (rows: synth_generator.cpp).
 #include "model/synth.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <future>
-#include <map>
-#include <optional>
+#include <memory>
 
-#include "core/check.h"
-#include "core/fp16.h"
-#include "core/thread_pool.h"
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
-#include "format/quant.h"
+#include "model/synth_generator.h"
 
 namespace dsv4 {
 
@@ -395,311 +387,18 @@ Result<int64_t> synth_vocab_size(const GgufFile& vocab) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Random number streams
+// The GGUF description and the streaming file writer
 
-namespace {
-
-uint64_t splitmix64(uint64_t& s) {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-uint64_t fnv1a(std::string_view s) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-    return h;
-}
-
-// xoshiro256**: fast, 256-bit state, good enough statistics for weights.
-class Rng {
-public:
-    explicit Rng(uint64_t seed) {
-        for (auto& x : s_) x = splitmix64(seed);
-    }
-    uint64_t next() {
-        const uint64_t r = rotl(s_[1] * 5, 7) * 9;
-        const uint64_t t = s_[1] << 17;
-        s_[2] ^= s_[0];
-        s_[3] ^= s_[1];
-        s_[1] ^= s_[2];
-        s_[0] ^= s_[3];
-        s_[2] ^= t;
-        s_[3] = rotl(s_[3], 45);
-        return r;
-    }
-    // ~N(0, 1): the sum of four 16-bit uniforms (Irwin-Hall), centred and scaled to unit variance. One
-    // 64-bit draw per value; the tails stop at +-3.46, which weights do not miss.
-    float gaussian() {
-        const uint64_t x = next();
-        const int64_t sum = (int64_t)(x & 0xffff) + (int64_t)((x >> 16) & 0xffff) + (int64_t)((x >> 32) & 0xffff) +
-                            (int64_t)(x >> 48);
-        return (float)(sum - 131070) * (1.7320508075688772f / 65536.0f);
-    }
-    uint32_t below(uint32_t n) { return (uint32_t)(((next() >> 32) * (uint64_t)n) >> 32); }
-    void fill(uint8_t* dst, size_t n) {
-        size_t i = 0;
-        for (; i + 8 <= n; i += 8) {
-            uint64_t x = next();
-            std::memcpy(dst + i, &x, 8);
-        }
-        if (i < n) {
-            uint64_t x = next();
-            std::memcpy(dst + i, &x, n - i);
-        }
-    }
-
-private:
-    static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-    uint64_t s_[4];
-};
-
-uint64_t row_seed(uint64_t tensor_key, int64_t row) {
-    uint64_t s = tensor_key ^ ((uint64_t)row * 0xd1b54a32d192ed03ull);
-    return splitmix64(s);
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Random valid blocks for the types without a quantizer (IQ*, TQ*): every byte pattern decodes to finite
-// values in these formats, so the bytes are random except the fp16 super-block scale, which is set so
-// the dequantized values have the wanted std. Facts from ggml's block layouts.
-
-struct RandomBlockLayout {
-    size_t d_offset;     // byte offset of the f16 scale
-    bool iq1m_split;     // IQ1_M: no d field, its 16 bits are the top nibbles of the 4 u16 scale words
-    bool tq2_no_three;   // TQ2_0: 2-bit codes 0..2 mean -1..1; the quantizer never writes 3 (= +2)
-};
-
-std::optional<RandomBlockLayout> random_block_layout(GgmlType t) {
-    switch (t) {
-        case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S: case GgmlType::IQ3_XXS:
-        case GgmlType::IQ3_S: case GgmlType::IQ1_S: case GgmlType::IQ4_NL: case GgmlType::IQ4_XS:
-            return RandomBlockLayout{0, false, false};
-        case GgmlType::IQ1_M: return RandomBlockLayout{48, true, false};  // qs[32], qh[16], scales[8]
-        case GgmlType::TQ1_0: return RandomBlockLayout{52, false, false}; // qs[48], qh[4], d
-        case GgmlType::TQ2_0: return RandomBlockLayout{64, false, true};  // qs[64], d
-        default: return std::nullopt;
-    }
-}
-
-bool use_random_blocks(GgmlType t) { return !has_quantizer(t) && random_block_layout(t).has_value(); }
-
-void random_blocks(Rng& rng, GgmlType type, uint16_t d_bits, uint8_t* dst, int64_t n_blocks) {
-    const RandomBlockLayout L = *random_block_layout(type);
-    const size_t bb = ggml_traits(type).block_bytes;
-    for (int64_t b = 0; b < n_blocks; ++b) {
-        uint8_t* blk = dst + b * bb;
-        rng.fill(blk, bb);
-        if (L.iq1m_split) {
-            for (int i = 0; i < 4; ++i) {
-                uint16_t sc;
-                std::memcpy(&sc, blk + L.d_offset + 2 * i, 2);
-                sc = (uint16_t)((sc & 0x0fff) | (((d_bits >> (4 * i)) & 0xf) << 12));
-                std::memcpy(blk + L.d_offset + 2 * i, &sc, 2);
-            }
-        } else {
-            std::memcpy(blk + L.d_offset, &d_bits, 2);
-        }
-        if (L.tq2_no_three) {
-            for (size_t i = 0; i < L.d_offset; ++i) {
-                const uint8_t threes = blk[i] & (blk[i] >> 1) & 0x55;  // low bit of each 2-bit code that is 3
-                blk[i] = (uint8_t)(blk[i] & ~(threes << 1));          // 3 -> 1 (zero)
-            }
-        }
-    }
-}
-
-// RMS of the dequantized values of random blocks with scale 1: the scale for a wanted std is std / rms.
-float random_block_unit_rms(GgmlType type) {
-    constexpr int64_t kBlocks = 256;
-    const auto& tr = ggml_traits(type);
-    std::vector<uint8_t> bytes(kBlocks * tr.block_bytes);
-    std::vector<float> vals(kBlocks * tr.block_elems);
-    Rng rng(0x5eedca1b0000ull + (uint64_t)type);
-    random_blocks(rng, type, f32_to_f16(1.0f), bytes.data(), kBlocks);
-    dequantize_row(type, bytes.data(), vals.data(), (int64_t)vals.size());
-    double ss = 0;
-    for (float v : vals) ss += (double)v * v;
-    return (float)std::sqrt(ss / (double)vals.size());
-}
-
-}  // namespace
-
-bool synth_type_supported(GgmlType t) {
-    if (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16) return true;
-    if (!ggml_traits(t).is_float_weight || t == GgmlType::Q8_1 || t == GgmlType::Q8_K) return false;
-    return has_quantizer(t) || random_block_layout(t).has_value();
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Streaming writer
-
-namespace {
-
-// Progress on stderr: percent of tensor bytes, MB written, MB/s; at most a few lines a second.
-class Progress {
-public:
-    Progress(bool enabled, uint64_t total) : enabled_(enabled), total_(total), start_(Clock::now()), last_(start_) {}
-    void add(uint64_t bytes) {
-        done_ += bytes;
-        if (!enabled_) return;
-        auto now = Clock::now();
-        if (now - last_ < std::chrono::milliseconds(250) && done_ < total_) return;
-        last_ = now;
-        print(now, '\r');
-    }
-    void finish() {
-        if (enabled_) print(Clock::now(), '\n');
-    }
-
-private:
-    using Clock = std::chrono::steady_clock;
-    void print(Clock::time_point now, char end) {
-        double s = std::chrono::duration<double>(now - start_).count();
-        double mb = (double)done_ / 1e6;
-        std::fprintf(stderr, "\rsynth: %5.1f%%  %10.1f / %.1f MB  %7.1f MB/s%c",
-                     total_ ? 100.0 * (double)done_ / (double)total_ : 100.0, mb, (double)total_ / 1e6,
-                     s > 0 ? mb / s : 0.0, end);
-        std::fflush(stderr);
-    }
-    bool enabled_;
-    uint64_t total_, done_ = 0;
-    Clock::time_point start_, last_;
-};
-
-// State shared by every tensor's producer during one write: the pool, per-thread row scratch, two chunk
-// buffers (one being filled while the other is written), and the random-block scales per type.
-class Generator {
-public:
-    Generator(const std::vector<SynthTensor>& plan, const SynthHparams& hp, const SynthWriteOptions& opt)
-        : plan_(plan), hp_(hp), seed_(opt.seed),
-          pool_(opt.n_threads > 0 ? opt.n_threads : ThreadPool::default_threads()),
-          progress_(opt.progress, total_bytes(plan)) {
-        int64_t max_ne0 = 1;
-        for (const auto& t : plan) max_ne0 = std::max(max_ne0, t.ne[0]);
-        scratch_.assign(pool_.n_threads(), std::vector<float>(max_ne0));
-        for (const auto& t : plan)
-            if (use_random_blocks(t.type) && !unit_rms_.count(t.type)) unit_rms_[t.type] = random_block_unit_rms(t.type);
-    }
-
-    Status produce(size_t index, std::FILE* out) {
-        const SynthTensor& t = plan_[index];
-        const size_t row_bytes = ggml_row_bytes(ggml_traits(t.type), t.ne[0]);
-        const int64_t n_rows = t.n_rows();
-        const int64_t rows_per_chunk = std::max<int64_t>(1, (int64_t)(kChunkBytes / row_bytes));
-        uint64_t key = seed_;
-        key = splitmix64(key) ^ fnv1a(t.name);
-        const bool random = use_random_blocks(t.type);
-        uint16_t d_bits = 0;
-        if (random) {
-            DSV4_CHECK(t.fill == SynthFill::gaussian && t.mean == 0.0f);
-            d_bits = f32_to_f16(t.std / unit_rms_.at(t.type));
-        }
-        const int64_t grain = std::max<int64_t>(1, 16384 / t.ne[0]);
-        std::future<size_t> pending;
-        size_t pending_bytes = 0;
-        int cur = 0;
-        for (int64_t r0 = 0; r0 < n_rows; r0 += rows_per_chunk) {
-            const int64_t n = std::min(rows_per_chunk, n_rows - r0);
-            std::vector<uint8_t>& buf = bufs_[cur];
-            buf.resize((size_t)n * row_bytes);
-            pool_.parallel_for(n, grain, [&](int64_t b, int64_t e, int ti) {
-                for (int64_t r = b; r < e; ++r)
-                    fill_row(t, key, random, d_bits, r0 + r, scratch_[ti].data(), buf.data() + (size_t)r * row_bytes);
-            });
-            if (pending.valid()) DSV4_TRY(finish_write(pending, pending_bytes, t));
-            pending_bytes = buf.size();
-            pending = std::async(std::launch::async, [out, &buf] { return std::fwrite(buf.data(), 1, buf.size(), out); });
-            cur ^= 1;
-        }
-        if (pending.valid()) DSV4_TRY(finish_write(pending, pending_bytes, t));
-        return {};
-    }
-
-    void finish() { progress_.finish(); }
-
-private:
-    static constexpr size_t kChunkBytes = 8u << 20;
-
-    static uint64_t total_bytes(const std::vector<SynthTensor>& plan) {
-        uint64_t s = 0;
-        for (const auto& t : plan) s += t.n_bytes();
-        return s;
-    }
-
-    Status finish_write(std::future<size_t>& f, size_t want, const SynthTensor& t) {
-        size_t got = f.get();
-        if (got != want) return make_error("synth: short write of tensor '" + t.name + "' (disk full?)");
-        progress_.add(want);
-        return {};
-    }
-
-    void fill_row(const SynthTensor& t, uint64_t key, bool random, uint16_t d_bits, int64_t row, float* scratch,
-                  uint8_t* dst) const {
-        Rng rng(row_seed(key, row));
-        const int64_t n = t.ne[0];
-        if (t.fill == SynthFill::expert_ids) {
-            // n distinct ids per row (n = n_expert_used is small: rejection is cheap).
-            std::vector<int32_t> ids((size_t)n);
-            for (int64_t i = 0; i < n; ++i) {
-                int32_t id;
-                do {
-                    id = (int32_t)rng.below((uint32_t)hp_.n_expert);
-                } while (std::find(ids.begin(), ids.begin() + i, id) != ids.begin() + i);
-                ids[i] = id;
-            }
-            std::memcpy(dst, ids.data(), (size_t)n * 4);
-            return;
-        }
-        if (random) {
-            random_blocks(rng, t.type, d_bits, dst, n / ggml_traits(t.type).block_elems);
-            return;
-        }
-        for (int64_t i = 0; i < n; ++i) scratch[i] = t.mean + t.std * rng.gaussian();
-        switch (t.type) {
-            case GgmlType::F32: std::memcpy(dst, scratch, (size_t)n * 4); break;
-            case GgmlType::F16:
-                for (int64_t i = 0; i < n; ++i) {
-                    uint16_t h = f32_to_f16(scratch[i]);
-                    std::memcpy(dst + 2 * i, &h, 2);
-                }
-                break;
-            case GgmlType::BF16:
-                for (int64_t i = 0; i < n; ++i) {
-                    uint16_t h = f32_to_bf16(scratch[i]);
-                    std::memcpy(dst + 2 * i, &h, 2);
-                }
-                break;
-            default: {
-                size_t wrote = quantize_row(t.type, scratch, dst, n);
-                DSV4_CHECK(wrote == ggml_row_bytes(ggml_traits(t.type), n));
-            }
-        }
-    }
-
-    const std::vector<SynthTensor>& plan_;
-    const SynthHparams& hp_;
-    uint64_t seed_;
-    ThreadPool pool_;
-    Progress progress_;
-    std::vector<std::vector<float>> scratch_;
-    std::vector<uint8_t> bufs_[2];
-    std::map<GgmlType, float> unit_rms_;
-};
-
-}  // namespace
-
-Status synth_write(const SynthHparams& hp, const SynthTypes& types, const SynthWriteOptions& opt,
-                   const std::string& path) {
+Result<std::vector<SynthTensor>> synth_describe(GgufWriter& w, const SynthHparams& hp, const SynthTypes& types,
+                                                const SynthWriteOptions& opt,
+                                                std::function<Status(size_t index, std::FILE* out)> produce) {
     DSV4_TRY(synth_validate(hp));
     for (GgmlType t : {types.expert_gate_up, types.expert_down, types.dense})
         if (!synth_type_supported(t))
             return make_error("synth: cannot generate tensors of type " + std::string(ggml_type_name(t)) +
                               " (no quantizer and no known block layout)");
-    const std::vector<SynthTensor> plan = synth_plan(hp, types);
+    std::vector<SynthTensor> plan = synth_plan(hp, types);
 
-    GgufWriter w;
     w.set_alignment(32);
     synth_metadata(w, hp);
     if (opt.vocab) {
@@ -710,14 +409,74 @@ Status synth_write(const SynthHparams& hp, const SynthTypes& types, const SynthW
         for (const auto& [key, value] : opt.vocab->metadata())
             if (key.rfind("tokenizer.", 0) == 0) w.copy_value(key, value);
     }
-
-    Generator gen(plan, hp, opt);
+    auto shared = std::make_shared<std::function<Status(size_t, std::FILE*)>>(std::move(produce));
     for (size_t i = 0; i < plan.size(); ++i) {
         const SynthTensor& t = plan[i];
-        DSV4_TRY(w.add_tensor(t.name, t.type, t.ne, [&gen, i](std::FILE* out) { return gen.produce(i, out); }));
+        DSV4_TRY(w.add_tensor(t.name, t.type, t.ne, [shared, i](std::FILE* out) { return (*shared)(i, out); }));
     }
+    return plan;
+}
+
+namespace {
+
+// Streams one tensor into the file in chunks: the next chunk is generated while the previous one is written.
+class FileProducer {
+public:
+    FileProducer(SynthGenerator& gen, const std::vector<SynthTensor>& plan, SynthProgress& progress)
+        : gen_(gen), plan_(plan), progress_(progress) {}
+
+    Status produce(size_t index, std::FILE* out) {
+        const SynthTensor& t = plan_[index];
+        const size_t row_bytes = ggml_row_bytes(ggml_traits(t.type), t.ne[0]);
+        const int64_t n_rows = t.n_rows();
+        const int64_t rows_per_chunk = std::max<int64_t>(1, (int64_t)(kChunkBytes / row_bytes));
+        std::future<size_t> pending;
+        size_t pending_bytes = 0;
+        int cur = 0;
+        for (int64_t r0 = 0; r0 < n_rows; r0 += rows_per_chunk) {
+            const int64_t n = std::min(rows_per_chunk, n_rows - r0);
+            std::vector<uint8_t>& buf = bufs_[cur];
+            buf.resize((size_t)n * row_bytes);
+            gen_.fill(index, r0, n, buf.data());
+            if (pending.valid()) DSV4_TRY(finish_write(pending, pending_bytes, t));
+            pending_bytes = buf.size();
+            pending = std::async(std::launch::async, [out, &buf] { return std::fwrite(buf.data(), 1, buf.size(), out); });
+            cur ^= 1;
+        }
+        if (pending.valid()) DSV4_TRY(finish_write(pending, pending_bytes, t));
+        return {};
+    }
+
+private:
+    static constexpr size_t kChunkBytes = 8u << 20;
+
+    Status finish_write(std::future<size_t>& f, size_t want, const SynthTensor& t) {
+        if (f.get() != want) return make_error("synth: short write of tensor '" + t.name + "' (disk full?)");
+        progress_.add(want);
+        return {};
+    }
+
+    SynthGenerator& gen_;
+    const std::vector<SynthTensor>& plan_;
+    SynthProgress& progress_;
+    std::vector<uint8_t> bufs_[2];  // one being filled while the other is written
+};
+
+}  // namespace
+
+Status synth_write(const SynthHparams& hp, const SynthTypes& types, const SynthWriteOptions& opt,
+                   const std::string& path) {
+    GgufWriter w;
+    FileProducer* producer = nullptr;  // made once the plan is known; the writer calls it only in write()
+    DSV4_ASSIGN_OR_RETURN(
+        const std::vector<SynthTensor> plan,
+        synth_describe(w, hp, types, opt, [&producer](size_t i, std::FILE* out) { return producer->produce(i, out); }));
+    SynthGenerator gen(plan, hp, opt.seed, opt.n_threads);
+    SynthProgress progress(opt.progress, synth_plan_bytes(plan), "synth");
+    FileProducer file_producer(gen, plan, progress);
+    producer = &file_producer;
     Status st = w.write(path);
-    gen.finish();
+    progress.finish();
     return st;
 }
 

@@ -1,21 +1,25 @@
 // Random-weight DeepSeek-V4 GGUF generator (`dsv4 synth`, benchmarks, server tests): the exact metadata keys
 // and tensor names/shapes of real files, with random weights scaled so activations stay O(1). Tensors are
 // generated and quantized row chunk by row chunk inside the writer's producer callbacks, so memory stays
-// bounded whatever the file size; the bytes depend only on the seed (not on the thread count).
+// bounded whatever the file size; the bytes depend only on the seed (not on the thread count). The same
+// model can be built straight into backend memory, without a file (synth_model, `dsv4 bench --synth`).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/status.h"
 #include "format/ggml_type.h"
+#include "format/gguf.h"
+#include "model/weights.h"
 
 namespace dsv4 {
 
-class GgufFile;
 class GgufWriter;
+class Model;
 
 // Every hyperparameter the file's metadata carries. A preset fills it; callers may edit it before writing.
 struct SynthHparams {
@@ -107,16 +111,32 @@ bool synth_type_supported(GgmlType type);
 // Add the `general.*` and `deepseek4.*` metadata keys (the golden files' exact key set) to `w`.
 void synth_metadata(GgufWriter& w, const SynthHparams& hp);
 
+// Options of synth_write, synth_source and synth_model alike.
 struct SynthWriteOptions {
     uint64_t seed = 0;
     int n_threads = 0;             // 0: ThreadPool::default_threads()
-    bool progress = false;         // percent, MB written and MB/s on stderr
+    bool progress = false;         // percent, GB done and GB/s on stderr
     const GgufFile* vocab = nullptr;  // copy its tokenizer.* keys (hp.n_vocab must already match it)
 };
 
 // Write the whole file for hp: metadata, then every tensor of synth_plan, streamed.
 Status synth_write(const SynthHparams& hp, const SynthTypes& types, const SynthWriteOptions& opt,
                    const std::string& path);
+
+// The model synth_write would write, without the file: `file` is its header (metadata and tensor infos, no
+// data: GgufFile::parse_header), `tensors` generates each tensor's bytes on request, identical to the file's.
+// Bytes asked for with `keep` are held by the source; others go through one staging buffer, so a load onto a
+// GPU backend holds about one tensor in host memory.
+struct SynthSource {
+    std::unique_ptr<GgufFile> file;
+    std::unique_ptr<TensorSource> tensors;
+};
+Result<SynthSource> synth_source(const SynthHparams& hp, const SynthTypes& types, const SynthWriteOptions& opt);
+
+// A random-weight model built in backend memory: Model::load on synth_source, so its config comes from the
+// same metadata and its weights are the same bytes as the file synth_write writes with these arguments.
+Result<std::unique_ptr<Model>> synth_model(const SynthHparams& hp, const SynthTypes& types,
+                                           const SynthWriteOptions& opt, Backend& backend);
 
 // The token count of a vocabulary GGUF (length of tokenizer.ggml.tokens); error naming the file otherwise.
 Result<int64_t> synth_vocab_size(const GgufFile& vocab);

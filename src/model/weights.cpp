@@ -18,9 +18,18 @@ std::string shape_of(const std::vector<int64_t>& ne) {
     return s + "]";
 }
 
+// The tensors' own bytes in the mapped file.
+class FileTensors final : public TensorSource {
+public:
+    Result<const uint8_t*> bytes(const GgufTensor& t, bool) override {
+        if (!t.data && t.n_bytes) return make_error("tensor '" + t.name + "' has no data (a header-only file)");
+        return t.data;
+    }
+};
+
 class Binder {
 public:
-    Binder(const GgufFile& f, Backend& b, ModelWeights& w) : f_(f), b_(b), w_(w) {}
+    Binder(const GgufFile& f, Backend& b, TensorSource& src, ModelWeights& w) : f_(f), b_(b), src_(src), w_(w) {}
 
     bool has(const std::string& name) const { return f_.tensor(name) != nullptr; }
 
@@ -52,7 +61,12 @@ public:
         w.rows = rows;
         w.n_experts = n_exp;
         w.row_bytes = t->row_bytes();
-        w.data = b_.weight_data(t->data, t->n_bytes);
+        // A host backend computes on the bytes in place, so they must outlive the load; a device backend
+        // copies them, and is synchronized so that transient bytes (a reused staging buffer) may change.
+        const bool keep = b_.is_host();
+        DSV4_ASSIGN_OR_RETURN(const uint8_t* bytes, src_.bytes(*t, keep));
+        w.data = b_.weight_data(bytes, t->n_bytes);
+        if (!keep) b_.synchronize();
         w.name = t->name.c_str();
         w_.bytes_matrices += t->n_bytes;
         return w;
@@ -64,10 +78,11 @@ public:
         if (!ggml_traits(t->type).is_float_weight)
             return make_error("tensor '" + name + "' has type " + std::string(ggml_type_name(t->type)) +
                               ", expected a float type");
+        DSV4_ASSIGN_OR_RETURN(const uint8_t* bytes, src_.bytes(*t, false));
         std::vector<float> host(t->n_elems());
         const int64_t row = t->ne[0];
         const size_t rb = t->row_bytes();
-        for (int64_t r = 0; r < t->n_elems() / row; ++r) dequantize_row(t->type, t->data + r * rb, host.data() + r * row, row);
+        for (int64_t r = 0; r < t->n_elems() / row; ++r) dequantize_row(t->type, bytes + r * rb, host.data() + r * row, row);
         return upload_f32(host);
     }
 
@@ -77,15 +92,16 @@ public:
         if (t->type != GgmlType::I32)
             return make_error("tensor '" + name + "' has type " + std::string(ggml_type_name(t->type)) +
                               ", expected I32");
+        DSV4_ASSIGN_OR_RETURN(const uint8_t* bytes, src_.bytes(*t, false));
         for (int64_t i = 0; i < t->n_elems(); ++i) {
             int32_t v;
-            std::memcpy(&v, t->data + i * 4, 4);
+            std::memcpy(&v, bytes + i * 4, 4);
             if (v < 0 || v >= limit)
                 return make_error("tensor '" + name + "' entry " + std::to_string(i) + " is " + std::to_string(v) +
                                   ", outside [0, " + std::to_string(limit) + ")");
         }
         void* p = b_.alloc(t->n_bytes);
-        b_.upload(p, t->data, t->n_bytes);
+        b_.upload(p, bytes, t->n_bytes);
         w_.owned.push_back(p);
         return static_cast<const int32_t*>(p);
     }
@@ -100,6 +116,7 @@ public:
 private:
     const GgufFile& f_;
     Backend& b_;
+    TensorSource& src_;
     ModelWeights& w_;
 };
 
@@ -197,8 +214,13 @@ Status load_mtp(Binder& b, const ModelConfig& c, MtpWeights& m) {
 }  // namespace
 
 Result<ModelWeights> load_weights(const GgufFile& f, ModelConfig& c, Backend& backend) {
+    FileTensors file_bytes;
+    return load_weights(f, c, backend, file_bytes);
+}
+
+Result<ModelWeights> load_weights(const GgufFile& f, ModelConfig& c, Backend& backend, TensorSource& source) {
     ModelWeights w;
-    Binder b(f, backend, w);
+    Binder b(f, backend, source, w);
     const GgufTensor* emb = f.tensor("token_embd.weight");
     if (!emb) return make_error("missing tensor 'token_embd.weight'");
     if (c.n_vocab == 0) c.n_vocab = emb->ne[1];

@@ -14,6 +14,19 @@
 namespace dsv4 {
 
 class GgufFile;
+struct GgufTensor;
+
+// Where load_weights takes each tensor's bytes from: the mapped file itself, or a generator (random-weight
+// models built in memory, model/synth.h).
+class TensorSource {
+public:
+    virtual ~TensorSource() = default;
+    // The t.n_bytes bytes of `t`. With `keep` they must stay valid as long as the source lives (the CPU
+    // backend computes on weight bytes in place); without, only until the next call.
+    virtual Result<const uint8_t*> bytes(const GgufTensor& t, bool keep) = 0;
+    // The loader has taken every tensor it needs: drop working state (threads, staging buffers).
+    virtual void finish() {}
+};
 
 struct CompressorWeights {
     Weight kv, gate;              // [coff*d, D]
@@ -84,6 +97,8 @@ struct ModelWeights {
 // Bind every tensor of `f` the config requires. Updates cfg.n_vocab when the file omits vocab_size.
 // Errors name the tensor and, for a shape mismatch, both the expected and the found shape.
 Result<ModelWeights> load_weights(const GgufFile& f, ModelConfig& cfg, Backend& backend);
+// The same with the tensor bytes taken from `source` (f holds the names, types and shapes).
+Result<ModelWeights> load_weights(const GgufFile& f, ModelConfig& cfg, Backend& backend, TensorSource& source);
 void free_weights(ModelWeights& w, Backend& backend);
 
 }  // namespace dsv4
