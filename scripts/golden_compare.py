@@ -3,10 +3,12 @@
 
 usage: golden_compare.py LOGITS_DIR [--shared ../shared] [--sets flash-mini,pro-mini,quant-mini]
 
-LOGITS_DIR holds <set>.<off|on>.<main|stepwise|mtp>.f32. Checks, per run:
+LOGITS_DIR holds <set>.<off|on|bf16>.<main|stepwise|mtp>.f32 (the modes of scripts/gpu_golden.sh: off =
+exact mode, on = quant-sim mode, both with --gemm f32; bf16 = quant-sim mode with --gemm bf16). Checks, per run:
   * exact mode (off) vs exact_fp32 and quant-sim mode (on) vs qat_fp32 with the thresholds of
     golden/README.md as shared/tools/golden_check.py applies them (whose KL function this script imports);
-  * issue 5's GPU bound, quant-sim mode vs qat_bf16 (quant-mini: vs qat_fp32): mean KL <= 2e-3, top-1 >= 90%.
+  * the bound of a bf16 GPU path (golden/README.md; issue 5), quant-sim mode (on, and bf16 with its tensor-core
+    matmuls) vs qat_bf16 (quant-mini, which has no bf16 run: vs qat_fp32): mean KL <= 2e-3, top-1 >= 90%.
 Prints one line per check and a summary; exit status 0 when every check passes.
 """
 import argparse, json, os, sys
@@ -19,6 +21,7 @@ def main():
     ap.add_argument("logits_dir")
     ap.add_argument("--shared", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared"))
     ap.add_argument("--sets", default="flash-mini,pro-mini,quant-mini")
+    ap.add_argument("--modes", default="off,on,bf16", help="modes to check (a subset of off,on,bf16)")
     a = ap.parse_args()
     sys.path.insert(0, os.path.join(a.shared, "tools"))
     from golden_check import kl  # the acceptance check's own metric
@@ -33,15 +36,16 @@ def main():
         runs = [("main", ["prefill", "decode"]), ("stepwise", ["stepwise"])]
         if "exact_fp32.mtp_prefill" in m["files"]:
             runs.append(("mtp", ["mtp_prefill", "mtp_decode"]))
-        for mode in ("off", "on"):
+        for mode in a.modes.split(","):
             for run, kinds in runs:
                 path = os.path.join(a.logits_dir, f"{name}.{mode}.{run}.f32")
-                targets = [("exact_fp32", "cpu-exact")] if mode == "off" else [("qat_fp32", "cpu-qat")]
-                if mode == "on":
+                targets = {"off": [("exact_fp32", "cpu-exact")], "on": [("qat_fp32", "cpu-qat")], "bf16": []}[mode]
+                if mode in ("on", "bf16"):
                     targets.append(("qat_fp32" if quantized else "qat_bf16", "gpu-issue5"))
                 for ref_run, rule in targets:
                     checks += 1
-                    label = f"{name} {run} quant-sim={mode} vs {ref_run} [{rule}]"
+                    mode_label = {"off": "quant-sim=off", "on": "quant-sim=on", "bf16": "quant-sim=on gemm=bf16"}[mode]
+                    label = f"{name} {run} {mode_label} vs {ref_run} [{rule}]"
                     if not os.path.exists(path):
                         fails.append(f"{label}: missing {path}")
                         print("FAIL", fails[-1])

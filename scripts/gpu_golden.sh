@@ -2,9 +2,13 @@
 # Run the golden sets' token sequences through `dsv4 logits` and write the raw logits, without comparing:
 # the reference logits stay on the development machine (scripts/golden_compare.py compares there).
 # usage: scripts/gpu_golden.sh DSV4_BINARY GOLDEN_ROOT OUT_DIR   (DEVICE=cuda|cpu, default cuda)
-# For each set and quant-sim mode (off, on) writes <set>.<mode>.{main,stepwise,mtp}.f32, following the
-# commands of golden/README.md: main = tokens[0:P+D] with --prefill P; stepwise = tokens[0:S] --stepwise;
-# mtp = tokens[0:P+D+1] --prefill P --mtp (sets with an MTP block only).
+# For each set and mode writes <set>.<mode>.{main,stepwise,mtp}.f32, following the commands of
+# golden/README.md: main = tokens[0:P+D] with --prefill P; stepwise = tokens[0:S] --stepwise;
+# mtp = tokens[0:P+D+1] --prefill P --mtp (sets with an MTP block only). Modes:
+#   off  = --quant-sim off --gemm f32   (exact mode, checked against exact_fp32)
+#   on   = --quant-sim on  --gemm f32   (checked against qat_fp32)
+#   bf16 = --quant-sim on  --gemm bf16  (tensor-core matmuls, checked against the reference's bf16 run)
+# The CPU backend ignores --gemm (it always computes in f32).
 set -euo pipefail
 DSV4=$1
 GOLDEN=$2
@@ -25,15 +29,20 @@ json.dump(t[:P + D + 1], open(sys.argv[2] + "/mtp.json", "w"))
 print(P, int("exact_fp32.mtp_prefill" in m["files"]))
 PY
 )
-  for mode in off on; do
+  for mode in off on bf16; do
+    case $mode in
+      off) opts=(--quant-sim off --gemm f32) ;;
+      on) opts=(--quant-sim on --gemm f32) ;;
+      bf16) opts=(--quant-sim on --gemm bf16) ;;
+    esac
     base="$OUTDIR/$name.$mode"
     "$DSV4" logits -m "$dir/model.gguf" --tokens "$tmp/main.json" -o "$base.main.f32" --prefill "$P" \
-      --quant-sim "$mode" --device "$DEVICE"
+      "${opts[@]}" --device "$DEVICE"
     "$DSV4" logits -m "$dir/model.gguf" --tokens "$tmp/stepwise.json" -o "$base.stepwise.f32" --stepwise \
-      --quant-sim "$mode" --device "$DEVICE"
+      "${opts[@]}" --device "$DEVICE"
     if [[ "$HAS_MTP" == 1 ]]; then
       "$DSV4" logits -m "$dir/model.gguf" --tokens "$tmp/mtp.json" -o "$base.mtp.f32" --prefill "$P" --mtp \
-        --quant-sim "$mode" --device "$DEVICE"
+        "${opts[@]}" --device "$DEVICE"
     fi
   done
 done

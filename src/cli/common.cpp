@@ -1,5 +1,7 @@
 #include "cli/common.h"
 
+#include <cstdlib>
+
 #include "core/thread_pool.h"
 #if defined(DSV4_HAVE_CUDA)
 #include "kernels/cuda/cuda_backend.h"
@@ -11,13 +13,33 @@ void add_device_options(CLI::App& app, DeviceOptions& d) {
     app.add_option("--device", d.device, "compute device: auto, cpu or cuda")
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     app.add_option("-t,--threads", d.threads, "CPU threads (default: all cores)");
+    app.add_option("--gemm", d.gemm,
+                   "CUDA only: matmul precision. bf16 (default) runs prefill-sized matmuls and experts on the "
+                   "tensor cores with bf16 inputs, as the official model does; f32 is exact and reproduces the "
+                   "f32 reference to ~1e-6. Default from $DSV4_GEMM. The CPU backend always computes in f32")
+        ->check(CLI::IsMember({"f32", "bf16"}));
+}
+
+Result<std::string> gemm_precision_name(const DeviceOptions& d) {
+    if (!d.gemm.empty()) return d.gemm;
+    const char* env = std::getenv("DSV4_GEMM");
+    if (env == nullptr || *env == '\0') return std::string("bf16");
+    const std::string v = env;
+    if (v != "f32" && v != "bf16") return make_error("DSV4_GEMM must be f32 or bf16, not '" + v + "'");
+    return v;
 }
 
 Result<std::unique_ptr<Backend>> make_backend(const DeviceOptions& d) {
     const int threads = d.threads > 0 ? d.threads : ThreadPool::default_threads();
+    DSV4_ASSIGN_OR_RETURN(const std::string gemm, gemm_precision_name(d));
 #if defined(DSV4_HAVE_CUDA)
-    if (d.device == "cuda" || (d.device == "auto" && cuda_device_available())) return make_cuda_backend(0);
+    if (d.device == "cuda" || (d.device == "auto" && cuda_device_available())) {
+        CudaOptions o;
+        o.gemm = gemm == "f32" ? GemmPrecision::F32 : GemmPrecision::BF16;
+        return make_cuda_backend(0, o);
+    }
 #else
+    (void)gemm;  // checked above so a bad $DSV4_GEMM fails the same way in every build
     if (d.device == "cuda") return make_error("this dsv4 was built without CUDA (configure with -DDSV4_CUDA=ON)");
 #endif
     return make_cpu_backend(threads);

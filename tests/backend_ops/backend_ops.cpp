@@ -72,6 +72,14 @@ double time_op(Backend& b, Instance& inst) {
     return secs / iters;
 }
 
+// " 123.4 TFLOP/s" for cases that count their arithmetic, else "".
+std::string tflops(const Case& c, double secs) {
+    if (c.flops <= 0) return "";
+    char buf[32];
+    std::snprintf(buf, sizeof buf, " %7.1f TFLOP/s", c.flops / secs * 1e-12);
+    return buf;
+}
+
 int parse(int argc, char** argv, Options& o) {
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -100,7 +108,11 @@ int main(int argc, char** argv) {
     std::string gpu_note = "CUDA skipped: this build has no CUDA backend";
 #if defined(DSV4_HAVE_CUDA)
     if (cuda_device_available()) {
-        auto b = make_cuda_backend(0);
+        // The f32 GEMM mode: the cases hold the CUDA backend to the f32 bounds; cases_tensor_core.cpp switches
+        // to the bf16 mode for its own cases.
+        CudaOptions cuda_options;
+        cuda_options.gemm = GemmPrecision::F32;
+        auto b = make_cuda_backend(0, cuda_options);
         if (b.ok()) {
             gpu = std::move(*b);
             gpu_note = "CUDA device 0 vs CPU";
@@ -120,6 +132,7 @@ int main(int argc, char** argv) {
     std::vector<CaseGen> gens;
     add_matmul_cases(gens, bo);
     add_moe_cases(gens, bo);
+    add_tensor_core_cases(gens, bo);
     add_elementwise_cases(gens, bo);
     add_hc_cases(gens, bo);
     add_attention_cases(gens, bo);
@@ -150,14 +163,14 @@ int main(int argc, char** argv) {
             ++n_gpu;
             if (opt.perf) {
                 const double s = time_op(*gpu, on_gpu);
-                std::printf("perf %-14s %-52s %10.2f us %9.1f GB/s\n", c.op.c_str(), c.shape.c_str(), s * 1e6,
-                            c.bytes / s * 1e-9);
+                std::printf("perf %-14s %-52s %10.2f us %9.1f GB/s%s\n", c.op.c_str(), c.shape.c_str(), s * 1e6,
+                            c.bytes / s * 1e-9, tflops(c, s).c_str());
             }
         } else if (opt.perf) {
             Instance again = c.make(*cpu);
             const double s = time_op(*cpu, again);
-            std::printf("perf %-14s %-52s %10.2f us %9.1f GB/s (cpu)\n", c.op.c_str(), c.shape.c_str(), s * 1e6,
-                        c.bytes / s * 1e-9);
+            std::printf("perf %-14s %-52s %10.2f us %9.1f GB/s%s (cpu)\n", c.op.c_str(), c.shape.c_str(), s * 1e6,
+                        c.bytes / s * 1e-9, tflops(c, s).c_str());
         }
         if (c.reference && !c.perf_only) {
             const Check k = compare(c, cpu_out, c.reference(), c.ref_tol, true);

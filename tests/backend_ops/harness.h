@@ -71,6 +71,7 @@ struct Case {
     double tol = 0;
     double ref_tol = 0;
     double bytes = 0;       // bytes an ideal kernel moves: weights + inputs + outputs (perf mode)
+    double flops = 0;       // arithmetic of the op, when it is compute-bound (perf mode prints TFLOP/s)
     bool perf_only = false; // a large shape run only with --perf
     std::function<Instance(Backend&)> make;
     std::function<Arrays()> reference;  // optional
@@ -120,6 +121,8 @@ void add_elementwise_cases(std::vector<CaseGen>& out, const BuildOptions& o);
 void add_hc_cases(std::vector<CaseGen>& out, const BuildOptions& o);
 void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o);
 void add_moe_cases(std::vector<CaseGen>& out, const BuildOptions& o);
+// The CUDA bf16 GEMM mode (tensor cores); every other case runs the CUDA backend in the f32 mode.
+void add_tensor_core_cases(std::vector<CaseGen>& out, const BuildOptions& o);
 
 // Seed of a case's input stream: the run's seed mixed with the case's name, so cases stay independent.
 uint64_t case_seed(uint64_t base, const std::string& name);

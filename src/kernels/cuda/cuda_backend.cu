@@ -24,7 +24,7 @@ bool cuda_device_available() {
     return n > 0;
 }
 
-Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device, const CudaOptions& options) {
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
@@ -39,7 +39,20 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
         (void)cudaGetLastError();
         return make_error("cannot use CUDA device " + std::to_string(device) + ": " + cudaGetErrorString(s));
     }
-    return std::unique_ptr<Backend>(new cuda::CudaBackend(device));
+    return std::unique_ptr<Backend>(new cuda::CudaBackend(device, options));
+}
+
+std::optional<GemmPrecision> cuda_gemm_precision(const Backend& b) {
+    const auto* c = dynamic_cast<const cuda::CudaBackend*>(&b);
+    if (!c) return std::nullopt;
+    return c->gemm_precision();
+}
+
+bool set_cuda_gemm_precision(Backend& b, GemmPrecision p) {
+    auto* c = dynamic_cast<cuda::CudaBackend*>(&b);
+    if (!c) return false;
+    c->set_gemm_precision(p);
+    return true;
 }
 
 namespace cuda {
@@ -54,7 +67,7 @@ size_t round_up(size_t bytes) { return (std::max<size_t>(bytes, 1) + kGranule - 
 
 }  // namespace
 
-CudaBackend::CudaBackend(int device) : device_(device) {
+CudaBackend::CudaBackend(int device, const CudaOptions& options) : device_(device), gemm_precision_(options.gemm) {
     CUDA_CHECK(cudaSetDevice(device_));
     CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -98,6 +111,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 
 CudaBackend::~CudaBackend() {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    release_cublas();
     release_cache();
     for (auto& [p, size] : live_) CUDA_CHECK(cudaFree(p));
     for (void* p : weights_) CUDA_CHECK(cudaFree(p));

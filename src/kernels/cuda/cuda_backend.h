@@ -3,16 +3,34 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "core/status.h"
 #include "ops/backend.h"
 
 namespace dsv4 {
 
+// How the CUDA backend multiplies activations by weights (matmul, moe_experts).
+// - F32: every product in f32 on CUDA cores, the weight decoded exactly: reproduces the CPU oracle to f32
+//   summation order (the exact-mode golden checks run this way).
+// - BF16: inputs of 16 rows or more go to the tensor cores: the weight is decoded to bf16, the activations
+//   are rounded to bf16, and cuBLAS multiplies them with f32 accumulation (the official model's own
+//   numerics: it runs bf16 activations and weights). Fewer rows (decode) keep the f32 kernels.
+enum class GemmPrecision { F32, BF16 };
+
+struct CudaOptions {
+    GemmPrecision gemm = GemmPrecision::BF16;
+};
+
 // True when the CUDA runtime finds at least one usable device (false without a driver or GPU).
 bool cuda_device_available();
 
 // A backend running every op on CUDA device `device`; an error when that device cannot be used.
-Result<std::unique_ptr<Backend>> make_cuda_backend(int device);
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device, const CudaOptions& options = {});
+
+// The GEMM precision of a CUDA backend (nullopt when `b` is not one), and a way to change it between ops
+// (false when `b` is not a CUDA backend): the conformance test runs one backend in both modes.
+std::optional<GemmPrecision> cuda_gemm_precision(const Backend& b);
+bool set_cuda_gemm_precision(Backend& b, GemmPrecision p);
 
 }  // namespace dsv4

@@ -1,7 +1,7 @@
 // The CUDA backend class, shared by the kernel files of src/kernels/cuda (each defines the ops of one family).
 // Everything runs in order on one stream; the host synchronizes only in download() and synchronize().
-// This first version keeps activations and caches in f32 and computes in f32 (the CPU oracle's numerics);
-// docs/cuda.md says why and what the performance work changes.
+// Activations and caches are f32 and every op computes in f32 (the CPU oracle's numerics), except the
+// matmuls of many rows in the bf16 GEMM mode (tensor cores, cuda_gemm_tc.cu); docs/cuda.md says why.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,14 +10,17 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_dequant.cuh"
 #include "ops/backend.h"
+
+struct cublasContext;  // cuBLAS's handle type (cublasHandle_t is a pointer to it)
 
 namespace dsv4::cuda {
 
 class CudaBackend final : public Backend {
 public:
-    explicit CudaBackend(int device);
+    CudaBackend(int device, const CudaOptions& options);
     ~CudaBackend() override;
     CudaBackend(const CudaBackend&) = delete;
     CudaBackend& operator=(const CudaBackend&) = delete;
@@ -63,6 +66,11 @@ public:
     void gather_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) override;
 
     cudaStream_t stream() const { return stream_; }
+    GemmPrecision gemm_precision() const { return gemm_precision_; }
+    void set_gemm_precision(GemmPrecision p) { gemm_precision_ = p; }
+    // The cuBLAS handle of the tensor-core GEMMs, bound to stream() with its own workspace; created on
+    // first use (cuda_gemm_tc.cu), so the f32 mode never initializes cuBLAS.
+    cublasContext* cublas();
     const QuantTables& tables() const { return tables_; }
     const cudaDeviceProp& props() const { return props_; }
 
@@ -94,6 +102,7 @@ public:
 
 private:
     void release_cache();
+    void release_cublas();  // cuda_gemm_tc.cu
 
     int device_ = 0;
     cudaStream_t stream_ = nullptr;
@@ -103,6 +112,9 @@ private:
     std::vector<void*> weights_;                         // resident weights, freed at destruction
     std::unordered_map<void*, size_t> live_;             // allocation -> rounded size
     std::multimap<size_t, void*> cache_;                 // freed allocations by rounded size, for reuse
+    GemmPrecision gemm_precision_ = GemmPrecision::F32;
+    cublasContext* cublas_ = nullptr;
+    void* cublas_workspace_ = nullptr;
 };
 
 }  // namespace dsv4::cuda

@@ -2,14 +2,15 @@
 // row, up to 8 activation rows at a time) for decode-sized inputs and a 64x64 shared-memory tile for
 // larger ones. Both read the weight in its block format and decode it with cuda_dequant.cuh, so the
 // products are those of the exactly dequantized weight. Also embedding lookup and f32 weight copies.
-// Decode GEMV of the common quantized formats goes to the staged kernel of cuda_gemv.cu; issue 6 goes on
-// with tensor cores and activation quantization for the tiles.
+// Decode GEMV of the common quantized formats goes to the staged kernel of cuda_gemv.cu; in the bf16 GEMM
+// mode, inputs of kTcMinRows rows or more go to the tensor cores (cuda_gemm_tc.cu).
 #include <cstdlib>
 #include <cstring>
 
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_gemm_tc.cuh"
 #include "kernels/cuda/cuda_gemv.cuh"
 #include "kernels/cuda/cuda_matmul.cuh"
 
@@ -219,6 +220,10 @@ const float* CudaBackend::weight_f32(const Weight& w, Scratch& s) {
 void CudaBackend::matmul(float* y, int64_t y_stride, const float* x, int64_t x_stride, const Weight& w, int64_t n) {
     if (n == 0 || w.rows == 0) return;
     check_weight_shape(w);
+    if (matmul_tc_wanted(*this, n)) {  // bf16 mode, prefill-sized: tensor cores (cuda_gemm_tc.cu)
+        matmul_tc(*this, y, y_stride, x, x_stride, w, n);
+        return;
+    }
     MatmulParams p;
     p.w = w.data;
     p.type = w.type;

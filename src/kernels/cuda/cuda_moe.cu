@@ -5,6 +5,7 @@
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_gemm_tc.cuh"
 #include "kernels/cuda/cuda_matmul.cuh"
 #include "ops/numerics.h"
 
@@ -179,15 +180,21 @@ void CudaBackend::moe_experts(const MoeArgs& a) {
     int32_t* x_rows = s.get<int32_t>(R);
     int32_t* pair_of_row = s.get<int32_t>(R);
     int32_t* sum_rows = s.get<int32_t>(R);
-    float* g = s.get<float>(R * F);
-    float* u = s.get<float>(R * F);
-    float* h = s.get<float>(R * F);
     float* y = s.get<float>(R * D);
 
     const size_t smem = 2 * (size_t)E * sizeof(int);
     DSV4_CHECK_MSG(smem <= 48 * 1024, "moe_experts: %d experts exceed the grouping kernel's shared memory", E);
     moe_group_kernel<<<1, 1024, smem, stream_>>>(a.ids, a.n, a.k, E, offsets, x_rows, pair_of_row, sum_rows);
     CUDA_CHECK_LAUNCH();
+    if (moe_tc_wanted(*this, a)) {  // bf16 mode, prefill-sized: experts on the tensor cores (cuda_gemm_tc.cu)
+        moe_experts_tc(*this, a, offsets, x_rows, pair_of_row, y);
+        moe_sum_kernel<<<grid_for(a.n * D, 256), 256, 0, stream_>>>(a.out, y, sum_rows, a.n, a.k, D);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
+    float* g = s.get<float>(R * F);
+    float* u = s.get<float>(R * F);
+    float* h = s.get<float>(R * F);
 
     auto grouped = [&](const Weight& w, const float* x, int64_t x_stride, const int32_t* rows, float* out) {
         DSV4_CHECK(w.n_experts == E);

@@ -1,0 +1,39 @@
+// Tensor-core matmuls of the bf16 GEMM mode (GemmPrecision::BF16 in cuda_backend.h): matmul and the expert
+// pass of moe_experts when they have many rows. See cuda_gemm_tc.cu.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/backend.h"
+
+namespace dsv4::cuda {
+
+class CudaBackend;
+
+// Rows from which a matmul (and an expert's share of a MoE call) goes to the tensor cores in the bf16 mode.
+// The tensor path first decodes the whole weight to bf16: about 4 extra bytes of HBM traffic per weight
+// value (write 2, read 2 back), ~0.8 ps per value at the H200's 4.8 TB/s. The f32 tile kernel instead spends
+// 2 flops per weight value per row on CUDA cores (67 TFLOP/s peak, about half reached): ~0.06 ps per value
+// per row, so the two cost the same near 13 rows, and from 16 rows on the tensor cores (~800 TFLOP/s) win.
+// Decode batches of fewer than 16 rows also keep the exact f32 numerics and the staged GEMV.
+constexpr int64_t kTcMinRows = 16;
+
+// True when matmul of n rows takes the tensor-core path on backend b.
+bool matmul_tc_wanted(const CudaBackend& b, int64_t n);
+// y[i, 0:M] = x[i, 0:K] . W^T for n rows (strided x and y) with bf16 inputs and f32 accumulation and output.
+void matmul_tc(CudaBackend& b, float* y, int64_t y_stride, const float* x, int64_t x_stride, const Weight& w,
+               int64_t n);
+
+// True when moe_experts should run its expert pass through moe_experts_tc: the bf16 mode and enough
+// (token, expert) pairs that experts commonly reach kTcMinRows rows (on average a quarter of that, below
+// which the host synchronization that reads the per-expert counts costs more than the tensor cores save).
+bool moe_tc_wanted(const CudaBackend& b, const MoeArgs& a);
+// The expert pass of moe_experts from the device grouping it built (offsets [E+1]; per grouped row its
+// token x_rows and its (token, slot) pair pair_of_row): y [n*k, D] = each grouped row's expert output,
+// already times its routing weight, for moe_experts' ordered per-token sum. Experts with kTcMinRows rows or
+// more run as bf16 GEMMs; the others through the f32 grouped kernels. Reads the E+1 offsets on the host
+// (one synchronization per call).
+void moe_experts_tc(CudaBackend& b, const MoeArgs& a, const int32_t* offsets, const int32_t* x_rows,
+                    const int32_t* pair_of_row, float* y);
+
+}  // namespace dsv4::cuda

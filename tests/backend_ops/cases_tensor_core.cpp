@@ -1,0 +1,232 @@
+// Conformance cases of the CUDA backend's bf16 GEMM mode (tensor cores, src/kernels/cuda/cuda_gemm_tc.cu):
+// matmul on every weight format at prefill-sized row counts (16 .. 1000, strided x and y, K not a multiple
+// of 8, weights spanning two decode slabs) and moe_experts with many tokens (experts above and below the
+// per-expert tensor-core threshold in one call), each against the CPU oracle with a tolerance derived from
+// bf16 rounding. Every other case of this program runs the CUDA backend in the f32 mode. --perf adds the
+// prefill shapes of V4-Flash (q_b, wo_b, the routed experts) in both modes and prints TFLOP/s.
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+
+#include "harness.h"
+#if defined(DSV4_HAVE_CUDA)
+#include "kernels/cuda/cuda_backend.h"
+#endif
+
+namespace dsv4::backend_ops {
+
+namespace {
+
+// Tolerances of the bf16 path (NMSE, a squared relative error). Rounding a value to bf16 (8 significant
+// bits, to nearest) makes a relative error of at most u = 2^-8, with variance at most u^2/3 (uniform over
+// [-u, u]). A dot product of the rounded weight and activation: each term w_k x_k carries a relative error
+// d_k + e_k of variance 2u^2/3, independent across terms; the test's activations are zero-mean and
+// independent of the weights, so the terms are zero-mean and independent and the error of the sum, relative
+// to the sum, has the same variance whatever K: NMSE ~ 2u^2/3 (~1.0e-5). (The worst case over adversarial
+// inputs grows like u sqrt(K) relative to |w||x|; random inputs sit at the expectation.) Bound: 8x that,
+// 16u^2/3 = 8.1e-5, plus the f32 accumulation's own bound. cuBLAS accumulates in f32.
+constexpr double kUb = 1.0 / 256.0;
+constexpr double kUb2 = kUb * kUb;
+constexpr double kTolBf16Dot = 16.0 / 3.0 * kUb2;
+// moe_experts chains two such products: g and u each carry 2u^2/3; h = silu(g) u scales g's squared
+// relative error by E[(g silu'(g))^2] / E[silu(g)^2], at most 1.46 for zero-mean normal g of any spread (the
+// clamp only lowers it), and adds u's: (1.46 + 1) 2u^2/3 = 1.64u^2; h is rounded to bf16 (+u^2/3) and so is
+// the down weight (+u^2/3): ~2.3u^2 per expert output, which the weighted sum over k experts keeps.
+// Bound: 8x that, 18.4u^2 = 2.8e-4.
+constexpr double kTolBf16Moe = 18.4 * kUb2;
+
+enum class Mode { F32, BF16 };
+const char* mode_name(Mode m) { return m == Mode::BF16 ? "bf16" : "f32"; }
+
+// Puts a CUDA backend in `mode` for the lifetime of the object (the op runs inside it, also when timed)
+// and restores its previous mode; does nothing on the CPU backend.
+class ScopedMode {
+public:
+    ScopedMode(Backend& b, Mode mode) : b_(b) {
+#if defined(DSV4_HAVE_CUDA)
+        if (const auto old = cuda_gemm_precision(b)) {
+            restore_ = *old == GemmPrecision::BF16 ? Mode::BF16 : Mode::F32;
+            set_cuda_gemm_precision(b, mode == Mode::BF16 ? GemmPrecision::BF16 : GemmPrecision::F32);
+            active_ = true;
+        }
+#else
+        (void)mode;
+#endif
+    }
+    ~ScopedMode() {
+#if defined(DSV4_HAVE_CUDA)
+        if (active_) set_cuda_gemm_precision(b_, restore_ == Mode::BF16 ? GemmPrecision::BF16 : GemmPrecision::F32);
+#endif
+    }
+    ScopedMode(const ScopedMode&) = delete;
+    ScopedMode& operator=(const ScopedMode&) = delete;
+
+private:
+    Backend& b_;
+    Mode restore_ = Mode::F32;
+    bool active_ = false;
+};
+
+Weight make_weight(Backend& b, GgmlType t, const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols,
+                   int64_t n_experts) {
+    Weight w;
+    w.type = t;
+    w.cols = cols;
+    w.rows = rows;
+    w.n_experts = n_experts;
+    w.row_bytes = ggml_row_bytes(ggml_traits(t), cols);
+    w.data = b.weight_data(bytes.data(), bytes.size());
+    w.name = "test_tc";
+    return w;
+}
+
+CaseGen matmul_case(Mode mode, GgmlType t, int64_t n, int64_t K, int64_t M, int64_t xs, int64_t ys, bool perf_only,
+                    uint64_t seed) {
+    return [=]() {
+        Case c;
+        c.op = "matmul";
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "%s %s n=%lld K=%lld M=%lld xs=%lld ys=%lld", mode_name(mode),
+                      std::string(ggml_type_name(t)).c_str(), (long long)n, (long long)K, (long long)M, (long long)xs,
+                      (long long)ys);
+        c.shape = buf;
+        c.perf_only = perf_only;
+        Rng rng(case_seed(seed, c.op + c.shape));
+        auto w = std::make_shared<std::vector<uint8_t>>(random_weight(t, M, K, rng));
+        auto x = std::make_shared<std::vector<float>>(rng.vec(n * xs));
+        c.tol = (mode == Mode::BF16 ? kTolBf16Dot : 0.0) + tol_dot((double)K);
+        c.ref_tol = tol_dot((double)K);  // the CPU itself computes in f32
+        c.bytes = (double)w->size() + 4.0 * n * (K + M);
+        c.flops = 2.0 * n * M * K;
+        c.make = [=](Backend& b) {
+            Instance in;
+            in.dev = std::make_unique<Dev>(b);
+            Dev& d = *in.dev;
+            const Weight wt = make_weight(b, t, *w, M, K, 1);
+            const float* xd = d.f32(*x);
+            float* yd = d.f32_out(n * ys);
+            in.run = [&b, mode, wt, xd, yd, n, xs, ys]() {
+                const ScopedMode scope(b, mode);
+                b.matmul(yd, ys, xd, xs, wt, n);
+            };
+            in.read = [&d, yd, n, M, ys]() { return Arrays{d.get(yd, n, M, ys)}; };
+            return in;
+        };
+        c.reference = [=]() {
+            const std::vector<float> deq = dequant_weight(t, *w, M, K);
+            Array y((size_t)(n * M));
+            for (int64_t i = 0; i < n; ++i)
+                for (int64_t m = 0; m < M; ++m) {
+                    double s = 0;
+                    for (int64_t k = 0; k < K; ++k) s += (double)deq[m * K + k] * (*x)[i * xs + k];
+                    y[i * M + m] = s;
+                }
+            return Arrays{y};
+        };
+        return c;
+    };
+}
+
+// moe_experts with gate/up stacks of type tg and a down stack of type td. The CPU vs double reference of
+// this op is checked by cases_moe.cpp; these cases compare the CUDA modes with the CPU only.
+CaseGen experts_case(Mode mode, GgmlType tg, GgmlType td, int64_t n, int E, int k, int64_t D, int64_t F, float clamp,
+                     bool perf_only, uint64_t seed) {
+    return [=]() {
+        Case c;
+        c.op = "moe_experts";
+        const std::string types = tg == td ? std::string(ggml_type_name(tg))
+                                           : std::string(ggml_type_name(tg)) + "/" + std::string(ggml_type_name(td));
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "%s %s n=%lld E=%d k=%d D=%lld F=%lld clamp=%g", mode_name(mode), types.c_str(),
+                      (long long)n, E, k, (long long)D, (long long)F, clamp);
+        c.shape = buf;
+        c.perf_only = perf_only;
+        Rng rng(case_seed(seed, c.op + c.shape));
+        auto wg = std::make_shared<std::vector<uint8_t>>(random_weight(tg, (int64_t)E * F, D, rng));
+        auto wu = std::make_shared<std::vector<uint8_t>>(random_weight(tg, (int64_t)E * F, D, rng));
+        auto wd = std::make_shared<std::vector<uint8_t>>(random_weight(td, (int64_t)E * D, F, rng));
+        auto x = std::make_shared<std::vector<float>>(rng.vec(n * D));
+        auto ids = std::make_shared<std::vector<int32_t>>();
+        std::vector<int32_t> perm(E);
+        for (int64_t i = 0; i < n; ++i) {
+            std::iota(perm.begin(), perm.end(), 0);
+            std::shuffle(perm.begin(), perm.end(), rng.engine());
+            ids->insert(ids->end(), perm.begin(), perm.begin() + k);
+        }
+        auto wts = std::make_shared<std::vector<float>>(rng.vec(n * k, 0.05f, 1.0f));
+        // The f32 mode's bound (cases_moe.cpp), plus the bf16 chain's.
+        c.tol = 2 * tol_dot((double)D) + tol_dot((double)F) + kTolTransc + k * kTolElem +
+                (mode == Mode::BF16 ? kTolBf16Moe : 0.0);
+        const double per_expert = (double)(wg->size() + wu->size() + wd->size()) / E;
+        c.bytes = std::min<double>(E, (double)n * k) * per_expert + 8.0 * n * D;
+        c.flops = 2.0 * n * k * 3.0 * D * F;
+        c.make = [=](Backend& b) {
+            Instance in;
+            in.dev = std::make_unique<Dev>(b);
+            Dev& d = *in.dev;
+            MoeArgs a;
+            a.gate = make_weight(b, tg, *wg, F, D, E);
+            a.up = make_weight(b, tg, *wu, F, D, E);
+            a.down = make_weight(b, td, *wd, D, F, E);
+            a.x = d.f32(*x);
+            a.ids = d.i32(*ids);
+            a.weights = d.f32(*wts);
+            a.out = d.f32_out(n * D);
+            a.n = n;
+            a.k = k;
+            a.clamp = clamp;
+            in.run = [&b, mode, a]() {
+                const ScopedMode scope(b, mode);
+                b.moe_experts(a);
+            };
+            in.read = [&d, a, n, D]() { return Arrays{d.get(a.out, n * D)}; };
+            return in;
+        };
+        return c;
+    };
+}
+
+}  // namespace
+
+void add_tensor_core_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
+    const Mode bf16 = Mode::BF16, f32 = Mode::F32;
+    for (GgmlType t : weight_types()) {
+        // K of 1..3 blocks (plain types: 7, 83, 769, not multiples of 8); odd M; strided x and y, odd strides.
+        const int64_t k1 = cols_for(t, 1, 7), k2 = cols_for(t, 2, 83), k3 = cols_for(t, 3, 769);
+        out.push_back(matmul_case(bf16, t, 16, k2, 83, k2, 83, false, o.seed));
+        out.push_back(matmul_case(bf16, t, 33, k3, 130, k3 + 5, 130 + 3, false, o.seed));
+        out.push_back(matmul_case(bf16, t, 64, k1, 7, k1, 7, false, o.seed));
+        out.push_back(matmul_case(bf16, t, 200, k2, 257, k2 + 1, 257 + 1, false, o.seed));
+        out.push_back(matmul_case(bf16, t, 1000, k1, 96, k1, 96, false, o.seed));
+        // Many tokens over 64 experts: ~19 rows per expert, so some experts take the tensor cores and some the
+        // f32 kernels within one call.
+        const int64_t D = cols_for(t, 1, 83), F = cols_for(t, 2, 7);
+        out.push_back(experts_case(bf16, t, t, 200, 64, 6, D, F, 1.5f, false, o.seed));
+    }
+    // A weight of two decode slabs (2^25 values each): 131072 + 77 rows of 256.
+    out.push_back(matmul_case(bf16, GgmlType::Q8_0, 16, 256, 131072 + 77, 256, 131072 + 77, false, o.seed));
+    // Below the threshold the bf16 mode keeps the f32 kernels.
+    out.push_back(matmul_case(bf16, GgmlType::Q8_0, 8, 256, 83, 256, 83, false, o.seed));
+    out.push_back(experts_case(bf16, GgmlType::Q8_0, GgmlType::Q8_0, 7, 16, 6, 256, 512, 1.5f, false, o.seed));
+    // Many tokens, every expert on the tensor cores; mixed expert formats as in the files people run.
+    for (GgmlType t : {GgmlType::Q8_0, GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::IQ2_XXS})
+        out.push_back(experts_case(bf16, t, t, 1000, 16, 6, 512, 256, 10.0f, false, o.seed));
+    out.push_back(experts_case(bf16, GgmlType::IQ2_XXS, GgmlType::Q2_K, 300, 16, 6, 512, 256, 10.0f, false, o.seed));
+
+    if (o.perf) {
+        // V4-Flash prefill shapes: attn_q_b (Q8_0 32768 x 1024), attn_output_b (Q8_0 4096 x 8192), and the
+        // routed experts (256, k = 6, D 4096, F 2048, IQ2_XXS gate/up, Q2_K down). The f32 mode for
+        // comparison where its run time stays reasonable.
+        for (int64_t n : {512, 2048, 8192}) {
+            for (Mode m : {bf16, f32}) {
+                if (m == f32 && n > 2048) continue;
+                out.push_back(matmul_case(m, GgmlType::Q8_0, n, 1024, 32768, 1024, 32768, true, o.seed));
+                out.push_back(matmul_case(m, GgmlType::Q8_0, n, 8192, 4096, 8192, 4096, true, o.seed));
+                out.push_back(
+                    experts_case(m, GgmlType::IQ2_XXS, GgmlType::Q2_K, n, 256, 6, 4096, 2048, 10.0f, true, o.seed));
+            }
+        }
+    }
+}
+
+}  // namespace dsv4::backend_ops
