@@ -42,9 +42,12 @@ int64_t compress(Backend& b, Model::Ctx& c, const SeqSlice& s, const CompressorW
     b.compressor(a);
     if (n_new == 0) return 0;
     b.rms_norm(out, out, w.norm, n_new, d, d, cfg.norm_eps);
-    std::vector<int32_t> epos(n_new);
-    for (int64_t j = 0; j < n_new; ++j) epos[j] = (int32_t)((first + j) * ratio);  // block start position
-    b.rope(out, n_new, 1, d, d, c.i32(epos), rope, false);
+    const int32_t* epos = c.i32_memo("epos/" + std::to_string(s.row0) + "/" + std::to_string(ratio), [&] {
+        std::vector<int32_t> v(n_new);
+        for (int64_t j = 0; j < n_new; ++j) v[j] = (int32_t)((first + j) * ratio);  // block start position
+        return v;
+    });
+    b.rope(out, n_new, 1, d, d, epos, rope, false);
     if (indexer) {
         b.hadamard(out, n_new, d, c.opt.quant_sim);
     } else if (c.opt.quant_sim) {
@@ -86,20 +89,21 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
         const float* kv = kv_all + s.row0 * hd;
         const int32_t* pos = c.pos + s.row0;
 
-        // The window source: the ring's older tokens in position order, then this step's fresh rows.
+        // The window source: the ring's filled slots as they lie (token t < pos0 is in slot t % win; when
+        // pos0 < win the filled slots are [0, pos0)), then this step's fresh rows. Two copies per layer.
         const int64_t n_old = std::min<int64_t>(pos0, win);
         float* kvw = c.f32((n_old + n) * hd);
-        for (int64_t t = pos0 - n_old; t < pos0; ++t)
-            backend_.copy_rows(kvw + (t - (pos0 - n_old)) * hd, hd, lc.window + (t % win) * hd, hd, 1, hd);
+        if (n_old > 0) backend_.copy_rows(kvw, hd, lc.window, hd, n_old, hd);
         backend_.copy_rows(kvw + n_old * hd, hd, kv, hd, n, hd);
-        std::vector<int32_t> win_idx((size_t)n * win, -1);
-        for (int64_t i = 0; i < n; ++i) {
-            const int64_t p = pos0 + i, lo = std::max<int64_t>(0, p - win + 1);
-            for (int64_t t = lo; t <= p; ++t) {
-                const int64_t row = t < pos0 ? t - (pos0 - n_old) : n_old + (t - pos0);
-                win_idx[i * win + (t - lo)] = (int32_t)row;
+        const int32_t* win_idx = c.i32_memo("win/" + std::to_string(s.row0), [&] {
+            std::vector<int32_t> v((size_t)n * win, -1);
+            for (int64_t i = 0; i < n; ++i) {
+                const int64_t p = pos0 + i, lo = std::max<int64_t>(0, p - win + 1);
+                for (int64_t t = lo; t <= p; ++t)
+                    v[i * win + (t - lo)] = (int32_t)(t < pos0 ? t % win : n_old + (t - pos0));
             }
-        }
+            return v;
+        });
 
         AttentionArgs a;
         a.out = o_all + s.row0 * nh * hd;
@@ -110,7 +114,7 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
         a.scale = 1.0f / std::sqrt((float)hd);
         a.sinks = L.sinks;
         a.kv_win = kvw;
-        a.win_idx = c.i32(win_idx);
+        a.win_idx = win_idx;
         a.n_win = win;
 
         if (ratio > 0) {
@@ -129,23 +133,32 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
                 // the top-k and is left out.
                 float* wts = c.f32(n * ih);
                 backend_.matmul(wts, ih, x, D, L.index_proj, n);
-                std::vector<int32_t> n_vis(n);
-                for (int64_t i = 0; i < n; ++i) n_vis[i] = (int32_t)((pos0 + i + 1) / 4);
+                const int32_t* n_vis = c.i32_memo("vis/" + std::to_string(s.row0), [&] {
+                    std::vector<int32_t> v(n);
+                    for (int64_t i = 0; i < n; ++i) v[i] = (int32_t)((pos0 + i + 1) / 4);
+                    return v;
+                });
                 int32_t* idx = c.i32_uninit(n * cfg.index_top_k);
-                backend_.indexer_topk(idx, qi, wts, lc.index, c.i32(n_vis), n, ih, id, cfg.index_top_k);
+                backend_.indexer_topk(idx, qi, wts, lc.index, n_vis, n, ih, id, cfg.index_top_k);
                 a.comp_idx = idx;
                 a.n_comp = cfg.index_top_k;
             } else {
-                std::vector<int32_t> count(n);
-                for (int64_t i = 0; i < n; ++i) count[i] = (int32_t)((pos0 + i + 1) / ratio);
-                a.comp_count = c.i32(count);
+                a.comp_count = c.i32_memo("count/" + std::to_string(s.row0) + "/" + std::to_string(ratio), [&] {
+                    std::vector<int32_t> v(n);
+                    for (int64_t i = 0; i < n; ++i) v[i] = (int32_t)((pos0 + i + 1) / ratio);
+                    return v;
+                });
             }
         }
         backend_.attention(a);
 
-        // The newest tokens go into the ring (after attention: the older ring rows were copied above).
-        for (int64_t t = std::max<int64_t>(pos0, pos0 + n - win); t < pos0 + n; ++t)
-            backend_.copy_rows(lc.window + (t % win) * hd, hd, kv + (t - pos0) * hd, hd, 1, hd);
+        // The newest tokens go into the ring (after attention: the older ring rows were copied above), as at
+        // most two runs of consecutive slots.
+        for (int64_t t = std::max<int64_t>(pos0, pos0 + n - win); t < pos0 + n;) {
+            const int64_t run = std::min<int64_t>(pos0 + n - t, win - t % win);
+            backend_.copy_rows(lc.window + (t % win) * hd, hd, kv + (t - pos0) * hd, hd, run, hd);
+            t += run;
+        }
     }
 
     // Inverse RoPE on the output, then the grouped low-rank projection: group g = heads [g*hpg, (g+1)*hpg).

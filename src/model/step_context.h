@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "model/deepseek4.h"
@@ -27,6 +29,7 @@ struct Model::Ctx {
     const int32_t* tokens = nullptr;  // [n] backend
     std::vector<SeqSlice> seqs;
     std::vector<void*> scratch;
+    std::map<std::string, int32_t*> memo;  // see i32_memo
 
     Ctx(Backend& backend, const ModelConfig& c, const StepOptions& o) : b(backend), cfg(c), opt(o) {}
     ~Ctx() {
@@ -45,6 +48,16 @@ struct Model::Ctx {
         scratch.push_back(p);
         if (!host.empty()) b.upload(p, host.data(), host.size() * sizeof(int32_t));
         return static_cast<int32_t*>(p);
+    }
+    // An index list that depends only on positions (so is the same for every layer of a kind), built and
+    // uploaded once per step under `key` and reused by the later layers.
+    template <class Build>
+    const int32_t* i32_memo(const std::string& key, Build&& build) {
+        auto it = memo.find(key);
+        if (it != memo.end()) return it->second;
+        int32_t* p = i32(build());
+        memo.emplace(key, p);
+        return p;
     }
     int32_t* i32_uninit(int64_t count) {
         void* p = b.alloc((size_t)std::max<int64_t>(count, 1) * sizeof(int32_t));
