@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run ON THE GPU MACHINE from the repository root: configure and build the minimal CUDA tree (no PCRE2, no
-# server, no GoogleTest) with the carried header-only dependencies. Targets: dsv4 and test-backend-ops.
+# server, no GoogleTest) with the carried header-only dependencies. Targets: dsv4, test-backend-ops and
+# bench_gemv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-gpu}
@@ -8,4 +9,4 @@ ARCHS=${ARCHS:-90a}
 export PATH=/usr/local/cuda/bin:$PATH
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSV4_MINIMAL=ON -DDSV4_TESTS=OFF -DDSV4_CUDA=ON \
   -DDSV4_CUDA_ARCHS="$ARCHS" -DDSV4_EXTRA_INCLUDE="$PWD/carry/include" >/dev/null
-cmake --build "$BUILD_DIR" --parallel "$(nproc)" --target dsv4 test-backend-ops
+cmake --build "$BUILD_DIR" --parallel "$(nproc)" --target dsv4 test-backend-ops bench_gemv

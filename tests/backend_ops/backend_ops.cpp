@@ -132,6 +132,7 @@ int main(int argc, char** argv) {
     std::vector<CaseGen> gens;
     add_matmul_cases(gens, bo);
     add_moe_cases(gens, bo);
+    add_decode_cases(gens, bo);
     add_tensor_core_cases(gens, bo);
     add_elementwise_cases(gens, bo);
     add_hc_cases(gens, bo);

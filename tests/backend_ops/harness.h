@@ -121,6 +121,8 @@ void add_elementwise_cases(std::vector<CaseGen>& out, const BuildOptions& o);
 void add_hc_cases(std::vector<CaseGen>& out, const BuildOptions& o);
 void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o);
 void add_moe_cases(std::vector<CaseGen>& out, const BuildOptions& o);
+// The decode paths: n <= 8 GEMV of every format it handles, the MoE decode path (cases_decode.cpp).
+void add_decode_cases(std::vector<CaseGen>& out, const BuildOptions& o);
 // The CUDA bf16 GEMM mode (tensor cores); every other case runs the CUDA backend in the f32 mode.
 void add_tensor_core_cases(std::vector<CaseGen>& out, const BuildOptions& o);
 

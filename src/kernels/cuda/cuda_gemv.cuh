@@ -1,4 +1,4 @@
-// Decode GEMV (few activation rows) that streams quantized weights with 16-byte loads: see cuda_gemv.cu.
+// Decode GEMV (few activation rows) that streams weights with 16-byte loads: see cuda_gemv.cu.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -7,9 +7,21 @@
 
 namespace dsv4::cuda {
 
-// Runs y = x W^T through the staged GEMV when it handles this case (a specialized weight format, 16-byte
-// aligned activation rows) and returns true; returns false without launching anything otherwise, so the
-// caller falls back to the generic kernels. The caller has already decided that n is decode-sized.
+// Which decode kernels run, from DSV4_GEMV (read once per process), so one GPU run can A/B them:
+// unset: the pipelined GEMV (cuda_gemv.cu) and the MoE decode path (cuda_moe_decode.cu);
+// "staged": the previous staged GEMV (cuda_gemv_staged.cu), MoE through the grouped matmuls;
+// "legacy": cuda_matmul.cu's one-value-per-call kernel (chosen there), MoE grouped.
+enum class GemvMode { Pipelined, Staged, Legacy };
+GemvMode gemv_mode();
+
+// Runs y = x W^T through the decode GEMV of gemv_mode() when it handles this case (its weight formats,
+// 16-byte aligned activation rows, a suitably aligned matrix) and returns true; returns false without
+// launching anything otherwise, so the caller falls back to the generic kernels. The caller has already
+// decided that n is decode-sized (plain: n <= 8; grouped: few rows per expert, which the previous staged
+// kernel serves in every mode).
 bool launch_gemv_staged(const MatmulParams& p, const QuantTables& t, cudaStream_t s);
+
+// The previous staged kernel (cuda_gemv_staged.cu), same contract.
+bool launch_gemv_warp_staged(const MatmulParams& p, const QuantTables& t, cudaStream_t s);
 
 }  // namespace dsv4::cuda

@@ -7,6 +7,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_gemm_tc.cuh"
 #include "kernels/cuda/cuda_matmul.cuh"
+#include "kernels/cuda/cuda_moe_decode.cuh"
 #include "ops/numerics.h"
 
 namespace dsv4::cuda {
@@ -173,6 +174,7 @@ void CudaBackend::moe_experts(const MoeArgs& a) {
     DSV4_CHECK(a.down.cols == F && a.down.rows == D && a.up.rows == F && a.up.cols == D);
     DSV4_CHECK_MSG(a.k > 0 && a.k <= kMaxK, "moe_experts: k %d outside [1, %d]", a.k, kMaxK);
     if (a.n <= 0) return;
+    if (moe_experts_decode(*this, a)) return;  // few (token, slot) pairs: no grouping (cuda_moe_decode.cu)
     const int E = (int)a.gate.n_experts;
     const int64_t R = a.n * a.k;  // grouped rows
     Scratch s(*this);

@@ -1,0 +1,293 @@
+// bench_gemv: decode-time weight streaming on the CUDA backend at DeepSeek-V4-Flash shapes. Times the
+// backend's matmul (n = 1..8 activation rows) for every decode weight format and moe_experts (256 experts,
+// 6 per token, gate/up IQ2_XXS, down Q2_K) with random expert ids, and prints the GB/s of weight bytes the
+// call must read and the fraction of 4.0 TB/s (about what a bf16 cuBLAS GEMV reaches on an H200).
+//
+// Method: CUDA events around each call, after warm-up, median of the calls; weights rotate over copies
+// totalling >= 256 MB (five times the 50 MB L2) so that no call finds its weights in L2; a spin kernel
+// keeps the GPU busy while the host queues the timed calls, so host launch cost is not counted (the GPU's
+// own per-launch gap is). The kernels run are those of the process's DSV4_GEMV mode (unset: current;
+// "staged", "legacy": the previous ones), so one GPU session can A/B them.
+//
+// usage: bench_gemv [--n 1,2,4,8] [--reps N] [--only NAME] [--quick]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "format/ggml_type.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_backend_impl.cuh"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_gemv.cuh"
+
+using namespace dsv4;
+
+namespace {
+
+constexpr double kRotateBytes = 256e6;
+constexpr double kReference = 4.0e12;  // bytes/s: the fraction printed is of this
+
+__global__ void fill_bytes_kernel(uint8_t* p, size_t n, uint64_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = seed + i * 0x9E3779B97F4A7C15ull;  // splitmix64
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        p[i] = (uint8_t)(z ^ (z >> 31));
+    }
+}
+
+__global__ void spin_kernel(long long cycles) {
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+}
+
+struct Options {
+    std::vector<int64_t> ns = {1, 2, 4, 8};
+    int reps = 50;
+    std::string only;  // run only cases whose name contains this
+    bool quick = false;
+};
+
+class Bench {
+public:
+    Bench(Backend& b, cuda::CudaBackend& cb, const Options& o) : b_(b), cb_(cb), o_(o) {}
+
+    // Device buffer of random bytes, owned by the bench.
+    uint8_t* random_bytes(size_t n) {
+        auto* p = static_cast<uint8_t*>(b_.alloc(n));
+        owned_.push_back(p);
+        fill_bytes_kernel<<<1024, 256, 0, cb_.stream()>>>(p, n, seed_++);
+        CUDA_CHECK(cudaGetLastError());
+        return p;
+    }
+    float* random_floats(int64_t n, float lo, float hi) {
+        std::mt19937 g((unsigned)seed_++);
+        std::uniform_real_distribution<float> u(lo, hi);
+        std::vector<float> h((size_t)n);
+        for (auto& v : h) v = u(g);
+        auto* p = static_cast<float*>(b_.alloc(h.size() * sizeof(float)));
+        owned_.push_back(p);
+        b_.upload(p, h.data(), h.size() * sizeof(float));
+        return p;
+    }
+    void release() {
+        b_.synchronize();
+        for (void* p : owned_) b_.free(p);
+        owned_.clear();
+    }
+
+    // Median seconds of one call(i), i = 0, 1, ... (the callee rotates its buffers by i).
+    double time(const std::function<void(int)>& call) {
+        for (int i = 0; i < 3; ++i) call(i);
+        const int reps = o_.quick ? 10 : o_.reps;
+        std::vector<cudaEvent_t> ev(2 * (size_t)reps);
+        for (auto& e : ev) CUDA_CHECK(cudaEventCreate(&e));
+        spin_kernel<<<1, 1, 0, cb_.stream()>>>(4'000'000);  // ~2 ms: the host queues the calls meanwhile
+        for (int i = 0; i < reps; ++i) {
+            CUDA_CHECK(cudaEventRecord(ev[2 * i], cb_.stream()));
+            call(3 + i);
+            CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], cb_.stream()));
+        }
+        CUDA_CHECK(cudaStreamSynchronize(cb_.stream()));
+        std::vector<float> ms((size_t)reps);
+        for (int i = 0; i < reps; ++i) CUDA_CHECK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+        for (auto& e : ev) CUDA_CHECK(cudaEventDestroy(e));
+        std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
+        return ms[reps / 2] * 1e-3;
+    }
+
+    void report(const char* op, const std::string& shape, GgmlType t, int64_t n, double bytes, double secs) {
+        std::printf("%-10s %-22s %-8s %2lld %9.2f %9.2f %8.0f %6.1f%%\n", op, shape.c_str(),
+                    std::string(ggml_type_name(t)).c_str(), (long long)n, bytes * 1e-6, secs * 1e6, bytes / secs * 1e-9,
+                    100.0 * bytes / secs / kReference);
+        std::fflush(stdout);
+    }
+
+    // groups matmuls of [M, K] (as the model's wo_a: group g reads columns [g K, (g+1) K) of x and writes
+    // columns [g M, (g+1) M) of y).
+    void dense(const char* op, GgmlType t, int64_t M, int64_t K, int groups) {
+        if (!o_.only.empty() && std::string(op).find(o_.only) == std::string::npos) return;
+        const size_t row_bytes = ggml_row_bytes(ggml_traits(t), K);
+        const double call_bytes = (double)groups * M * row_bytes;
+        const int copies = (int)std::max(1.0, std::ceil(kRotateBytes / call_bytes));
+        std::vector<Weight> ws;
+        for (int c = 0; c < copies; ++c) {
+            Weight w;
+            w.type = t;
+            w.cols = K;
+            w.rows = (int64_t)groups * M;
+            w.row_bytes = row_bytes;
+            w.data = random_bytes((size_t)groups * M * row_bytes);
+            w.name = op;
+            ws.push_back(w);
+        }
+        for (int64_t n : o_.ns) {
+            const float* x = random_floats(n * groups * K, -1, 1);
+            auto* y = static_cast<float*>(b_.alloc((size_t)(n * groups * M) * sizeof(float)));
+            owned_.push_back(y);
+            const double s = time([&](int i) {
+                const Weight& w = ws[(size_t)i % ws.size()];
+                for (int g = 0; g < groups; ++g)
+                    b_.matmul(y + g * M, groups * M, x + g * K, groups * K, w.row_range(g * M, M), n);
+            });
+            std::string shape = std::to_string(M) + "x" + std::to_string(K);
+            if (groups > 1) shape = std::to_string(groups) + "x" + shape;
+            report(op, shape, t, n, call_bytes, s);
+        }
+        release();
+    }
+
+    // moe_experts with V4-Flash's routed experts: E experts, k per token, gate/up [F, D], down [D, F].
+    void experts(GgmlType tg, GgmlType td, int64_t n, int E, int k, int64_t D, int64_t F) {
+        if (!o_.only.empty() && std::string("moe").find(o_.only) == std::string::npos) return;
+        auto stack = [&](GgmlType t, int64_t rows, int64_t cols) {
+            Weight w;
+            w.type = t;
+            w.cols = cols;
+            w.rows = rows;
+            w.n_experts = E;
+            w.row_bytes = ggml_row_bytes(ggml_traits(t), cols);
+            w.data = random_bytes((size_t)E * rows * w.row_bytes);
+            w.name = "ffn_exps";
+            return w;
+        };
+        MoeArgs a;
+        a.gate = stack(tg, F, D);
+        a.up = stack(tg, F, D);
+        a.down = stack(td, D, F);
+        const double per_expert = (double)F * (a.gate.row_bytes + a.up.row_bytes) + (double)D * a.down.row_bytes;
+        // Id sets: each token k distinct random experts; the bytes are those of the distinct chosen experts.
+        constexpr int kSets = 64;
+        std::mt19937 g(1234);
+        std::vector<int32_t> ids;
+        double bytes = 0;
+        for (int s = 0; s < kSets; ++s) {
+            std::vector<int32_t> chosen;
+            for (int64_t i = 0; i < n; ++i) {
+                std::vector<int32_t> perm(E);
+                for (int e = 0; e < E; ++e) perm[e] = e;
+                std::shuffle(perm.begin(), perm.end(), g);
+                ids.insert(ids.end(), perm.begin(), perm.begin() + k);
+                chosen.insert(chosen.end(), perm.begin(), perm.begin() + k);
+            }
+            std::sort(chosen.begin(), chosen.end());
+            bytes += (double)(std::unique(chosen.begin(), chosen.end()) - chosen.begin()) * per_expert / kSets;
+        }
+        auto* id_dev = static_cast<int32_t*>(b_.alloc(ids.size() * sizeof(int32_t)));
+        owned_.push_back(id_dev);
+        b_.upload(id_dev, ids.data(), ids.size() * sizeof(int32_t));
+        a.x = random_floats(n * D, -1, 1);
+        a.weights = random_floats(n * k, 0.05f, 1.0f);
+        a.out = static_cast<float*>(b_.alloc((size_t)(n * D) * sizeof(float)));
+        owned_.push_back(a.out);
+        a.n = n;
+        a.k = k;
+        a.clamp = 10.0f;
+        const double s = time([&](int i) {
+            MoeArgs c = a;
+            c.ids = id_dev + (size_t)(i % kSets) * n * k;
+            b_.moe_experts(c);
+        });
+        char shape[64];
+        std::snprintf(shape, sizeof shape, "E%d k%d %lldx%lld", E, k, (long long)D, (long long)F);
+        char op[32];
+        std::snprintf(op, sizeof op, "moe %s/%s", std::string(ggml_type_name(tg)).c_str(),
+                      std::string(ggml_type_name(td)).c_str());
+        report(op, shape, tg, n, bytes, s);
+        release();
+    }
+
+private:
+    Backend& b_;
+    cuda::CudaBackend& cb_;
+    const Options& o_;
+    std::vector<void*> owned_;
+    uint64_t seed_ = 1;
+};
+
+std::vector<int64_t> parse_list(const char* s) {
+    std::vector<int64_t> v;
+    for (const char* p = s; *p;) {
+        v.push_back(std::strtoll(p, nullptr, 10));
+        p = std::strchr(p, ',');
+        if (!p) break;
+        ++p;
+    }
+    return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Options o;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--n" && i + 1 < argc)
+            o.ns = parse_list(argv[++i]);
+        else if (a == "--reps" && i + 1 < argc)
+            o.reps = std::max(1, std::atoi(argv[++i]));
+        else if (a == "--only" && i + 1 < argc)
+            o.only = argv[++i];
+        else if (a == "--quick")
+            o.quick = true;
+        else {
+            std::fprintf(stderr, "usage: bench_gemv [--n 1,2,4,8] [--reps N] [--only NAME] [--quick]\n");
+            return a == "--help" || a == "-h" ? 0 : 2;
+        }
+    }
+    if (!cuda_device_available()) {
+        std::fprintf(stderr, "bench_gemv: no CUDA device\n");
+        return 1;
+    }
+    auto made = make_cuda_backend(0);
+    if (!made.ok()) {
+        std::fprintf(stderr, "bench_gemv: %s\n", made.error().c_str());
+        return 1;
+    }
+    std::unique_ptr<Backend> backend = std::move(*made);
+    auto& cb = static_cast<cuda::CudaBackend&>(*backend);
+    const char* mode = cuda::gemv_mode() == cuda::GemvMode::Staged   ? "staged (previous kernel)"
+                       : cuda::gemv_mode() == cuda::GemvMode::Legacy ? "legacy (generic kernel)"
+                                                                     : "pipelined (current)";
+    const char* moe_env = std::getenv("DSV4_MOE_DECODE");
+    std::printf(
+        "bench_gemv: %s, %d SMs, L2 %d MB; GEMV mode %s; MoE decode path %s; weights rotated over >= %.0f MB; "
+        "median of %d calls\n",
+        cb.props().name, cb.props().multiProcessorCount, cb.props().l2CacheSize >> 20, mode,
+        moe_env && std::strcmp(moe_env, "0") == 0 ? "off" : "on (when the mode is current)", kRotateBytes * 1e-6,
+        o.quick ? 10 : o.reps);
+    std::printf("%-10s %-22s %-8s %2s %9s %9s %8s %7s\n", "op", "shape", "type", "n", "MB/call", "us", "GB/s",
+                "of 4TB/s");
+    Bench b(*backend, cb, o);
+    // Dense V4-Flash projections in their file format (Q8_0), the router in F32 and F16.
+    const GgmlType q8 = GgmlType::Q8_0;
+    b.dense("q_a", q8, 1024, 4096, 1);
+    b.dense("q_b", q8, 32768, 1024, 1);
+    b.dense("kv", q8, 512, 4096, 1);
+    b.dense("wo_a", q8, 1024, 4096, 8);
+    b.dense("wo_b", q8, 4096, 8192, 1);
+    b.dense("shexp_gu", q8, 2048, 4096, 1);
+    b.dense("shexp_dn", q8, 4096, 2048, 1);
+    b.dense("lm_head", q8, 129280, 4096, 1);
+    b.dense("router", GgmlType::F32, 256, 4096, 1);
+    b.dense("router", GgmlType::F16, 256, 4096, 1);
+    // Every other decode format on an expert-sized and a large matrix.
+    for (GgmlType t : {GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q6_K,
+                       GgmlType::IQ2_XXS, GgmlType::F16, GgmlType::BF16, GgmlType::F32}) {
+        b.dense("expert_gu", t, 2048, 4096, 1);
+        b.dense("expert_dn", t, 4096, 2048, 1);
+        b.dense("wo_b", t, 4096, 8192, 1);
+    }
+    // Routed experts: 256, 6 per token, gate/up IQ2_XXS [2048, 4096], down Q2_K [4096, 2048].
+    for (int64_t n : o.ns) b.experts(GgmlType::IQ2_XXS, GgmlType::Q2_K, n, 256, 6, 4096, 2048);
+    return 0;
+}

@@ -1,0 +1,269 @@
+// MoE experts for a few tokens (decode), in two kernels and no grouping pass:
+// 1. gate_up: for every (token, slot) pair and row f of its expert (the id read on the device), the
+//    gate and up rows are streamed together (they multiply the same token), then the clamped SwiGLU and the
+//    routing weight give h[pair, f].
+// 2. down_sum: for every token and two output rows d, the down rows of its k experts are streamed in
+//    ascending expert id (ties by slot) and the k products are summed in that order, the CPU's, straight
+//    into the output: no [n*k, D] intermediate and no separate sum.
+// Both stream weights like the decode GEMV (cuda_gemv_stream.cuh), so each reads exactly the chosen
+// experts' bytes (an expert chosen by two tokens is read twice; with n * k <= 64 that is rare and cheap).
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cuda/cuda_backend_impl.cuh"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_gemv.cuh"
+#include "kernels/cuda/cuda_gemv_stream.cuh"
+#include "kernels/cuda/cuda_moe_decode.cuh"
+
+namespace dsv4::cuda {
+
+namespace {
+
+using namespace gemv;
+
+constexpr int kMaxPairs = 64;  // n * k up to this takes the decode path
+constexpr int kMaxSlots = 32;  // k (moe_experts' own limit)
+// Rows per warp as the GEMV: gate_up streams the gate and up rows of one row f, down_sum two output rows.
+constexpr int kGateRows = kRowsPerWarp / 2;
+constexpr int64_t kTargetWarps = 4096;
+
+struct MoeDecodeParams {
+    const float* x = nullptr;        // [n, D]
+    const int32_t* ids = nullptr;    // [n, k]
+    const float* weights = nullptr;  // [n, k]
+    float* h = nullptr;              // [n * k, F]
+    float* out = nullptr;            // [n, D]
+    int64_t n = 0, D = 0, F = 0;
+    int k = 0, n_experts = 0;
+    float clamp = 0.0f;
+    const uint8_t *gate = nullptr, *up = nullptr, *down = nullptr;
+    size_t gate_row = 0, up_row = 0, down_row = 0;  // row bytes
+};
+
+__device__ __forceinline__ int expert_of(const MoeDecodeParams& a, int64_t pair) {
+    const int e = a.ids[pair];
+    if (e < 0 || e >= a.n_experts) {
+        printf("dsv4: CUDA moe_experts: pair %lld has expert %d, outside [0, %d)\n", (long long)pair, e, a.n_experts);
+        __trap();
+    }
+    return e;
+}
+
+template <int R>
+struct GateUpSrc {
+    const uint8_t* rows[R];  // gate rows, then up rows
+    const float* xs[1];
+    __device__ const uint8_t* row(int, int r) const { return rows[r]; }
+    __device__ const float* x(int, int) const { return xs[0]; }
+};
+
+// Grid x: (pair, row f) groups, wg warps each.
+template <GgmlType T>
+__global__ void __launch_bounds__(kThreads, min_blocks<1>())
+    moe_gate_up_kernel(MoeDecodeParams a, int wg, QuantTables tb) {
+    constexpr int R = kRowsPerWarp;
+    __shared__ uint4 ring[kWarpsPerBlock][ring_words<T, R>()];
+    __shared__ float partial[kWarpsPerBlock][R];
+    __shared__ uint32_t lut_mem[LutStorage<T>::kWords];
+    const Lut lut = build_lut<T>(lut_mem, tb);
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    const int64_t per_pair = (a.F + kGateRows - 1) / kGateRows;
+    const int64_t group = (int64_t)blockIdx.x * (kWarpsPerBlock / wg) + warp / wg;
+    const int split = warp % wg;
+    const bool live = group < a.n * a.k * per_pair;
+    const int64_t pair = live ? group / per_pair : 0;
+    const int64_t f0 = (group % per_pair) * kGateRows;
+    if (live) {
+        const int e = expert_of(a, pair);
+        GateUpSrc<R> src;
+        const uint8_t* g = a.gate + (size_t)e * a.F * a.gate_row;
+        const uint8_t* u = a.up + (size_t)e * a.F * a.up_row;
+#pragma unroll
+        for (int r = 0; r < kGateRows; ++r) {
+            const int64_t f = f0 + r < a.F ? f0 + r : a.F - 1;
+            src.rows[r] = g + (size_t)f * a.gate_row;
+            src.rows[kGateRows + r] = u + (size_t)f * a.up_row;
+        }
+        src.xs[0] = a.x + (pair / a.k) * a.D;
+        stream_rows<T, R, 1>(src, 1, (int)(a.D / Codec<T>::kElems), split, wg, 1, ring[warp], lut,
+                             [&](int, const float(&acc)[R][1]) {
+                                 if (lane == 0)
+#pragma unroll
+                                     for (int r = 0; r < R; ++r) partial[warp][r] = acc[r][0];
+                             });
+    }
+    __syncthreads();
+    if (live && split == 0 && lane < kGateRows && f0 + lane < a.F) {
+        float gv = partial[warp][lane], uv = partial[warp][kGateRows + lane];
+        for (int w = 1; w < wg; ++w) {
+            gv += partial[warp + w][lane];
+            uv += partial[warp + w][kGateRows + lane];
+        }
+        if (a.clamp > 0) {  // as the swiglu op, then the routing weight (applied before the down projection)
+            gv = fminf(gv, a.clamp);
+            uv = fminf(fmaxf(uv, -a.clamp), a.clamp);
+        }
+        const float hv = gv / (1.0f + expf(-gv)) * uv;
+        a.h[pair * a.F + f0 + lane] = hv * a.weights[pair];
+    }
+}
+
+template <int R>
+struct DownSrc {
+    const uint8_t* down = nullptr;
+    size_t expert_bytes = 0, row_bytes = 0;
+    int64_t d[R] = {};            // output rows (clamped into range)
+    const int* expert = nullptr;  // [item]: expert of the item-th slot in summation order
+    const int* pair = nullptr;    // [item]: its (token, slot) pair
+    const float* h = nullptr;
+    int64_t F = 0;
+    __device__ const uint8_t* row(int item, int r) const {
+        return down + (size_t)expert[item] * expert_bytes + (size_t)d[r] * row_bytes;
+    }
+    __device__ const float* x(int item, int) const { return h + (int64_t)pair[item] * F; }
+};
+
+// Grid x: (token, output row pair) groups, wg warps each.
+template <GgmlType T>
+__global__ void __launch_bounds__(kThreads, min_blocks<1>())
+    moe_down_sum_kernel(MoeDecodeParams a, int wg, QuantTables tb) {
+    constexpr int R = kRowsPerWarp;
+    __shared__ uint4 ring[kWarpsPerBlock][ring_words<T, R>()];
+    __shared__ float partial[kWarpsPerBlock][kMaxSlots][R];
+    __shared__ int expert[kWarpsPerBlock][kMaxSlots], pair[kWarpsPerBlock][kMaxSlots];
+    __shared__ uint32_t lut_mem[LutStorage<T>::kWords];
+    const Lut lut = build_lut<T>(lut_mem, tb);
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    const int64_t per_token = (a.D + R - 1) / R;
+    const int64_t group = (int64_t)blockIdx.x * (kWarpsPerBlock / wg) + warp / wg;
+    const int split = warp % wg;
+    const bool live = group < a.n * per_token;
+    const int64_t token = live ? group / per_token : 0;
+    const int64_t d0 = (group % per_token) * R;
+    if (live) {
+        // Summation order: slot j goes to rank #{slots before it in (expert id, slot) order}.
+        if (lane < a.k) {
+            const int64_t p = token * a.k + lane;
+            const int e = expert_of(a, p);
+            int rank = 0;
+            for (int j = 0; j < a.k; ++j) {
+                const int ej = a.ids[token * a.k + j];
+                rank += ej < e || (ej == e && j < lane);
+            }
+            expert[warp][rank] = e;
+            pair[warp][rank] = (int)p;
+        }
+        __syncwarp();
+        DownSrc<R> src;
+        src.down = a.down;
+        src.row_bytes = a.down_row;
+        src.expert_bytes = (size_t)a.D * a.down_row;
+#pragma unroll
+        for (int r = 0; r < R; ++r) src.d[r] = d0 + r < a.D ? d0 + r : a.D - 1;
+        src.expert = expert[warp];
+        src.pair = pair[warp];
+        src.h = a.h;
+        src.F = a.F;
+        stream_rows<T, R, 1>(src, a.k, (int)(a.F / Codec<T>::kElems), split, wg, 1, ring[warp], lut,
+                             [&](int item, const float(&acc)[R][1]) {
+                                 if (lane == 0)
+#pragma unroll
+                                     for (int r = 0; r < R; ++r) partial[warp][item][r] = acc[r][0];
+                             });
+    }
+    __syncthreads();
+    if (live && split == 0 && lane < R && d0 + lane < a.D) {
+        float total = 0.0f;
+        for (int item = 0; item < a.k; ++item) {
+            float y = partial[warp][item][lane];
+            for (int w = 1; w < wg; ++w) y += partial[warp + w][item][lane];
+            total += y;
+        }
+        a.out[token * a.D + d0 + lane] = total;
+    }
+}
+
+// Warps per group: split-K only while the groups alone leave the GPU short of warps.
+int warps_per_group(int64_t groups, int64_t n_stages) {
+    int wg = 1;
+    while (wg < kWarpsPerBlock && 2 * wg <= n_stages && groups * wg < kTargetWarps) wg *= 2;
+    return wg;
+}
+
+template <GgmlType T>
+bool fits(const Weight& w) {
+    using C = Codec<T>;
+    return reinterpret_cast<uintptr_t>(w.data) % C::kAlign == 0 && w.row_bytes % C::kAlign == 0 &&
+           w.cols % C::kElems == 0;
+}
+
+bool decode_enabled() {
+    static const bool on = [] {
+        const char* v = std::getenv("DSV4_MOE_DECODE");
+        return !(v && std::strcmp(v, "0") == 0);
+    }();
+    return on && gemv_mode() == GemvMode::Pipelined;
+}
+
+}  // namespace
+
+bool moe_experts_decode(CudaBackend& b, const MoeArgs& a) {
+    if (!decode_enabled() || a.n * a.k > kMaxPairs || a.k > kMaxSlots) return false;
+    if (a.gate.type != a.up.type || a.gate.row_bytes != a.up.row_bytes) return false;
+    if ((reinterpret_cast<uintptr_t>(a.x) & 15) != 0) return false;
+    bool ok = false;
+    dispatch_codec(a.gate.type,
+                   [&](auto tag) { ok = fits<decltype(tag)::type>(a.gate) && fits<decltype(tag)::type>(a.up); });
+    bool down_ok = false;
+    dispatch_codec(a.down.type, [&](auto tag) { down_ok = fits<decltype(tag)::type>(a.down); });
+    if (!ok || !down_ok) return false;
+
+    const int64_t D = a.gate.cols, F = a.gate.rows, P = a.n * a.k;
+    CudaBackend::Scratch s(b);
+    MoeDecodeParams p;
+    p.x = a.x;
+    p.ids = a.ids;
+    p.weights = a.weights;
+    p.h = s.get<float>(P * F);  // 256-byte aligned: the down kernel's float4 loads of h rows (F % 8 == 0)
+    p.out = a.out;
+    p.n = a.n;
+    p.D = D;
+    p.F = F;
+    p.k = a.k;
+    p.n_experts = (int)a.gate.n_experts;
+    p.clamp = a.clamp;
+    p.gate = a.gate.data;
+    p.up = a.up.data;
+    p.down = a.down.data;
+    p.gate_row = a.gate.row_bytes;
+    p.up_row = a.up.row_bytes;
+    p.down_row = a.down.row_bytes;
+    DSV4_CHECK(a.up.n_experts == p.n_experts && a.down.n_experts == p.n_experts);
+
+    dispatch_codec(a.gate.type, [&](auto tag) {
+        constexpr GgmlType T = decltype(tag)::type;
+        constexpr int R = kRowsPerWarp;
+        const int64_t groups = P * ((F + kGateRows - 1) / kGateRows);
+        const int wg =
+            warps_per_group(groups, (D / Codec<T>::kElems + Stage<T, R>::kBlocks - 1) / Stage<T, R>::kBlocks);
+        prefer_shared<moe_gate_up_kernel<T>>();
+        moe_gate_up_kernel<T><<<ceil_div(groups * wg, kWarpsPerBlock), kThreads, 0, b.stream()>>>(p, wg, b.tables());
+    });
+    CUDA_CHECK_LAUNCH();
+    dispatch_codec(a.down.type, [&](auto tag) {
+        constexpr GgmlType T = decltype(tag)::type;
+        constexpr int R = kRowsPerWarp;
+        const int64_t groups = a.n * ((D + R - 1) / R);
+        const int wg =
+            warps_per_group(groups, (F / Codec<T>::kElems + Stage<T, R>::kBlocks - 1) / Stage<T, R>::kBlocks);
+        prefer_shared<moe_down_sum_kernel<T>>();
+        moe_down_sum_kernel<T><<<ceil_div(groups * wg, kWarpsPerBlock), kThreads, 0, b.stream()>>>(p, wg, b.tables());
+    });
+    CUDA_CHECK_LAUNCH();
+    return true;
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,212 @@
+// Conformance cases of the decode paths: the pipelined GEMV (cuda_gemv.cu) for every format it handles,
+// n = 1..8, odd and multi-stage shapes (split-K), K not a multiple of 256 where the block allows, strided
+// x/y, row views that start mid-word and activation strides that force the fallback; and the MoE decode
+// path (cuda_moe_decode.cu): small n*k, the boundary n*k = 64 and beyond it, experts repeated across and
+// within tokens, mixed gate/up and down formats (V4-Flash: IQ2_XXS and Q2_K), V4-Flash widths.
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+
+#include "harness.h"
+
+namespace dsv4::backend_ops {
+
+namespace {
+
+const GgmlType kDecodeTypes[] = {GgmlType::Q8_0, GgmlType::MXFP4,   GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
+                                 GgmlType::Q6_K, GgmlType::IQ2_XXS, GgmlType::F16,  GgmlType::BF16, GgmlType::F32};
+
+std::string type_name(GgmlType t) {
+    return std::string(ggml_type_name(t));
+}
+
+// K of about `plain` values, a whole number of blocks: an odd count of blocks where it can be.
+int64_t cols_near(GgmlType t, int64_t plain) {
+    const int64_t be = std::max<int64_t>(ggml_traits(t).block_elems, 8);  // plain formats: whole groups of 8
+    return std::max<int64_t>(1, plain / be) * be;
+}
+
+// y = x W^T on rows [first, first + M) of a stored matrix of first + M rows (first > 0 makes the matrix
+// start mid-word for the 17- and 34-byte formats).
+CaseGen gemv_case(GgmlType t, int64_t n, int64_t K, int64_t M, int64_t xs, int64_t ys, int64_t first, uint64_t seed) {
+    return [=]() {
+        Case c;
+        c.op = "matmul";
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "decode %s n=%lld K=%lld M=%lld xs=%lld ys=%lld first=%lld",
+                      type_name(t).c_str(), (long long)n, (long long)K, (long long)M, (long long)xs, (long long)ys,
+                      (long long)first);
+        c.shape = buf;
+        Rng rng(case_seed(seed, c.op + c.shape));
+        const int64_t rows = first + M;
+        auto w = std::make_shared<std::vector<uint8_t>>(random_weight(t, rows, K, rng));
+        auto x = std::make_shared<std::vector<float>>(rng.vec(n * xs));
+        c.tol = tol_dot((double)K);  // one K-term dot of the exact weights per output
+        c.ref_tol = tol_dot((double)K);
+        c.bytes = (double)w->size() * M / rows + 4.0 * n * (K + M);
+        c.make = [=](Backend& b) {
+            Instance in;
+            in.dev = std::make_unique<Dev>(b);
+            Dev& d = *in.dev;
+            Weight wt;
+            wt.type = t;
+            wt.cols = K;
+            wt.rows = rows;
+            wt.row_bytes = ggml_row_bytes(ggml_traits(t), K);
+            wt.data = b.weight_data(w->data(), w->size());
+            wt.name = "decode_test";
+            wt = wt.row_range(first, M);
+            const float* xd = d.f32(*x);
+            float* yd = d.f32_out(n * ys);
+            in.run = [&b, wt, xd, yd, n, xs, ys]() { b.matmul(yd, ys, xd, xs, wt, n); };
+            in.read = [&d, yd, n, M, ys]() { return Arrays{d.get(yd, n, M, ys)}; };
+            return in;
+        };
+        c.reference = [=]() {
+            const std::vector<float> deq = dequant_weight(t, *w, rows, K);
+            Array y((size_t)(n * M));
+            for (int64_t i = 0; i < n; ++i)
+                for (int64_t m = 0; m < M; ++m) {
+                    double s = 0;
+                    for (int64_t k = 0; k < K; ++k) s += (double)deq[(first + m) * K + k] * (*x)[i * xs + k];
+                    y[i * M + m] = s;
+                }
+            return Arrays{y};
+        };
+        return c;
+    };
+}
+
+// moe_experts with gate/up of format tg and down of format td; ids: n*k expert ids (or empty: random
+// distinct experts per token).
+CaseGen moe_case(GgmlType tg, GgmlType td, int64_t n, int E, int k, int64_t D, int64_t F, float clamp,
+                 std::vector<int32_t> fixed_ids, const char* note, uint64_t seed) {
+    return [=]() {
+        Case c;
+        c.op = "moe_experts";
+        char buf[200];
+        std::snprintf(buf, sizeof buf, "decode %s/%s n=%lld E=%d k=%d D=%lld F=%lld clamp=%g%s", type_name(tg).c_str(),
+                      type_name(td).c_str(), (long long)n, E, k, (long long)D, (long long)F, clamp, note);
+        c.shape = buf;
+        Rng rng(case_seed(seed, c.op + c.shape));
+        auto wg = std::make_shared<std::vector<uint8_t>>(random_weight(tg, (int64_t)E * F, D, rng));
+        auto wu = std::make_shared<std::vector<uint8_t>>(random_weight(tg, (int64_t)E * F, D, rng));
+        auto wd = std::make_shared<std::vector<uint8_t>>(random_weight(td, (int64_t)E * D, F, rng));
+        auto x = std::make_shared<std::vector<float>>(rng.vec(n * D));
+        auto ids = std::make_shared<std::vector<int32_t>>(fixed_ids);
+        if (ids->empty()) {
+            for (int64_t i = 0; i < n; ++i) {
+                std::vector<int32_t> perm(E);
+                std::iota(perm.begin(), perm.end(), 0);
+                std::shuffle(perm.begin(), perm.end(), rng.engine());
+                ids->insert(ids->end(), perm.begin(), perm.begin() + k);
+            }
+        }
+        auto wts = std::make_shared<std::vector<float>>(rng.vec(n * k, 0.05f, 1.0f));
+        // gate and up are D-term dots, SwiGLU adds transcendental error, down is an F-term dot, and each
+        // token sums k expert outputs (as cases_moe.cpp).
+        c.tol = 2 * tol_dot((double)D) + tol_dot((double)F) + kTolTransc + k * kTolElem;
+        c.ref_tol = c.tol;
+        c.bytes = (double)n * k * (wg->size() + wu->size() + wd->size()) / E + 8.0 * n * D;
+        c.make = [=](Backend& b) {
+            Instance in;
+            in.dev = std::make_unique<Dev>(b);
+            Dev& d = *in.dev;
+            auto stack = [&](GgmlType t, const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols) {
+                Weight w;
+                w.type = t;
+                w.cols = cols;
+                w.rows = rows;
+                w.n_experts = E;
+                w.row_bytes = ggml_row_bytes(ggml_traits(t), cols);
+                w.data = b.weight_data(bytes.data(), bytes.size());
+                w.name = "decode_exps";
+                return w;
+            };
+            MoeArgs a;
+            a.gate = stack(tg, *wg, F, D);
+            a.up = stack(tg, *wu, F, D);
+            a.down = stack(td, *wd, D, F);
+            a.x = d.f32(*x);
+            a.ids = d.i32(*ids);
+            a.weights = d.f32(*wts);
+            a.out = d.f32_out(n * D);
+            a.n = n;
+            a.k = k;
+            a.clamp = clamp;
+            in.run = [&b, a]() { b.moe_experts(a); };
+            in.read = [&d, a, n, D]() { return Arrays{d.get(a.out, n * D)}; };
+            return in;
+        };
+        c.reference = [=]() {
+            const std::vector<float> g = dequant_weight(tg, *wg, (int64_t)E * F, D);
+            const std::vector<float> u = dequant_weight(tg, *wu, (int64_t)E * F, D);
+            const std::vector<float> dn = dequant_weight(td, *wd, (int64_t)E * D, F);
+            Array out((size_t)(n * D), 0.0);
+            std::vector<double> h((size_t)F);
+            for (int64_t i = 0; i < n; ++i)
+                for (int j = 0; j < k; ++j) {
+                    const int64_t e = (*ids)[i * k + j];
+                    for (int64_t f = 0; f < F; ++f) {
+                        double gv = 0, uv = 0;
+                        for (int64_t q = 0; q < D; ++q) {
+                            gv += (double)g[(e * F + f) * D + q] * (*x)[i * D + q];
+                            uv += (double)u[(e * F + f) * D + q] * (*x)[i * D + q];
+                        }
+                        if (clamp > 0) {
+                            gv = std::min<double>(gv, clamp);
+                            uv = std::clamp<double>(uv, -clamp, clamp);
+                        }
+                        h[f] = gv / (1 + std::exp(-gv)) * uv * (*wts)[i * k + j];
+                    }
+                    for (int64_t q = 0; q < D; ++q) {
+                        double s = 0;
+                        for (int64_t f = 0; f < F; ++f) s += (double)dn[(e * D + q) * F + f] * h[f];
+                        out[i * D + q] += s;
+                    }
+                }
+            return Arrays{out};
+        };
+        return c;
+    };
+}
+
+}  // namespace
+
+void add_decode_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
+    for (GgmlType t : kDecodeTypes) {
+        const int64_t be = ggml_traits(t).block_elems;
+        // About 1200 values: 37 blocks of 32 (not a multiple of 256), 3 of 256, 150 groups of 8.
+        const int64_t K = cols_near(t, be == 256 ? 768 : 1200);
+        for (int64_t n = 1; n <= 8; ++n) out.push_back(gemv_case(t, n, K, 83, K + 4, 83 + 3, 0, o.seed));
+        // Many stages per row, a partial last stage and split-K over the block's warps.
+        const int64_t big = cols_near(t, be == 256 ? 17 * 256 : 4450);
+        for (int64_t n : {1, 5, 8}) out.push_back(gemv_case(t, n, big, 300, big, 300, 0, o.seed));
+        // One block per row; a single output row.
+        for (int64_t n : {1, 4}) out.push_back(gemv_case(t, n, cols_near(t, be), 7, cols_near(t, be), 7, 0, o.seed));
+        out.push_back(gemv_case(t, 2, K, 1, K, 1, 0, o.seed));
+        // A row view starting at row 1 (mid-word for MXFP4 and Q8_0 rows) and, separately, an activation
+        // stride that is not a multiple of 4 floats (the generic kernel takes over).
+        out.push_back(gemv_case(t, 2, K, 33, K, 33, 1, o.seed));
+        out.push_back(gemv_case(t, 3, K, 33, K + 5, 33, 0, o.seed));
+    }
+    // MoE: every decode format for all three stacks, one token and seven tokens of 6 slots (42 pairs).
+    for (GgmlType t : kDecodeTypes) {
+        const int64_t be = ggml_traits(t).block_elems;
+        const int64_t D = cols_near(t, be == 256 ? 512 : 96), F = cols_near(t, be == 256 ? 256 : 40);
+        out.push_back(moe_case(t, t, 1, 16, 6, D, F, 0.0f, {}, "", o.seed));
+        out.push_back(moe_case(t, t, 7, 16, 6, D, F, 1.5f, {}, "", o.seed));
+    }
+    const GgmlType iq = GgmlType::IQ2_XXS, q2 = GgmlType::Q2_K;
+    // V4-Flash formats: gate/up IQ2_XXS, down Q2_K; experts shared across tokens and repeated within one.
+    out.push_back(moe_case(iq, q2, 1, 16, 6, 512, 256, 10.0f, {}, "", o.seed));
+    out.push_back(
+        moe_case(iq, q2, 3, 8, 4, 512, 256, 10.0f, {5, 1, 7, 2, 1, 5, 0, 3, 2, 7, 5, 1}, " shared ids", o.seed));
+    out.push_back(moe_case(iq, q2, 2, 8, 3, 512, 256, 0.0f, {3, 3, 1, 6, 0, 6}, " repeated ids", o.seed));
+    out.push_back(moe_case(iq, q2, 8, 32, 8, 512, 256, 10.0f, {}, " n*k=64", o.seed));   // the largest decode case
+    out.push_back(moe_case(iq, q2, 13, 32, 5, 512, 256, 10.0f, {}, " n*k=65", o.seed));  // the grouped path
+    out.push_back(moe_case(iq, q2, 1, 8, 6, 4096, 2048, 10.0f, {}, " V4-Flash widths", o.seed));
+    out.push_back(moe_case(GgmlType::Q8_0, GgmlType::Q6_K, 2, 8, 6, 1024, 512, 0.0f, {}, " mixed", o.seed));
+}
+
+}  // namespace dsv4::backend_ops
