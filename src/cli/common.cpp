@@ -14,9 +14,9 @@ void add_device_options(CLI::App& app, DeviceOptions& d) {
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     app.add_option("-t,--threads", d.threads, "CPU threads (default: all cores)");
     app.add_option("--gemm", d.gemm,
-                   "CUDA only: matmul precision. bf16 (default) runs prefill-sized matmuls and experts on the "
-                   "tensor cores with bf16 inputs, as the official model does; f32 is exact and reproduces the "
-                   "f32 reference to ~1e-6. Default from $DSV4_GEMM. The CPU backend always computes in f32")
+                   "CUDA only: matmul precision. bf16 runs prefill-sized matmuls and experts on the tensor cores "
+                   "with bf16 inputs, as the official model does; f32 is exact and reproduces the f32 reference "
+                   "to ~1e-6. Default: $DSV4_GEMM if set, else bf16. The CPU backend ignores it (always f32)")
         ->check(CLI::IsMember({"f32", "bf16"}));
 }
 

@@ -43,7 +43,8 @@ using bf16 = __nv_bfloat16;
 namespace {
 
 // Weight values decoded per dense slab: 32 Mi values, 64 MiB of bf16 scratch. Big enough that each slab's
-// GEMM fills the GPU (the LM head of V4 is 17 slabs of 7936 rows), small next to the weights themselves.
+// GEMM fills the GPU (V4's LM head, 129280 x 4096, is 16 slabs of up to 8192 rows), small next to the
+// weights themselves.
 constexpr int64_t kSlabValues = int64_t(1) << 25;
 // cuBLAS's recommended workspace on Hopper; owned by the backend so cuBLAS never allocates on its own.
 constexpr size_t kCublasWorkspace = size_t(32) << 20;
@@ -272,7 +273,7 @@ void matmul_tc(CudaBackend& b, float* y, int64_t y_stride, const float* x, int64
 bool moe_tc_wanted(const CudaBackend& b, const MoeArgs& a) {
     const int64_t pairs = a.n * a.k;
     return b.gemm_precision() == GemmPrecision::BF16 &&
-           pairs >= std::max<int64_t>(kTcMinRows, a.gate.n_experts * kTcMinRows / 4);
+           pairs >= std::max<int64_t>(kTcMinRows, a.gate.n_experts * kTcMinRows / 2);
 }
 
 void moe_experts_tc(CudaBackend& b, const MoeArgs& a, const int32_t* offsets, const int32_t* x_rows,
