@@ -58,7 +58,7 @@ std::vector<int64_t> parse_list(const std::string& s) {
 
 int cmd_bench(int argc, char** argv) {
     CLI::App app{"Measure prefill and decode speed (tokens/s) and the achieved weight-read bandwidth"};
-    std::string model_path, synth_preset_name, ctx_list = "0";
+    std::string model_path, synth_preset_name, experts_type, dense_type, ctx_list = "0";
     int layers = 0;
     uint64_t seed = 0;
     int64_t n_prompt = 128, n_gen = 32, chunk = 256;
@@ -69,6 +69,9 @@ int cmd_bench(int argc, char** argv) {
     app.add_option("--synth", synth_preset_name, "benchmark a random-weight model of this preset (tiny, flash, pro)");
     app.add_option("--layers", layers, "main layers of the --synth model");
     app.add_option("--seed", seed, "weight seed of the --synth model");
+    app.add_option("--experts-type", experts_type,
+                   "type of every routed-expert stack of the --synth model (default IQ2_XXS gate/up, Q2_K down)");
+    app.add_option("--dense-type", dense_type, "type of the dense matrices of the --synth model (default Q8_0)");
     app.add_option("--prompt", n_prompt, "prompt tokens for the prefill measurement")->check(CLI::PositiveNumber);
     app.add_option("--gen", n_gen, "decoded tokens per measurement")->check(CLI::PositiveNumber);
     app.add_option("--ctx", ctx_list, "comma-separated context depths at which to measure decode (e.g. 0,4096)");
@@ -94,14 +97,22 @@ int cmd_bench(int argc, char** argv) {
     auto backend = make_backend(dev);
     if (!backend.ok()) return fail(backend.error());
     const auto load_t0 = Clock::now();
+    SynthTypes types;
     auto load = [&]() -> Result<std::unique_ptr<Model>> {
         if (synth_preset_name.empty()) return Model::load(model_path, **backend);
         DSV4_ASSIGN_OR_RETURN(SynthHparams hp, synth_preset(synth_preset_name, layers));
+        if (!experts_type.empty()) {
+            DSV4_ASSIGN_OR_RETURN(types.expert_down, synth_type_named(experts_type, "--experts-type"));
+            types.expert_gate_up = types.expert_down;
+        }
+        if (!dense_type.empty()) {
+            DSV4_ASSIGN_OR_RETURN(types.dense, synth_type_named(dense_type, "--dense-type"));
+        }
         SynthWriteOptions so;
         so.seed = seed;
         so.n_threads = dev.threads;  // the generator uses the cores the CPU backend would
         so.progress = !json;
-        return synth_model(hp, SynthTypes{}, so, **backend);
+        return synth_model(hp, types, so, **backend);
     };
     auto model = load();
     if (!model.ok()) return fail(model.error());
@@ -135,6 +146,11 @@ int cmd_bench(int argc, char** argv) {
     const double bytes_per_token = decode_weight_bytes(m);
     nlohmann::ordered_json out;
     out["model"] = synth_preset_name.empty() ? model_path : "synth:" + synth_preset_name;
+    if (!synth_preset_name.empty()) {
+        out["synth_types"] = "experts " + std::string(ggml_type_name(types.expert_gate_up)) + "/" +
+                             std::string(ggml_type_name(types.expert_down)) + ", dense " +
+                             std::string(ggml_type_name(types.dense));
+    }
     out["device"] = (*backend)->name();
     out["layers"] = cfg.n_layer;
     out["weight_bytes_per_decoded_token"] = bytes_per_token;
@@ -171,9 +187,10 @@ int cmd_bench(int argc, char** argv) {
     }
     std::printf("model    %s (%d layers) on %s\n", out["model"].get<std::string>().c_str(), cfg.n_layer,
                 (*backend)->name());
+    const std::string origin =
+        synth_preset_name.empty() ? "" : ", generated in memory: " + out["synth_types"].get<std::string>();
     std::printf("load     %.2f GB of weight matrices in %.1f s (%.2f GB/s)%s\n", m.weights().bytes_matrices / 1e9,
-                load_s, m.weights().bytes_matrices / 1e9 / load_s,
-                synth_preset_name.empty() ? "" : ", generated in memory");
+                load_s, m.weights().bytes_matrices / 1e9 / load_s, origin.c_str());
     std::printf("weights  %.1f MB read per decoded token\n", bytes_per_token / 1e6);
     std::printf("prefill  %lld tokens in %.3f s: %.1f tokens/s\n", (long long)n_prompt, prefill_s, n_prompt / prefill_s);
     for (const auto& d : out["decode"]) {

@@ -107,6 +107,8 @@ std::vector<SynthTensor> synth_plan(const SynthHparams& hp, const SynthTypes& ty
 
 // Can `type` be written by the generator (a quantizer exists, or random valid blocks can be made)?
 bool synth_type_supported(GgmlType type);
+// A type by its ggml name ("q2_k", "IQ2_XXS") that the generator can write; the error names `what`.
+Result<GgmlType> synth_type_named(std::string_view name, const std::string& what);
 
 // Add the `general.*` and `deepseek4.*` metadata keys (the golden files' exact key set) to `w`.
 void synth_metadata(GgufWriter& w, const SynthHparams& hp);

@@ -153,6 +153,14 @@ bool synth_type_supported(GgmlType t) {
     return has_quantizer(t) || random_block_layout(t).has_value();
 }
 
+Result<GgmlType> synth_type_named(std::string_view name, const std::string& what) {
+    const auto t = ggml_type_from_name(name);
+    if (!t) return make_error(what + ": unknown ggml type '" + std::string(name) + "'");
+    if (!synth_type_supported(*t))
+        return make_error(what + ": type " + std::string(ggml_type_name(*t)) + " cannot be generated (no quantizer for it)");
+    return *t;
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Progress
 
@@ -163,7 +171,7 @@ void SynthProgress::add(uint64_t bytes) {
     done_ += bytes;
     if (!enabled_) return;
     const auto now = Clock::now();
-    if (now - last_ < std::chrono::milliseconds(250) && done_ < total_) return;
+    if (now - last_ < std::chrono::milliseconds(250)) return;  // finish() prints the last line
     last_ = now;
     print('\r');
 }
