@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "format/gguf.h"
+#include "format/gguf_writer.h"
 #include "model/deepseek4.h"
 #include "model/synth.h"
 
@@ -262,6 +263,30 @@ TEST(SynthMemory, InvalidInputIsAnErrorNotACrash) {
     SynthTypes bad;
     bad.expert_down = GgmlType::Q8_K;  // an activation format, not a weight format
     expect_error(tiny(), bad, "Q8_K");
+}
+
+TEST(SynthMemory, HeaderOnlyParseKeepsOffsetsAndRejectsTruncation) {
+    GgufWriter w;
+    w.set_str("general.architecture", "test");
+    w.set_arr_i32("test.list", {1, 2, 3});
+    ASSERT_TRUE(w.add_tensor_data("a", GgmlType::F32, {3}, std::vector<uint8_t>(12, 1)).ok());
+    ASSERT_TRUE(w.add_tensor_data("b", GgmlType::F16, {32, 2}, std::vector<uint8_t>(128, 2)).ok());
+    auto header = w.header();
+    ASSERT_TRUE(header.ok()) << header.error();
+    auto f = GgufFile::parse_header(*header, "header");
+    ASSERT_TRUE(f.ok()) << f.error();
+    ASSERT_EQ((*f)->tensors().size(), 2u);
+    EXPECT_EQ((*f)->tensors()[0].data, nullptr);
+    EXPECT_EQ((*f)->tensors()[1].file_offset - (*f)->tensors()[0].file_offset, 32u);  // 12 bytes, aligned to 32
+    auto list = (*f)->get_arr_i32("test.list");
+    ASSERT_TRUE(list.ok()) << list.error();
+    EXPECT_EQ(*list, (std::vector<int32_t>{1, 2, 3}));
+    // Every truncation is an error naming the input, never a crash.
+    for (size_t n = 0; n < header->size(); ++n) {
+        auto bad = GgufFile::parse_header(std::vector<uint8_t>(header->begin(), header->begin() + n), "cut");
+        ASSERT_FALSE(bad.ok()) << "accepted a header cut to " << n << " bytes";
+        EXPECT_EQ(bad.error().rfind("cut", 0), 0u) << bad.error();
+    }
 }
 
 TEST(SynthMemory, HeaderOnlyFileWithoutASourceIsAnError) {
