@@ -16,14 +16,14 @@ void add_device_options(CLI::App& app, DeviceOptions& d) {
     app.add_option("--gemm", d.gemm,
                    "CUDA only: matmul precision. bf16 runs prefill-sized matmuls and experts on the tensor cores "
                    "with bf16 inputs, as the official model does; f32 is exact and reproduces the f32 reference "
-                   "to ~1e-6. Default: $DSV4_GEMM if set, else bf16. The CPU backend ignores it (always f32)")
+                   "to ~1e-6. Default: $DSV4_GEMM if set, else f32. The CPU backend ignores it (always f32)")
         ->check(CLI::IsMember({"f32", "bf16"}));
 }
 
 Result<std::string> gemm_precision_name(const DeviceOptions& d) {
     if (!d.gemm.empty()) return d.gemm;
     const char* env = std::getenv("DSV4_GEMM");
-    if (env == nullptr || *env == '\0') return std::string("bf16");
+    if (env == nullptr || *env == '\0') return std::string("f32");
     const std::string v = env;
     if (v != "f32" && v != "bf16") return make_error("DSV4_GEMM must be f32 or bf16, not '" + v + "'");
     return v;

@@ -19,7 +19,7 @@ namespace dsv4 {
 enum class GemmPrecision { F32, BF16 };
 
 struct CudaOptions {
-    GemmPrecision gemm = GemmPrecision::BF16;
+    GemmPrecision gemm = GemmPrecision::F32;  // bf16 becomes the default once it is verified on an H200
 };
 
 // True when the CUDA runtime finds at least one usable device (false without a driver or GPU).
