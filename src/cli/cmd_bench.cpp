@@ -14,6 +14,7 @@
 #include "format/gguf.h"
 #include "model/deepseek4.h"
 #include "model/synth.h"
+#include "ops/profiling_backend.h"
 
 namespace dsv4::cli {
 
@@ -62,7 +63,7 @@ int cmd_bench(int argc, char** argv) {
     int layers = 0;
     uint64_t seed = 0;
     int64_t n_prompt = 128, n_gen = 32, chunk = 256;
-    bool json = false, exact = false;
+    bool json = false, exact = false, profile = false;
     double peak_gbs = 0;
     DeviceOptions dev;
     app.add_option("-m,--model", model_path, "model GGUF");
@@ -78,6 +79,9 @@ int cmd_bench(int argc, char** argv) {
     app.add_option("--prefill-chunk", chunk, "tokens per prefill step")->check(CLI::PositiveNumber);
     app.add_option("--peak-gbs", peak_gbs, "memory bandwidth peak in GB/s to report the achieved fraction against");
     app.add_flag("--exact", exact, "exact mode (no FP8/FP4 rounding simulation)");
+    app.add_flag("--profile", profile,
+                 "after the measurements, decode --gen tokens more with every op timed one at a time and print "
+                 "where a token's time goes (per op and weight type; the ops do not overlap while profiled)");
     app.add_flag("--json", json, "print one JSON object instead of a table");
     add_device_options(app, dev);
     try {
@@ -94,12 +98,15 @@ int cmd_bench(int argc, char** argv) {
     }
     if (depths.empty()) depths.push_back(0);
 
-    auto backend = make_backend(dev);
-    if (!backend.ok()) return fail(backend.error());
+    auto real_backend = make_backend(dev);
+    if (!real_backend.ok()) return fail(real_backend.error());
+    // The model runs on a profiling wrapper that passes calls straight through until --profile turns it on.
+    ProfilingBackend profiler(**real_backend);
+    profiler.set_enabled(false);
     const auto load_t0 = Clock::now();
     SynthTypes types;
     auto load = [&]() -> Result<std::unique_ptr<Model>> {
-        if (synth_preset_name.empty()) return Model::load(model_path, **backend);
+        if (synth_preset_name.empty()) return Model::load(model_path, profiler);
         DSV4_ASSIGN_OR_RETURN(SynthHparams hp, synth_preset(synth_preset_name, layers));
         if (!experts_type.empty()) {
             DSV4_ASSIGN_OR_RETURN(types.expert_down, synth_type_named(experts_type, "--experts-type"));
@@ -112,11 +119,11 @@ int cmd_bench(int argc, char** argv) {
         so.seed = seed;
         so.n_threads = dev.threads;  // the generator uses the cores the CPU backend would
         so.progress = !json;
-        return synth_model(hp, types, so, **backend);
+        return synth_model(hp, types, so, profiler);
     };
     auto model = load();
     if (!model.ok()) return fail(model.error());
-    (*backend)->synchronize();
+    profiler.synchronize();
     const double load_s = seconds_since(load_t0);
     Model& m = **model;
     const auto& cfg = m.config();
@@ -140,7 +147,7 @@ int cmd_bench(int argc, char** argv) {
         Status s = m.step(*cache, std::span<const int32_t>(prompt.data() + b, e - b), opt, e == n_prompt ? &logits : nullptr);
         if (!s.ok()) return fail(s.error());
     }
-    (*backend)->synchronize();
+    profiler.synchronize();
     const double prefill_s = seconds_since(t0);
 
     const double bytes_per_token = decode_weight_bytes(m);
@@ -151,7 +158,7 @@ int cmd_bench(int argc, char** argv) {
                              std::string(ggml_type_name(types.expert_down)) + ", dense " +
                              std::string(ggml_type_name(types.dense));
     }
-    out["device"] = (*backend)->name();
+    out["device"] = profiler.name();
     out["layers"] = cfg.n_layer;
     out["weight_bytes_per_decoded_token"] = bytes_per_token;
     out["weight_bytes"] = m.weights().bytes_matrices;
@@ -167,13 +174,13 @@ int cmd_bench(int argc, char** argv) {
             if (!s.ok()) return fail(s.error());
         }
         auto gen = random_tokens(n_gen);
-        (*backend)->synchronize();
+        profiler.synchronize();
         t0 = Clock::now();
         for (int64_t i = 0; i < n_gen; ++i) {
             Status s = m.step(*cache, std::span<const int32_t>(&gen[i], 1), opt, &logits);
             if (!s.ok()) return fail(s.error());
         }
-        (*backend)->synchronize();
+        profiler.synchronize();
         const double dt = seconds_since(t0);
         const double gbs = bytes_per_token * n_gen / dt / 1e9;
         nlohmann::ordered_json d = {{"context", depth}, {"tokens", n_gen}, {"seconds", dt},
@@ -181,12 +188,26 @@ int cmd_bench(int argc, char** argv) {
         if (peak_gbs > 0) d["fraction_of_peak"] = gbs / peak_gbs;
         out["decode"].push_back(d);
     }
+    std::string profile_report;
+    if (profile) {
+        auto gen = random_tokens(n_gen);
+        profiler.set_enabled(true);
+        for (int64_t i = 0; i < n_gen; ++i) {
+            Status s = m.step(*cache, std::span<const int32_t>(&gen[i], 1), opt, &logits);
+            if (!s.ok()) return fail(s.error());
+        }
+        profiler.set_enabled(false);
+        profile_report = profiler.report(n_gen);
+        out["profile"] = nlohmann::ordered_json::array();
+        for (const OpProfileRow& r : profiler.rows())
+            out["profile"].push_back({{"op", r.key}, {"calls", r.calls}, {"seconds", r.seconds}, {"bytes", r.bytes}});
+    }
     if (json) {
         std::printf("%s\n", out.dump(2).c_str());
         return 0;
     }
     std::printf("model    %s (%d layers) on %s\n", out["model"].get<std::string>().c_str(), cfg.n_layer,
-                (*backend)->name());
+                profiler.name());
     const std::string origin =
         synth_preset_name.empty() ? "" : ", generated in memory: " + out["synth_types"].get<std::string>();
     std::printf("load     %.2f GB of weight matrices in %.1f s (%.2f GB/s)%s\n", m.weights().bytes_matrices / 1e9,
@@ -199,6 +220,10 @@ int cmd_bench(int argc, char** argv) {
                     d["seconds"].get<double>(), d["tokens_per_s"].get<double>(), d["weight_gb_per_s"].get<double>());
         if (d.contains("fraction_of_peak")) std::printf(" (%.1f%% of %.0f GB/s)", 100 * d["fraction_of_peak"].get<double>(), peak_gbs);
         std::printf("\n");
+    }
+    if (profile) {
+        std::printf("\nprofile of %lld decode steps after the last context (ops timed one at a time):\n%s",
+                    (long long)n_gen, profile_report.c_str());
     }
     return 0;
 }

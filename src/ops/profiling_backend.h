@@ -24,6 +24,9 @@ class ProfilingBackend final : public Backend {
 public:
     explicit ProfilingBackend(Backend& inner) : b_(inner) {}
 
+    // Off: every call passes straight through (no waiting, nothing recorded); on: ops are timed.
+    void set_enabled(bool on) { enabled_ = on; }
+
     // Rows sorted by time, largest first.
     std::vector<OpProfileRow> rows() const;
     void reset() { rows_.clear(); }
@@ -76,6 +79,7 @@ private:
     void timed(const std::string& key, double bytes, F&& call);
 
     Backend& b_;
+    bool enabled_ = true;
     std::map<std::string, OpProfileRow> rows_;
 };
 
