@@ -128,7 +128,8 @@ int cmd_bench(int argc, char** argv) {
     Model& m = **model;
     const auto& cfg = m.config();
     const int64_t max_depth = *std::max_element(depths.begin(), depths.end());
-    auto cache = m.new_cache(std::max(max_depth, n_prompt) + n_gen + 1, false);
+    // --profile decodes n_gen more tokens after the last depth's measurement.
+    auto cache = m.new_cache(std::max(max_depth, n_prompt) + n_gen * (profile ? 2 : 1) + 1, false);
     std::mt19937 rng(1);
     auto random_tokens = [&](int64_t n) {
         std::vector<int32_t> t(n);

@@ -1,0 +1,41 @@
+#!/usr/bin/env python3
+"""Checks `dsv4 bench --synth tiny --json --profile`: every measurement is present and positive, the decode
+rows are at the asked depths, and the profile counts the ops one decode step must run (per layer one routed
+MoE call, per step one LM head matmul), so a profile that misses or double-counts ops fails."""
+import json
+import subprocess
+import sys
+
+dsv4 = sys.argv[1]
+gen = 3
+cmd = [dsv4, "bench", "--synth", "tiny", "--prompt", "16", "--gen", str(gen), "--ctx", "0,20", "--json",
+       "--profile", "--device", "cpu", "--threads", "2"]
+p = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
+if p.returncode != 0:
+    sys.exit(f"bench failed ({p.returncode}): {p.stderr[-2000:]}")
+r = json.loads(p.stdout)
+failures = []
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+
+layers = r["layers"]
+check(layers == 4, f"tiny has 4 layers, bench says {layers}")
+check(r["prefill"]["tokens"] == 16 and r["prefill"]["tokens_per_s"] > 0, "prefill measured")
+check([d["context"] for d in r["decode"]] == [0, 20], "decode rows at contexts 0 and 20")
+for d in r["decode"]:
+    check(d["tokens"] == gen and d["tokens_per_s"] > 0 and d["weight_gb_per_s"] > 0, f"decode row {d}")
+check(r["weight_bytes_per_decoded_token"] > 0, "weight bytes per token")
+prof = {row["op"]: row for row in r.get("profile", [])}
+check("moe_experts n=1" in prof, "profile has the routed experts")
+if "moe_experts n=1" in prof:
+    check(prof["moe_experts n=1"]["calls"] == gen * layers, f"one routed MoE call per layer per step: {prof['moe_experts n=1']}")
+check("hc_head" in prof and prof["hc_head"]["calls"] == gen, "one hc_head per step")
+check(all(row["seconds"] >= 0 for row in prof.values()), "times are non-negative")
+matmuls = sum(row["calls"] for k, row in prof.items() if k.startswith("matmul"))
+check(matmuls > 0 and matmuls % gen == 0, f"matmul calls are a whole number per step: {matmuls}")
+if failures:
+    print("\n".join("FAIL " + f for f in failures))
+    sys.exit(1)
+print(f"cli_bench: ok ({len(prof)} profiled ops, {matmuls // gen} matmuls per decode step)")
