@@ -63,7 +63,7 @@ int cmd_bench(int argc, char** argv) {
     int layers = 0;
     uint64_t seed = 0;
     int64_t n_prompt = 128, n_gen = 32, chunk = 256;
-    bool json = false, exact = false, profile = false;
+    bool json = false, exact = false, profile = false, synth_quantize = false;
     double peak_gbs = 0;
     DeviceOptions dev;
     app.add_option("-m,--model", model_path, "model GGUF");
@@ -73,6 +73,9 @@ int cmd_bench(int argc, char** argv) {
     app.add_option("--experts-type", experts_type,
                    "type of every routed-expert stack of the --synth model (default IQ2_XXS gate/up, Q2_K down)");
     app.add_option("--dense-type", dense_type, "type of the dense matrices of the --synth model (default Q8_0)");
+    app.add_flag("--synth-quantize", synth_quantize,
+                 "quantize Gaussian weights with the real quantizers (minutes for a full Q2_K model) instead of "
+                 "writing random valid blocks of the same types (same bytes and decode work, seconds)");
     app.add_option("--prompt", n_prompt, "prompt tokens for the prefill measurement")->check(CLI::PositiveNumber);
     app.add_option("--gen", n_gen, "decoded tokens per measurement")->check(CLI::PositiveNumber);
     app.add_option("--ctx", ctx_list, "comma-separated context depths at which to measure decode (e.g. 0,4096)");
@@ -119,6 +122,7 @@ int cmd_bench(int argc, char** argv) {
         so.seed = seed;
         so.n_threads = dev.threads;  // the generator uses the cores the CPU backend would
         so.progress = !json;
+        so.random_quantized = !synth_quantize;
         return synth_model(hp, types, so, profiler);
     };
     auto model = load();

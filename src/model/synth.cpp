@@ -471,7 +471,7 @@ Status synth_write(const SynthHparams& hp, const SynthTypes& types, const SynthW
     DSV4_ASSIGN_OR_RETURN(
         const std::vector<SynthTensor> plan,
         synth_describe(w, hp, types, opt, [&producer](size_t i, std::FILE* out) { return producer->produce(i, out); }));
-    SynthGenerator gen(plan, hp, opt.seed, opt.n_threads);
+    SynthGenerator gen(plan, hp, opt.seed, opt.n_threads, opt.random_quantized);
     SynthProgress progress(opt.progress, synth_plan_bytes(plan), "synth");
     FileProducer file_producer(gen, plan, progress);
     producer = &file_producer;

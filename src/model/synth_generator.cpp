@@ -82,14 +82,19 @@ uint64_t row_seed(uint64_t tensor_key, int64_t row) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Random valid blocks for the types without a quantizer (IQ*, TQ*): every byte pattern decodes to finite
-// values in these formats, so the bytes are random except the fp16 super-block scale, which is set so
-// the dequantized values have the wanted std. Facts from ggml's block layouts.
+// Random valid blocks for the types without a quantizer (IQ*, TQ*), and on request (random_quantized) for
+// Q8_0 and the K-quants: every byte pattern decodes to finite values in these formats, so the bytes are
+// random except the fp16 super-block scale, which is set so the dequantized values have the wanted std, and
+// (types with a min) the fp16 min scale, set so the values are zero-mean on average: a value is
+// d * sc * q - dmin * m with independent uniform sc, q, m, so dmin = d * E[q] * E[sc] / E[m] = d * E[q] when
+// sc and m have the same range. Facts from ggml's block layouts.
 
 struct RandomBlockLayout {
     size_t d_offset;     // byte offset of the f16 scale
     bool iq1m_split;     // IQ1_M: no d field, its 16 bits are the top nibbles of the 4 u16 scale words
     bool tq2_no_three;   // TQ2_0: 2-bit codes 0..2 mean -1..1; the quantizer never writes 3 (= +2)
+    int dmin_offset = -1;  // byte offset of the f16 min scale, -1 when none
+    float dmin_ratio = 0;  // dmin = d * dmin_ratio (the mean of the quant codes)
 };
 
 std::optional<RandomBlockLayout> random_block_layout(GgmlType t) {
@@ -100,11 +105,19 @@ std::optional<RandomBlockLayout> random_block_layout(GgmlType t) {
         case GgmlType::IQ1_M: return RandomBlockLayout{48, true, false};  // qs[32], qh[16], scales[8]
         case GgmlType::TQ1_0: return RandomBlockLayout{52, false, false}; // qs[48], qh[4], d
         case GgmlType::TQ2_0: return RandomBlockLayout{64, false, true};  // qs[64], d
+        case GgmlType::Q8_0: return RandomBlockLayout{0, false, false};   // d, int8 qs[32]
+        case GgmlType::Q2_K: return RandomBlockLayout{80, false, false, 82, 1.5f};   // scales[16], qs[64], d, dmin
+        case GgmlType::Q3_K: return RandomBlockLayout{108, false, false};            // hmask, qs, scales[12], d
+        case GgmlType::Q4_K: return RandomBlockLayout{0, false, false, 2, 7.5f};     // d, dmin, scales[12], qs
+        case GgmlType::Q5_K: return RandomBlockLayout{0, false, false, 2, 15.5f};    // d, dmin, scales, qh, qs
+        case GgmlType::Q6_K: return RandomBlockLayout{208, false, false};            // ql, qh, int8 scales, d
         default: return std::nullopt;
     }
 }
 
-bool use_random_blocks(GgmlType t) { return !has_quantizer(t) && random_block_layout(t).has_value(); }
+bool use_random_blocks(GgmlType t, bool random_quantized) {
+    return random_block_layout(t).has_value() && (random_quantized || !has_quantizer(t));
+}
 
 void random_blocks(Rng& rng, GgmlType type, uint16_t d_bits, uint8_t* dst, int64_t n_blocks) {
     const RandomBlockLayout L = *random_block_layout(type);
@@ -121,6 +134,10 @@ void random_blocks(Rng& rng, GgmlType type, uint16_t d_bits, uint8_t* dst, int64
             }
         } else {
             std::memcpy(blk + L.d_offset, &d_bits, 2);
+        }
+        if (L.dmin_offset >= 0) {
+            const uint16_t m = f32_to_f16(f16_to_f32(d_bits) * L.dmin_ratio);
+            std::memcpy(blk + L.dmin_offset, &m, 2);
         }
         if (L.tq2_no_three) {
             for (size_t i = 0; i < L.d_offset; ++i) {
@@ -249,13 +266,18 @@ void fill_row(const SynthTensor& t, const SynthHparams& hp, uint64_t key, bool r
 }  // namespace
 
 SynthGenerator::SynthGenerator(const std::vector<SynthTensor>& plan, const SynthHparams& hp, uint64_t seed,
-                               int n_threads)
-    : plan_(plan), hp_(hp), seed_(seed), pool_(n_threads > 0 ? n_threads : ThreadPool::default_threads()) {
+                               int n_threads, bool random_quantized)
+    : plan_(plan),
+      hp_(hp),
+      seed_(seed),
+      random_quantized_(random_quantized),
+      pool_(n_threads > 0 ? n_threads : ThreadPool::default_threads()) {
     int64_t max_ne0 = 1;
     for (const auto& t : plan) max_ne0 = std::max(max_ne0, t.ne[0]);
     scratch_.assign(pool_.n_threads(), std::vector<float>(max_ne0));
     for (const auto& t : plan)
-        if (use_random_blocks(t.type) && !unit_rms_.count(t.type)) unit_rms_[t.type] = random_block_unit_rms(t.type);
+        if (use_random_blocks(t.type, random_quantized_) && t.fill == SynthFill::gaussian && !unit_rms_.count(t.type))
+            unit_rms_[t.type] = random_block_unit_rms(t.type);
 }
 
 void SynthGenerator::fill(size_t index, int64_t r0, int64_t n, uint8_t* dst) {
@@ -263,7 +285,9 @@ void SynthGenerator::fill(size_t index, int64_t r0, int64_t n, uint8_t* dst) {
     const size_t row_bytes = ggml_row_bytes(ggml_traits(t.type), t.ne[0]);
     uint64_t key = seed_;
     key = splitmix64(key) ^ fnv1a(t.name);
-    const bool random = use_random_blocks(t.type);
+    // Random blocks are zero-mean: a quantizable tensor with a mean (none in the plan today) keeps the quantizer.
+    const bool random = t.fill == SynthFill::gaussian &&
+                        use_random_blocks(t.type, random_quantized_ && (t.mean == 0.0f || !has_quantizer(t.type)));
     uint16_t d_bits = 0;
     if (random) {
         DSV4_CHECK(t.fill == SynthFill::gaussian && t.mean == 0.0f);

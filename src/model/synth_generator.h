@@ -39,7 +39,9 @@ private:
 // tensor name, row), so the bytes depend on neither the chunking nor the thread count.
 class SynthGenerator {
 public:
-    SynthGenerator(const std::vector<SynthTensor>& plan, const SynthHparams& hp, uint64_t seed, int n_threads);
+    // random_quantized: see SynthWriteOptions.
+    SynthGenerator(const std::vector<SynthTensor>& plan, const SynthHparams& hp, uint64_t seed, int n_threads,
+                   bool random_quantized = false);
 
     // Rows [r0, r0 + n) of plan[index] into dst (n * its row bytes).
     void fill(size_t index, int64_t r0, int64_t n, uint8_t* dst);
@@ -48,9 +50,10 @@ private:
     const std::vector<SynthTensor>& plan_;
     const SynthHparams& hp_;
     uint64_t seed_;
+    bool random_quantized_;
     ThreadPool pool_;
     std::vector<std::vector<float>> scratch_;  // one row of floats per thread
-    std::map<GgmlType, float> unit_rms_;       // random-block scale per quantizer-less type
+    std::map<GgmlType, float> unit_rms_;       // random-block scale per type written as random blocks
 };
 
 // Total tensor bytes of a plan.

@@ -31,7 +31,7 @@ class SynthTensors final : public TensorSource {
 public:
     SynthTensors(std::vector<SynthTensor> plan, const SynthHparams& hp, const SynthWriteOptions& opt)
         : plan_(std::move(plan)), hp_(hp),
-          gen_(std::make_unique<SynthGenerator>(plan_, hp_, opt.seed, opt.n_threads)),
+          gen_(std::make_unique<SynthGenerator>(plan_, hp_, opt.seed, opt.n_threads, opt.random_quantized)),
           progress_(opt.progress, synth_plan_bytes(plan_), "synth (in memory)") {
         for (size_t i = 0; i < plan_.size(); ++i) index_.emplace(plan_[i].name, i);
     }
