@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Run ON THE GPU MACHINE from the repository root: the full-size V4-Flash benchmark of issue 6 in one go,
+# every step with its own time limit so one slow step cannot eat the lease. Results land in $OUT:
+#   bench-decode.json   decode tok/s at 4K/32K context (+ the per-op profile), prefill of an 8K prompt (f32)
+#   bench-bf16.json     the same prefill with the tensor-core GEMMs (--gemm bf16)
+#   bench-128k.json     decode at 128K context (last: filling 128K tokens takes the longest)
+#   gemv.log            bench_gemv (decode GEMV and MoE at V4-Flash shapes)
+# Needs the build from scripts/gpu_build.sh (build-gpu/). STEPS picks steps (default: all).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/dsv4-out}
+STEPS=${STEPS:-"gemv decode bf16 128k"}
+BIN=build-gpu/bin
+mkdir -p "$OUT"
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+flash=(--synth flash --device cuda --peak-gbs 4800 --json)
+run() {  # name, time limit, command...
+  local name=$1 limit=$2
+  shift 2
+  local start=$SECONDS
+  timeout "$limit" "$@" >"$OUT/$name" 2>"$OUT/$name.err"
+  echo "$name: exit $? in $((SECONDS - start)) s"
+}
+summary() {  # one line per measurement of a bench JSON
+  python3 - "$1" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("  (no JSON:", e, ")"); sys.exit(0)
+print(f"  load {r.get('load_seconds', 0):.1f} s, {r['weight_bytes'] / 1e9:.1f} GB, "
+      f"{r['weight_bytes_per_decoded_token'] / 1e9:.2f} GB read per token")
+p = r["prefill"]
+print(f"  prefill {p['tokens']} tokens: {p['tokens_per_s']:.0f} tok/s")
+for d in r["decode"]:
+    print(f"  decode ctx {d['context']}: {d['tokens_per_s']:.1f} tok/s, {d['weight_gb_per_s']:.0f} GB/s "
+          f"({100 * d.get('fraction_of_peak', 0):.1f}% of peak)")
+for row in r.get("profile", [])[:12]:
+    print(f"    {row['op']:<28} {row['calls']:>6} calls {1e3 * row['seconds']:9.2f} ms")
+PY
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+if has gemv; then
+  run gemv.log 180 "$BIN/bench_gemv" --n 1,4
+  tail -30 "$OUT/gemv.log"
+fi
+if has decode; then
+  run bench-decode.json 420 "$BIN/dsv4" bench "${flash[@]}" --prompt 8192 --prefill-chunk 2048 --ctx 4096,32768 \
+    --gen 32 --profile --gemm f32
+  summary "$OUT/bench-decode.json"
+fi
+if has bf16; then
+  run bench-bf16.json 300 "$BIN/dsv4" bench "${flash[@]}" --prompt 8192 --prefill-chunk 8192 --ctx 0 --gen 8 \
+    --gemm bf16
+  summary "$OUT/bench-bf16.json"
+fi
+if has 128k; then
+  run bench-128k.json 580 "$BIN/dsv4" bench "${flash[@]}" --prompt 512 --prefill-chunk 8192 --ctx 131072 \
+    --gen 16 --gemm bf16
+  summary "$OUT/bench-128k.json"
+fi
