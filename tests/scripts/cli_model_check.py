@@ -1,6 +1,6 @@
 """End-to-end checks of the model subcommands (run with /usr/bin/python3, standard library only).
 
-usage: cli_model_check.py DSV4_BIN SHARED_DIR WORK_DIR
+usage: cli_model_check.py DSV4_BIN SHARED_DIR WORK_DIR [CHAT_TOKENS]
 - `dsv4 logits` rejects bad input with a message and a non-zero exit (ids out of range, an empty list,
   --mtp on a file without an MTP block, a missing model file);
 - `dsv4 logits` output has the documented size;
@@ -10,6 +10,9 @@ usage: cli_model_check.py DSV4_BIN SHARED_DIR WORK_DIR
 import json, os, subprocess, sys
 
 dsv4, shared, work = sys.argv[1], sys.argv[2], sys.argv[3]
+# Tokens per chat answer: enough that the first answer is still streaming when Ctrl-C comes 3 s in, few
+# enough that the second answer ends well inside the time limit (sanitizer builds decode ~50x slower).
+chat_tokens = sys.argv[4] if len(sys.argv) > 4 else "4000"
 os.makedirs(work, exist_ok=True)
 failures = []
 
@@ -68,7 +71,7 @@ expect(r.returncode == 0, "run --raw (greedy) succeeds")
 
 # dsv4 chat: multi-turn over stdin, /reset, and Ctrl-C stopping an answer but not the program.
 import signal, time
-chat = subprocess.Popen([dsv4, "chat", "-m", tiny, "-n", "4000", "--seed", "1", "-c", "8192"], stdin=subprocess.PIPE,
+chat = subprocess.Popen([dsv4, "chat", "-m", tiny, "-n", chat_tokens, "--seed", "1", "-c", "8192"], stdin=subprocess.PIPE,
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 chat.stdin.write("Tell me a very long story.\n".encode())
 chat.stdin.flush()
