@@ -203,22 +203,7 @@ void moe_small_experts_f32(CudaBackend& b, const MoeArgs& a, const std::vector<i
     float* h = s.get<float>(n * F);
     float* yc = s.get<float>(n * D);
     auto grouped = [&](const Weight& w, const float* x, int64_t x_stride, const int32_t* rows, float* out) {
-        MatmulParams p;
-        p.w = w.data;
-        p.type = w.type;
-        p.K = w.cols;
-        p.M = w.rows;
-        p.row_bytes = w.row_bytes;
-        p.expert_bytes = (size_t)w.rows * w.row_bytes;
-        p.x = x;
-        p.x_stride = x_stride;
-        p.y = out;
-        p.y_stride = w.rows;
-        p.n = n;
-        p.offsets = off_d;
-        p.x_rows = rows;
-        p.n_experts = E;
-        launch_matmul(p, b.tables(), st);
+        launch_grouped_matmul(w, x, x_stride, rows, out, n, off_d, E, b.tables(), st);
     };
     grouped(a.gate, a.x, D, xr, g);
     grouped(a.up, a.x, D, xr, u);

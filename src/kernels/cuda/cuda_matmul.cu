@@ -194,6 +194,27 @@ void launch_matmul(const MatmulParams& p, const QuantTables& t, cudaStream_t s) 
     CUDA_CHECK_LAUNCH();
 }
 
+void launch_grouped_matmul(const Weight& w, const float* x, int64_t x_stride, const int32_t* x_rows, float* y,
+                           int64_t n, const int32_t* offsets, int n_experts, const QuantTables& t, cudaStream_t s) {
+    DSV4_CHECK(w.n_experts == n_experts);
+    MatmulParams p;
+    p.w = w.data;
+    p.type = w.type;
+    p.K = w.cols;
+    p.M = w.rows;
+    p.row_bytes = w.row_bytes;
+    p.expert_bytes = (size_t)w.rows * w.row_bytes;
+    p.x = x;
+    p.x_stride = x_stride;
+    p.y = y;
+    p.y_stride = w.rows;
+    p.n = n;
+    p.offsets = offsets;
+    p.x_rows = x_rows;
+    p.n_experts = n_experts;
+    launch_matmul(p, t, s);
+}
+
 void launch_dequant_rows(float* out, int64_t out_stride, const Weight& w, const int32_t* ids, int64_t n,
                          const QuantTables& t, cudaStream_t s) {
     if (n == 0 || w.cols == 0) return;

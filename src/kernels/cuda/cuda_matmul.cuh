@@ -32,6 +32,11 @@ struct MatmulParams {
 
 void launch_matmul(const MatmulParams& p, const QuantTables& t, cudaStream_t s);
 
+// Grouped matmul over an expert stack w (MoE): rows [offsets[e], offsets[e+1]) of the n grouped rows use
+// expert e; row r reads x row x_rows[r] (r when null) and writes y row r (y rows of w.rows floats).
+void launch_grouped_matmul(const Weight& w, const float* x, int64_t x_stride, const int32_t* x_rows, float* y,
+                           int64_t n, const int32_t* offsets, int n_experts, const QuantTables& t, cudaStream_t s);
+
 // out[i, 0:cols] = dequant(w row ids[i]) (row i when ids is null), rows of out_stride floats.
 void launch_dequant_rows(float* out, int64_t out_stride, const Weight& w, const int32_t* ids, int64_t n,
                          const QuantTables& t, cudaStream_t s);

@@ -199,23 +199,7 @@ void CudaBackend::moe_experts(const MoeArgs& a) {
     float* h = s.get<float>(R * F);
 
     auto grouped = [&](const Weight& w, const float* x, int64_t x_stride, const int32_t* rows, float* out) {
-        DSV4_CHECK(w.n_experts == E);
-        MatmulParams p;
-        p.w = w.data;
-        p.type = w.type;
-        p.K = w.cols;
-        p.M = w.rows;
-        p.row_bytes = w.row_bytes;
-        p.expert_bytes = (size_t)w.rows * w.row_bytes;
-        p.x = x;
-        p.x_stride = x_stride;
-        p.y = out;
-        p.y_stride = w.rows;
-        p.n = R;
-        p.offsets = offsets;
-        p.x_rows = rows;
-        p.n_experts = E;
-        launch_matmul(p, tables_, stream_);
+        launch_grouped_matmul(w, x, x_stride, rows, out, R, offsets, E, tables_, stream_);
     };
     grouped(a.gate, a.x, D, x_rows, g);
     grouped(a.up, a.x, D, x_rows, u);
