@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <type_traits>
 
 namespace dsv4 {
 
@@ -18,8 +19,8 @@ std::string rows_class(int64_t n) {
 
 }  // namespace
 
-template <class F>
-void ProfilingBackend::timed(const std::string& key, double bytes, F&& call) {
+template <class Key, class F>
+void ProfilingBackend::timed(Key&& key, double bytes, F&& call) {
     if (!enabled_) {
         call();
         return;
@@ -29,8 +30,14 @@ void ProfilingBackend::timed(const std::string& key, double bytes, F&& call) {
     call();
     b_.synchronize();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    OpProfileRow& r = rows_[key];
-    r.key = key;
+    std::string k;
+    if constexpr (std::is_invocable_v<Key>) {
+        k = key();
+    } else {
+        k = key;
+    }
+    OpProfileRow& r = rows_[k];
+    r.key = k;
     r.calls += 1;
     r.seconds += dt;
     r.bytes += bytes;
@@ -83,7 +90,7 @@ void ProfilingBackend::embed(float* out, const Weight& w, const int32_t* ids, in
 }
 void ProfilingBackend::matmul(float* y, int64_t y_stride, const float* x, int64_t x_stride, const Weight& w,
                               int64_t n) {
-    const std::string key = "matmul " + std::string(ggml_type_name(w.type)) + " " + rows_class(n);
+    auto key = [&] { return "matmul " + std::string(ggml_type_name(w.type)) + " " + rows_class(n); };
     timed(key, (double)w.rows * (double)w.row_bytes, [&] { b_.matmul(y, y_stride, x, x_stride, w, n); });
 }
 void ProfilingBackend::rms_norm(float* y, const float* x, const float* weight, int64_t n, int64_t dim,
@@ -117,11 +124,11 @@ void ProfilingBackend::compressor(const CompressorArgs& a) {
 }
 void ProfilingBackend::indexer_topk(int32_t* idx, const float* q, const float* w, const float* keys,
                                     const int32_t* n_visible, int64_t n, int n_heads, int head_dim, int top_k) {
-    timed("indexer_topk " + rows_class(n), 0,
+    timed([&] { return "indexer_topk " + rows_class(n); }, 0,
           [&] { b_.indexer_topk(idx, q, w, keys, n_visible, n, n_heads, head_dim, top_k); });
 }
 void ProfilingBackend::attention(const AttentionArgs& a) {
-    timed("attention " + rows_class(a.n), 0, [&] { b_.attention(a); });
+    timed([&] { return "attention " + rows_class(a.n); }, 0, [&] { b_.attention(a); });
 }
 void ProfilingBackend::moe_route(int32_t* ids, float* weights, const float* logits, const float* bias,
                                  const int32_t* tid2eid, const int32_t* tokens, int64_t n, int n_experts, int k,
@@ -134,7 +141,7 @@ void ProfilingBackend::moe_experts(const MoeArgs& a) {
     const double per_expert = (double)a.gate.rows * a.gate.row_bytes + (double)a.up.rows * a.up.row_bytes +
                               (double)a.down.rows * a.down.row_bytes;
     const double experts = (double)std::min<int64_t>(a.n * a.k, a.gate.n_experts);
-    timed(std::string("moe_experts ") + rows_class(a.n), per_expert * experts, [&] { b_.moe_experts(a); });
+    timed([&] { return "moe_experts " + rows_class(a.n); }, per_expert * experts, [&] { b_.moe_experts(a); });
 }
 void ProfilingBackend::swiglu(float* h, const float* g, const float* u, int64_t n, int64_t f, int64_t gu_stride,
                               float clamp) {

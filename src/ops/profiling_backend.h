@@ -75,8 +75,10 @@ public:
     void gather_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) override;
 
 private:
-    template <class F>
-    void timed(const std::string& key, double bytes, F&& call);
+    // Runs call(); when enabled, also times it under `key`: a name, or a callable making one (called only
+    // when enabled, so the disabled wrapper adds nothing but a branch to each op).
+    template <class Key, class F>
+    void timed(Key&& key, double bytes, F&& call);
 
     Backend& b_;
     bool enabled_ = true;
