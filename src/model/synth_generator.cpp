@@ -276,8 +276,13 @@ SynthGenerator::SynthGenerator(const std::vector<SynthTensor>& plan, const Synth
     for (const auto& t : plan) max_ne0 = std::max(max_ne0, t.ne[0]);
     scratch_.assign(pool_.n_threads(), std::vector<float>(max_ne0));
     for (const auto& t : plan)
-        if (use_random_blocks(t.type, random_quantized_) && t.fill == SynthFill::gaussian && !unit_rms_.count(t.type))
-            unit_rms_[t.type] = random_block_unit_rms(t.type);
+        if (random_rows(t) && !unit_rms_.count(t.type)) unit_rms_[t.type] = random_block_unit_rms(t.type);
+}
+
+bool SynthGenerator::random_rows(const SynthTensor& t) const {
+    // Random blocks are zero-mean: a quantizable tensor with a mean (none in the plan today) keeps the quantizer.
+    return t.fill == SynthFill::gaussian &&
+           use_random_blocks(t.type, random_quantized_ && (t.mean == 0.0f || !has_quantizer(t.type)));
 }
 
 void SynthGenerator::fill(size_t index, int64_t r0, int64_t n, uint8_t* dst) {
@@ -285,9 +290,7 @@ void SynthGenerator::fill(size_t index, int64_t r0, int64_t n, uint8_t* dst) {
     const size_t row_bytes = ggml_row_bytes(ggml_traits(t.type), t.ne[0]);
     uint64_t key = seed_;
     key = splitmix64(key) ^ fnv1a(t.name);
-    // Random blocks are zero-mean: a quantizable tensor with a mean (none in the plan today) keeps the quantizer.
-    const bool random = t.fill == SynthFill::gaussian &&
-                        use_random_blocks(t.type, random_quantized_ && (t.mean == 0.0f || !has_quantizer(t.type)));
+    const bool random = random_rows(t);
     uint16_t d_bits = 0;
     if (random) {
         DSV4_CHECK(t.fill == SynthFill::gaussian && t.mean == 0.0f);

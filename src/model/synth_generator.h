@@ -47,6 +47,9 @@ public:
     void fill(size_t index, int64_t r0, int64_t n, uint8_t* dst);
 
 private:
+    // Whether t's rows are random valid blocks (else values drawn and quantized).
+    bool random_rows(const SynthTensor& t) const;
+
     const std::vector<SynthTensor>& plan_;
     const SynthHparams& hp_;
     uint64_t seed_;
