@@ -10,17 +10,6 @@ namespace {
 
 std::string fmt_type(GgmlType t) { return std::string(ggml_type_name(t)); }
 
-Weight make_weight(Backend& b, GgmlType t, const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols) {
-    Weight w;
-    w.type = t;
-    w.cols = cols;
-    w.rows = rows;
-    w.row_bytes = ggml_row_bytes(ggml_traits(t), cols);
-    w.data = b.weight_data(bytes.data(), bytes.size());
-    w.name = "test";
-    return w;
-}
-
 CaseGen matmul_case(GgmlType t, int64_t n, int64_t K, int64_t M, int64_t xs, int64_t ys, bool perf_only, uint64_t seed) {
     return [=]() {
         Case c;

@@ -138,21 +138,10 @@ CaseGen experts_case(GgmlType t, int64_t n, int E, int k, int64_t D, int64_t F, 
             Instance in;
             in.dev = std::make_unique<Dev>(b);
             Dev& d = *in.dev;
-            auto stack = [&](const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols) {
-                Weight w;
-                w.type = t;
-                w.cols = cols;
-                w.rows = rows;
-                w.n_experts = E;
-                w.row_bytes = ggml_row_bytes(ggml_traits(t), cols);
-                w.data = b.weight_data(bytes.data(), bytes.size());
-                w.name = "test_exps";
-                return w;
-            };
             MoeArgs a;
-            a.gate = stack(*wg, F, D);
-            a.up = stack(*wu, F, D);
-            a.down = stack(*wd, D, F);
+            a.gate = make_weight(b, t, *wg, F, D, E);
+            a.up = make_weight(b, t, *wu, F, D, E);
+            a.down = make_weight(b, t, *wd, D, F, E);
             a.x = d.f32(*x);
             a.ids = d.i32(*ids);
             a.weights = d.f32(*wts);
@@ -165,33 +154,7 @@ CaseGen experts_case(GgmlType t, int64_t n, int E, int k, int64_t D, int64_t F, 
             return in;
         };
         c.reference = [=]() {
-            const std::vector<float> g = dequant_weight(t, *wg, (int64_t)E * F, D);
-            const std::vector<float> u = dequant_weight(t, *wu, (int64_t)E * F, D);
-            const std::vector<float> dn = dequant_weight(t, *wd, (int64_t)E * D, F);
-            Array out((size_t)(n * D), 0.0);
-            std::vector<double> h((size_t)F);
-            for (int64_t i = 0; i < n; ++i)
-                for (int j = 0; j < k; ++j) {
-                    const int64_t e = (*ids)[i * k + j];
-                    for (int64_t f = 0; f < F; ++f) {
-                        double gv = 0, uv = 0;
-                        for (int64_t q = 0; q < D; ++q) {
-                            gv += (double)g[(e * F + f) * D + q] * (*x)[i * D + q];
-                            uv += (double)u[(e * F + f) * D + q] * (*x)[i * D + q];
-                        }
-                        if (clamp > 0) {
-                            gv = std::min<double>(gv, clamp);
-                            uv = std::clamp<double>(uv, -clamp, clamp);
-                        }
-                        h[f] = gv / (1 + std::exp(-gv)) * uv * (*wts)[i * k + j];
-                    }
-                    for (int64_t q = 0; q < D; ++q) {
-                        double s = 0;
-                        for (int64_t f = 0; f < F; ++f) s += (double)dn[(e * D + q) * F + f] * h[f];
-                        out[i * D + q] += s;
-                    }
-                }
-            return Arrays{out};
+            return Arrays{moe_experts_reference(t, t, *wg, *wu, *wd, *x, *ids, *wts, n, E, k, D, F, clamp)};
         };
         return c;
     };

@@ -67,19 +67,6 @@ private:
     bool active_ = false;
 };
 
-Weight make_weight(Backend& b, GgmlType t, const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols,
-                   int64_t n_experts) {
-    Weight w;
-    w.type = t;
-    w.cols = cols;
-    w.rows = rows;
-    w.n_experts = n_experts;
-    w.row_bytes = ggml_row_bytes(ggml_traits(t), cols);
-    w.data = b.weight_data(bytes.data(), bytes.size());
-    w.name = "test_tc";
-    return w;
-}
-
 CaseGen matmul_case(Mode mode, GgmlType t, int64_t n, int64_t K, int64_t M, int64_t xs, int64_t ys, bool perf_only,
                     uint64_t seed) {
     return [=]() {

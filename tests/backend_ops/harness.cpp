@@ -3,6 +3,7 @@
 #include "harness.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -158,6 +159,52 @@ std::vector<float> dequant_weight(GgmlType t, const std::vector<uint8_t>& bytes,
     const size_t row_bytes = ggml_row_bytes(ggml_traits(t), cols);
     std::vector<float> out((size_t)(rows * cols));
     for (int64_t r = 0; r < rows; ++r) dequantize_row(t, bytes.data() + r * row_bytes, out.data() + r * cols, cols);
+    return out;
+}
+
+Weight make_weight(Backend& b, GgmlType t, const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols,
+                   int64_t n_experts) {
+    Weight w;
+    w.type = t;
+    w.cols = cols;
+    w.rows = rows;
+    w.n_experts = n_experts;
+    w.row_bytes = ggml_row_bytes(ggml_traits(t), cols);
+    w.data = b.weight_data(bytes.data(), bytes.size());
+    w.name = "test";
+    return w;
+}
+
+Array moe_experts_reference(GgmlType tg, GgmlType td, const std::vector<uint8_t>& gate, const std::vector<uint8_t>& up,
+                            const std::vector<uint8_t>& down, const std::vector<float>& x,
+                            const std::vector<int32_t>& ids, const std::vector<float>& wts, int64_t n, int E, int k,
+                            int64_t D, int64_t F, float clamp) {
+    const std::vector<float> g = dequant_weight(tg, gate, (int64_t)E * F, D);
+    const std::vector<float> u = dequant_weight(tg, up, (int64_t)E * F, D);
+    const std::vector<float> dn = dequant_weight(td, down, (int64_t)E * D, F);
+    Array out((size_t)(n * D), 0.0);
+    std::vector<double> h((size_t)F);
+    for (int64_t i = 0; i < n; ++i)
+        for (int j = 0; j < k; ++j) {
+            const int64_t e = ids[i * k + j];
+            for (int64_t f = 0; f < F; ++f) {
+                double gv = 0, uv = 0;
+                for (int64_t q = 0; q < D; ++q) {
+                    gv += (double)g[(e * F + f) * D + q] * x[i * D + q];
+                    uv += (double)u[(e * F + f) * D + q] * x[i * D + q];
+                }
+                if (clamp > 0) {
+                    gv = std::min<double>(gv, clamp);
+                    uv = std::clamp<double>(uv, -clamp, clamp);
+                }
+                h[f] = gv / (1 + std::exp(-gv)) * uv * wts[i * k + j];
+            }
+            for (int64_t q = 0; q < D; ++q) {
+                double s = 0;
+                for (int64_t f = 0; f < F; ++f) s += (double)dn[(e * D + q) * F + f] * h[f];
+                out[i * D + q] += s;
+            }
+        }
     return out;
 }
 

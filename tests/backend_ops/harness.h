@@ -103,6 +103,15 @@ private:
 std::vector<uint8_t> random_weight(GgmlType t, int64_t rows, int64_t cols, Rng& rng);
 // The same bytes dequantized with the CPU codec (validated against the fixtures by test_quant).
 std::vector<float> dequant_weight(GgmlType t, const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols);
+// A weight of `rows` x `cols` (per expert when n_experts > 1) from GGUF bytes, made resident in b.
+Weight make_weight(Backend& b, GgmlType t, const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols,
+                   int64_t n_experts = 1);
+// moe_experts in double precision from the dequantized stacks (gate/up of type tg [E*F, D], down of type td
+// [E*D, F]): out[i] = sum_j wts[i,j] * down_e(silu(g) * u) with e = ids[i,j], g and u clamped when clamp > 0.
+Array moe_experts_reference(GgmlType tg, GgmlType td, const std::vector<uint8_t>& gate, const std::vector<uint8_t>& up,
+                            const std::vector<uint8_t>& down, const std::vector<float>& x,
+                            const std::vector<int32_t>& ids, const std::vector<float>& wts, int64_t n, int E, int k,
+                            int64_t D, int64_t F, float clamp);
 // Every float weight format the engine decodes.
 std::vector<GgmlType> weight_types();
 // Column count that suits type t: a whole number of blocks, `blocks` blocks of at least 256 values for
