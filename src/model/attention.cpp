@@ -3,6 +3,7 @@
 // Host code only builds index lists from positions; every number is computed by backend ops.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/check.h"
 #include "model/step_context.h"
@@ -11,19 +12,33 @@ namespace dsv4 {
 
 namespace {
 
-// Run one compressor over the step's tokens and append the completed entries (normalized, RoPE'd at their
-// block start, then fake-quantized or rotated) to `entries`. Returns the number of new entries.
-int64_t compress(Backend& b, Model::Ctx& c, const SeqSlice& s, const CompressorWeights& w, int ratio, int d,
-                 float* state_kv, float* state_sc, float* entries, const float* x, const RopeParams& rope,
+// The two projections a compressor needs for a step's n tokens (kv and gate, [n, coff*d] each), as jobs of
+// the layer's projection batch.
+struct CompressorProj {
+    float* kv = nullptr;
+    float* sc = nullptr;
+};
+CompressorProj compressor_jobs(Model::Ctx& c, std::vector<MatmulJob>& jobs, const CompressorWeights& w, int ratio,
+                               int d, int64_t n, const float* x) {
+    const int64_t D = c.cfg.n_embd;
+    const int64_t width = (ratio == 4 ? 2 : 1) * (int64_t)d;
+    CompressorProj p{c.f32(n * width), c.f32(n * width)};
+    jobs.push_back({p.kv, width, x, D, &w.kv});
+    jobs.push_back({p.sc, width, x, D, &w.gate});
+    return p;
+}
+
+// Run one compressor over the step's tokens from its projections and append the completed entries
+// (normalized, RoPE'd at their block start, then fake-quantized or rotated) to `entries`. Returns the number
+// of new entries.
+int64_t compress(Backend& b, Model::Ctx& c, const SeqSlice& s, const CompressorWeights& w, const CompressorProj& pr,
+                 int ratio, int d, float* state_kv, float* state_sc, float* entries, const RopeParams& rope,
                  bool indexer) {
     const ModelConfig& cfg = c.cfg;
-    const int64_t n = s.n, D = cfg.n_embd;
+    const int64_t n = s.n;
     const bool overlap = ratio == 4;
-    const int64_t width = (overlap ? 2 : 1) * (int64_t)d;
-    float* kv = c.f32(n * width);
-    float* sc = c.f32(n * width);
-    b.matmul(kv, width, x, D, w.kv, n);   // [n, coff*d]
-    b.matmul(sc, width, x, D, w.gate, n);
+    const float* kv = pr.kv;
+    const float* sc = pr.sc;
     const int64_t first = s.pos0 / ratio;
     const int64_t n_new = (s.pos0 + n) / ratio - first;
     float* out = entries + first * d;
@@ -68,14 +83,14 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
 
     // Query for every row: low-rank, normalized, per-head unweighted RMS norm, RoPE on the tail dims.
     float* qr_all = c.f32(N * cfg.q_lora_rank);
-    backend_.matmul(qr_all, cfg.q_lora_rank, x_all, D, L.q_a, N);
+    float* kv_all = c.f32(N * hd);  // [N, hd] shared K = V
+    const MatmulJob in_proj[] = {{qr_all, cfg.q_lora_rank, x_all, D, &L.q_a}, {kv_all, hd, x_all, D, &L.kv}};
+    backend_.matmul_batch(in_proj, N);
     backend_.rms_norm(qr_all, qr_all, L.q_a_norm, N, cfg.q_lora_rank, cfg.q_lora_rank, cfg.norm_eps);
     float* q_all = c.f32(N * nh * hd);                                     // [N, nh, hd]
     backend_.matmul(q_all, (int64_t)nh * hd, qr_all, cfg.q_lora_rank, L.q_b, N);
     backend_.rms_norm(q_all, q_all, nullptr, N * nh, hd, hd, cfg.norm_eps);
     backend_.rope(q_all, N, nh, hd, (int64_t)nh * hd, c.pos, rope, false);
-    float* kv_all = c.f32(N * hd);                                         // [N, hd] shared K = V
-    backend_.matmul(kv_all, hd, x_all, D, L.kv, N);
     backend_.rms_norm(kv_all, kv_all, L.kv_norm, N, hd, hd, cfg.norm_eps);
     backend_.rope(kv_all, N, 1, hd, hd, c.pos, rope, false);
     if (c.opt.quant_sim) backend_.fp8_sim(kv_all, N, hd - cfg.rope_dim, hd, 64);
@@ -118,21 +133,31 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
         a.n_win = win;
 
         if (ratio > 0) {
-            compress(backend_, c, s, L.compressor, ratio, hd, lc.state_kv, lc.state_sc, lc.comp, x, rope, false);
+            // The compressors' projections, and the indexer's query and head-weight projections, as one batch.
+            const int ih = cfg.index_n_head, id = cfg.index_head_dim;
+            std::vector<MatmulJob> jobs;
+            const CompressorProj main = compressor_jobs(c, jobs, L.compressor, ratio, hd, n, x);
+            CompressorProj index;
+            float* qi = nullptr;
+            float* wts = nullptr;
+            if (ratio == 4) {
+                index = compressor_jobs(c, jobs, L.index_compressor, 4, id, n, x);
+                qi = c.f32(n * ih * id);
+                wts = c.f32(n * ih);
+                jobs.push_back({qi, (int64_t)ih * id, qr, cfg.q_lora_rank, &L.index_q_b});
+                jobs.push_back({wts, ih, x, D, &L.index_proj});
+            }
+            backend_.matmul_batch(jobs, n);
+            compress(backend_, c, s, L.compressor, main, ratio, hd, lc.state_kv, lc.state_sc, lc.comp, rope, false);
             a.kv_comp = lc.comp;
             if (ratio == 4) {
                 // Lightning indexer: rotated FP4-simulated queries against the indexer's own compressed keys.
-                const int ih = cfg.index_n_head, id = cfg.index_head_dim;
-                compress(backend_, c, s, L.index_compressor, 4, id, lc.index_state_kv, lc.index_state_sc, lc.index, x,
-                         rope, true);
-                float* qi = c.f32(n * ih * id);
-                backend_.matmul(qi, (int64_t)ih * id, qr, cfg.q_lora_rank, L.index_q_b, n);
+                compress(backend_, c, s, L.index_compressor, index, 4, id, lc.index_state_kv, lc.index_state_sc,
+                         lc.index, rope, true);
                 backend_.rope(qi, n, ih, id, (int64_t)ih * id, pos, rope, false);
                 backend_.hadamard(qi, n * ih, id, c.opt.quant_sim);
-                // Head weights; the reference's constant factor (id*ih)^-0.5 is positive, so it cannot change
-                // the top-k and is left out.
-                float* wts = c.f32(n * ih);
-                backend_.matmul(wts, ih, x, D, L.index_proj, n);
+                // Head weights (projected above); the reference's constant factor (id*ih)^-0.5 is positive, so
+                // it cannot change the top-k and is left out.
                 const int32_t* n_vis = c.i32_memo("vis/" + std::to_string(s.row0), [&] {
                     std::vector<int32_t> v(n);
                     for (int64_t i = 0; i < n; ++i) v[i] = (int32_t)((pos0 + i + 1) / 4);
@@ -166,9 +191,13 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
     const int G = cfg.o_groups, hpg = nh / G;
     const int64_t orank = cfg.o_lora_rank;
     float* z = c.f32(N * G * orank);
-    for (int g = 0; g < G; ++g)
-        backend_.matmul(z + g * orank, G * orank, o_all + (int64_t)g * hpg * hd, (int64_t)nh * hd,
-                        L.out_a.row_range(g * orank, orank), N);
+    std::vector<Weight> group_w(G);
+    std::vector<MatmulJob> groups(G);
+    for (int g = 0; g < G; ++g) {
+        group_w[g] = L.out_a.row_range(g * orank, orank);
+        groups[g] = {z + g * orank, G * orank, o_all + (int64_t)g * hpg * hd, (int64_t)nh * hd, &group_w[g]};
+    }
+    backend_.matmul_batch(groups, N);
     backend_.matmul(out_all, D, z, G * orank, L.out_b, N);
 }
 

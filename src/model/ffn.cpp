@@ -9,8 +9,13 @@ void Model::ffn_forward(Ctx& c, int il, const LayerWeights& L, const float* x, f
     const int64_t n = c.n, D = cfg.n_embd;
     const int E = cfg.n_expert, k = cfg.n_expert_used;
 
-    float* logits = c.f32(n * E);
-    backend_.matmul(logits, E, x, D, L.gate_inp, n);                       // [n, E]
+    // The router and the shared expert's gate and up projections read the same x: one batch.
+    const int64_t F = L.gate_shexp.rows;
+    float* logits = c.f32(n * E);                                          // [n, E]
+    float* g = c.f32(n * F);
+    float* u = c.f32(n * F);
+    const MatmulJob in_proj[] = {{logits, E, x, D, &L.gate_inp}, {g, F, x, D, &L.gate_shexp}, {u, F, x, D, &L.up_shexp}};
+    backend_.matmul_batch(in_proj, n);
     int32_t* ids = c.i32_uninit(n * k);
     float* wts = c.f32(n * k);
     const bool hash = il < cfg.n_layer && cfg.is_hash(il);
@@ -30,13 +35,8 @@ void Model::ffn_forward(Ctx& c, int il, const LayerWeights& L, const float* x, f
     m.clamp = L.clamp_exp;
     backend_.moe_experts(m);                                               // routed sum, ascending expert id
 
-    const int64_t F = L.gate_shexp.rows;
-    float* g = c.f32(n * F);
-    float* u = c.f32(n * F);
     float* h = c.f32(n * F);
     float* y = c.f32(n * D);
-    backend_.matmul(g, F, x, D, L.gate_shexp, n);
-    backend_.matmul(u, F, x, D, L.up_shexp, n);
     backend_.swiglu(h, g, u, n, F, F, L.clamp_shexp);
     backend_.matmul(y, D, h, F, L.down_shexp, n);
     backend_.add(out, out, y, n * D);                                      // shared expert last

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "format/ggml_type.h"
@@ -105,6 +106,15 @@ struct MoeArgs {
     float clamp = 0.0f;            // SwiGLU clamp (0 = none)
 };
 
+// One product of a matmul batch: y = x W^T with its own strides.
+struct MatmulJob {
+    float* y = nullptr;
+    int64_t y_stride = 0;
+    const float* x = nullptr;
+    int64_t x_stride = 0;
+    const Weight* w = nullptr;
+};
+
 class Backend {
 public:
     virtual ~Backend() = default;
@@ -128,6 +138,11 @@ public:
     // y[i, 0:M] = x[i, 0:K] . W^T for n rows, with row strides (in floats) for x and y.
     virtual void matmul(float* y, int64_t y_stride, const float* x, int64_t x_stride, const Weight& w,
                         int64_t n) = 0;
+    // Independent matmuls over the same n rows (no y overlaps any x or another y), in any order: a backend
+    // may run them together (one launch for a layer's projections of one input). Default: one by one.
+    virtual void matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {
+        for (const MatmulJob& j : jobs) matmul(j.y, j.y_stride, j.x, j.x_stride, *j.w, n);
+    }
     // RMS norm of n rows of `dim` floats (row stride `stride`), times weight (if non-null); in place allowed.
     virtual void rms_norm(float* y, const float* x, const float* weight, int64_t n, int64_t dim, int64_t stride,
                           float eps) = 0;

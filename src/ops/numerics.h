@@ -64,19 +64,27 @@ DSV4_HD float round_small_float(float v, int mant_bits, int emin) {
 DSV4_HD float fp8_e4m3_round(float v) { return round_small_float(v, 3, -6); }
 DSV4_HD float fp4_e2m1_round(float v) { return round_small_float(v, 1, 0); }
 
-// Fake-quantize one block of n values in place: scale = 2^ceil(log2(max(amax, floor) / fmax)),
-// x = round(clamp(x / scale)) * scale.
-DSV4_HD void fake_quant_block(float* x, int n, bool fp4) {
+// The power-of-two scale of a fake-quantized block with absolute maximum amax:
+// 2^ceil(log2(max(amax, floor) / fmax)).
+DSV4_HD float fake_quant_scale(float amax, bool fp4) {
     const float fmax = fp4 ? kFp4Max : kFp8Max;
+    amax = fmaxf(amax, fp4 ? kFp4AmaxFloor : kFp8AmaxFloor);
+    return pow2_ceil(amax * (1.0f / fmax));
+}
+// One value of a block with scale s: round(clamp(x / s)) * s.
+DSV4_HD float fake_quant_value(float x, float s, bool fp4) {
+    const float fmax = fp4 ? kFp4Max : kFp8Max;
+    float y = fminf(fmaxf(x / s, -fmax), fmax);
+    y = fp4 ? fp4_e2m1_round(y) : fp8_e4m3_round(y);
+    return y * s;
+}
+
+// Fake-quantize one block of n values in place.
+DSV4_HD void fake_quant_block(float* x, int n, bool fp4) {
     float amax = 0.0f;
     for (int i = 0; i < n; ++i) amax = fmaxf(amax, fabsf(x[i]));
-    amax = fmaxf(amax, fp4 ? kFp4AmaxFloor : kFp8AmaxFloor);
-    const float s = pow2_ceil(amax * (1.0f / fmax));
-    for (int i = 0; i < n; ++i) {
-        float y = fminf(fmaxf(x[i] / s, -fmax), fmax);
-        y = fp4 ? fp4_e2m1_round(y) : fp8_e4m3_round(y);
-        x[i] = y * s;
-    }
+    const float s = fake_quant_scale(amax, fp4);
+    for (int i = 0; i < n; ++i) x[i] = fake_quant_value(x[i], s, fp4);
 }
 
 DSV4_HD float softplus(float x) {
@@ -86,44 +94,54 @@ DSV4_HD float softplus(float x) {
 
 DSV4_HD float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// Split the (2+hc)*hc mixes into pre [hc], post [hc] and the Sinkhorn-normalized comb [hc][hc]
-// (row j = source stream, column k = destination). `mixes` is modified (comb part used as scratch).
+// The Sinkhorn projection of the hyper-connection mixes, in steps that touch one row or one column of
+// comb [hc][hc] (row j = source stream, column k = destination), so a device can run the rows (or columns)
+// of a step in parallel and get the serial result bit for bit. The steps: hc_comb_init per row, then
+// hc_comb_col_norm per column, then (iters - 1) times hc_comb_row_norm per row and hc_comb_col_norm per column.
+DSV4_HD void hc_comb_init(float* comb, const float* mixes, const float* scale, const float* base, int hc, float eps,
+                          int j) {
+    const float* cm = mixes + 2 * hc + j * hc;
+    const float* cb = base + 2 * hc + j * hc;
+    float* row = comb + j * hc;
+    float m = -INFINITY;
+    for (int k = 0; k < hc; ++k) {
+        row[k] = cm[k] * scale[2] + cb[k];
+        m = fmaxf(m, row[k]);
+    }
+    float s = 0.0f;
+    for (int k = 0; k < hc; ++k) {
+        row[k] = expf(row[k] - m);
+        s += row[k];
+    }
+    for (int k = 0; k < hc; ++k) row[k] = row[k] / s + eps;
+}
+DSV4_HD void hc_comb_row_norm(float* comb, int hc, float eps, int j) {
+    float* row = comb + j * hc;
+    float s = 0.0f;
+    for (int k = 0; k < hc; ++k) s += row[k];
+    for (int k = 0; k < hc; ++k) row[k] /= (s + eps);
+}
+DSV4_HD void hc_comb_col_norm(float* comb, int hc, float eps, int k) {
+    float s = 0.0f;
+    for (int j = 0; j < hc; ++j) s += comb[j * hc + k];
+    for (int j = 0; j < hc; ++j) comb[j * hc + k] /= (s + eps);
+}
+// pre[j] = sigmoid(mix_j * scale0 + base_j) + eps and post[j] = 2 sigmoid(mix_{hc+j} * scale1 + base_{hc+j}).
+DSV4_HD void hc_pre_post(const float* mixes, const float* scale, const float* base, int hc, float eps, int j, float* pre,
+                         float* post) {
+    pre[j] = sigmoidf_(mixes[j] * scale[0] + base[j]) + eps;
+    post[j] = 2.0f * sigmoidf_(mixes[hc + j] * scale[1] + base[hc + j]);
+}
+
+// Split the (2+hc)*hc mixes into pre [hc], post [hc] and the Sinkhorn-normalized comb [hc][hc], serially.
 DSV4_HD void hc_split_sinkhorn(const float* mixes, const float* scale, const float* base, int hc, int iters,
                                float eps, float* pre, float* post, float* comb) {
-    for (int j = 0; j < hc; ++j) {
-        pre[j] = sigmoidf_(mixes[j] * scale[0] + base[j]) + eps;
-        post[j] = 2.0f * sigmoidf_(mixes[hc + j] * scale[1] + base[hc + j]);
-    }
-    const float* cm = mixes + 2 * hc;
-    const float* cb = base + 2 * hc;
-    for (int j = 0; j < hc; ++j) {
-        float m = -INFINITY;
-        for (int k = 0; k < hc; ++k) {
-            comb[j * hc + k] = cm[j * hc + k] * scale[2] + cb[j * hc + k];
-            m = fmaxf(m, comb[j * hc + k]);
-        }
-        float s = 0.0f;
-        for (int k = 0; k < hc; ++k) {
-            comb[j * hc + k] = expf(comb[j * hc + k] - m);
-            s += comb[j * hc + k];
-        }
-        for (int k = 0; k < hc; ++k) comb[j * hc + k] = comb[j * hc + k] / s + eps;
-    }
-    auto col_norm = [&]() {
-        for (int k = 0; k < hc; ++k) {
-            float s = 0.0f;
-            for (int j = 0; j < hc; ++j) s += comb[j * hc + k];
-            for (int j = 0; j < hc; ++j) comb[j * hc + k] /= (s + eps);
-        }
-    };
-    col_norm();
+    for (int j = 0; j < hc; ++j) hc_pre_post(mixes, scale, base, hc, eps, j, pre, post);
+    for (int j = 0; j < hc; ++j) hc_comb_init(comb, mixes, scale, base, hc, eps, j);
+    for (int k = 0; k < hc; ++k) hc_comb_col_norm(comb, hc, eps, k);
     for (int it = 1; it < iters; ++it) {
-        for (int j = 0; j < hc; ++j) {
-            float s = 0.0f;
-            for (int k = 0; k < hc; ++k) s += comb[j * hc + k];
-            for (int k = 0; k < hc; ++k) comb[j * hc + k] /= (s + eps);
-        }
-        col_norm();
+        for (int j = 0; j < hc; ++j) hc_comb_row_norm(comb, hc, eps, j);
+        for (int k = 0; k < hc; ++k) hc_comb_col_norm(comb, hc, eps, k);
     }
 }
 

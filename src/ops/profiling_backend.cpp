@@ -93,6 +93,24 @@ void ProfilingBackend::matmul(float* y, int64_t y_stride, const float* x, int64_
     auto key = [&] { return "matmul " + std::string(ggml_type_name(w.type)) + " " + rows_class(n); };
     timed(key, (double)w.rows * (double)w.row_bytes, [&] { b_.matmul(y, y_stride, x, x_stride, w, n); });
 }
+
+void ProfilingBackend::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {
+    double bytes = 0;
+    for (const MatmulJob& j : jobs) bytes += (double)j.w->rows * (double)j.w->row_bytes;
+    auto key = [&] {
+        std::string k = "matmul_batch";  // e.g. "matmul_batch 8xQ8_0 n=1"
+        for (size_t a = 0; a < jobs.size(); ++a) {
+            bool seen = false;
+            for (size_t b = 0; b < a; ++b) seen |= jobs[b].w->type == jobs[a].w->type;
+            if (seen) continue;
+            int count = 0;
+            for (const MatmulJob& j : jobs) count += j.w->type == jobs[a].w->type;
+            k += " " + std::to_string(count) + "x" + std::string(ggml_type_name(jobs[a].w->type));
+        }
+        return k + " " + rows_class(n);
+    };
+    timed(key, bytes, [&] { b_.matmul_batch(jobs, n); });
+}
 void ProfilingBackend::rms_norm(float* y, const float* x, const float* weight, int64_t n, int64_t dim,
                                 int64_t stride, float eps) {
     timed("rms_norm", 0, [&] { b_.rms_norm(y, x, weight, n, dim, stride, eps); });

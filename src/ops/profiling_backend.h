@@ -48,6 +48,7 @@ public:
 
     void embed(float* out, const Weight& w, const int32_t* ids, int64_t n) override;
     void matmul(float* y, int64_t y_stride, const float* x, int64_t x_stride, const Weight& w, int64_t n) override;
+    void matmul_batch(std::span<const MatmulJob> jobs, int64_t n) override;
     void rms_norm(float* y, const float* x, const float* weight, int64_t n, int64_t dim, int64_t stride,
                   float eps) override;
     void hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,

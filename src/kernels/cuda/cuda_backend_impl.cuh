@@ -39,6 +39,7 @@ public:
 
     void embed(float* out, const Weight& w, const int32_t* ids, int64_t n) override;
     void matmul(float* y, int64_t y_stride, const float* x, int64_t x_stride, const Weight& w, int64_t n) override;
+    void matmul_batch(std::span<const MatmulJob> jobs, int64_t n) override;
     void rms_norm(float* y, const float* x, const float* weight, int64_t n, int64_t dim, int64_t stride,
                   float eps) override;
     void hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
@@ -99,6 +100,8 @@ public:
     // An f32 copy of a weight's rows (dequantized on the device), for ops that take small projection
     // matrices as f32 rows (mHC). Returns w.data itself when already F32 and contiguous.
     const float* weight_f32(const Weight& w, Scratch& s);
+    // hc_pre / hc_head's first kernel: raw[i, m] = H_i . fn_m (m < n_mix), raw[i, n_mix] = the RMS factor.
+    void hc_dots(float* raw, const float* H, const float* fn, int64_t n, int n_mix, const HcParams& p);
 
 private:
     void release_cache();

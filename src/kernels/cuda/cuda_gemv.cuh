@@ -21,6 +21,10 @@ GemvMode gemv_mode();
 // kernel serves in every mode).
 bool launch_gemv_staged(const MatmulParams& p, const QuantTables& t, cudaStream_t s);
 
+// A batch of 1..16 plain matmuls of one weight type over the same n <= 8 activation rows as one launch
+// (pipelined mode only); returns false, launching nothing, when any of them is not served.
+bool launch_gemv_batch(const MatmulParams* ps, int count, const QuantTables& t, cudaStream_t s);
+
 // The previous staged kernel (cuda_gemv_staged.cu), same contract.
 bool launch_gemv_warp_staged(const MatmulParams& p, const QuantTables& t, cudaStream_t s);
 

@@ -1,6 +1,11 @@
 // CUDA hyper-connection ops (mHC): hc_pre (RMS-scaled mix projection, Sinkhorn split, stream collapse),
-// hc_post (expand the sublayer output into the streams) and hc_head (final collapse). One block per token;
-// the Sinkhorn projection is a few hundred flops, run by one thread with the shared ops/numerics.h code.
+// hc_post (expand the sublayer output into the streams) and hc_head (final collapse).
+//
+// hc_pre and hc_head run as two kernels. The first computes the (2+hc)*hc mix dot products and the RMS
+// factor of each token's flattened streams with one block per (token, dot), so even a single decode token
+// spreads its 1.5 MB of projection rows over dozens of SMs (one block per token was latency-bound: 340 us
+// per call at V4-Flash shapes). The second runs, per token, the Sinkhorn split in shared memory with one
+// lane per row or column (the shared numerics.h steps, bit for bit the serial order) and the collapse.
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
@@ -14,21 +19,46 @@ constexpr int kThreads = 256;
 constexpr int kMaxHc = 16;
 constexpr int kMaxMix = (2 + kMaxHc) * kMaxHc;
 
-// mixes[m] = (H_flat . fn_m) * rsqrt(mean(H_flat^2) + eps) for m < n_mix, into shared memory.
-__device__ void hc_mixes(float* mixes, const float* Hi, const float* fn, int n_mix, int64_t flat, float eps) {
-    __shared__ double scratch[32];
-    double ss = 0;
-    for (int64_t j = threadIdx.x; j < flat; j += blockDim.x) ss += (double)Hi[j] * Hi[j];
-    ss = block_sum(ss, scratch);
-    const float r = 1.0f / sqrtf((float)(ss / (double)flat) + eps);
-    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, n_warps = blockDim.x / kWarp;
-    for (int m = warp; m < n_mix; m += n_warps) {
-        const float* f = fn + m * flat;
-        float d = 0;
-        for (int64_t j = lane; j < flat; j += kWarp) d = fmaf(Hi[j], f[j], d);
-        d = warp_sum(d);
-        if (lane == 0) mixes[m] = d * r;
+// raw[i, m] = H_i . fn_m for m < n_mix and raw[i, n_mix] = rsqrt(mean(H_i^2) + eps) (the square sum in
+// double, as the CPU). Grid (n, n_mix + 1).
+__global__ void __launch_bounds__(kThreads) hc_dots_kernel(float* raw, const float* H, const float* fn, int n_mix,
+                                                           int64_t flat, float eps, bool vec4) {
+    __shared__ double dscratch[32];
+    __shared__ float fscratch[32];
+    const int m = blockIdx.y;
+    const int64_t i = blockIdx.x;
+    const float* Hi = H + i * flat;
+    if (m == n_mix) {
+        double ss = 0;
+        for (int64_t j = threadIdx.x; j < flat; j += kThreads) ss += (double)Hi[j] * Hi[j];
+        ss = block_sum(ss, dscratch);
+        if (threadIdx.x == 0) raw[i * (n_mix + 1) + m] = 1.0f / sqrtf((float)(ss / (double)flat) + eps);
+        return;
     }
+    const float* f = fn + m * flat;
+    float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    if (vec4) {
+        const float4* h4 = reinterpret_cast<const float4*>(Hi);
+        const float4* f4 = reinterpret_cast<const float4*>(f);
+        for (int64_t j = threadIdx.x; j < flat / 4; j += kThreads) {
+            const float4 h = h4[j], w = __ldg(f4 + j);
+            a0 = fmaf(h.x, w.x, a0);
+            a1 = fmaf(h.y, w.y, a1);
+            a2 = fmaf(h.z, w.z, a2);
+            a3 = fmaf(h.w, w.w, a3);
+        }
+    } else {
+        for (int64_t j = threadIdx.x; j < flat; j += kThreads) a0 = fmaf(Hi[j], f[j], a0);
+    }
+    const float d = block_sum((a0 + a1) + (a2 + a3), fscratch);
+    if (threadIdx.x == 0) raw[i * (n_mix + 1) + m] = d;
+}
+
+// The mixes of token i (raw dots times the RMS factor) into shared memory.
+__device__ void load_mixes(float* mixes, const float* raw, int64_t i, int n_mix) {
+    const float* r = raw + i * (n_mix + 1);
+    const float rms = r[n_mix];
+    for (int m = threadIdx.x; m < n_mix; m += blockDim.x) mixes[m] = r[m] * rms;
     __syncthreads();
 }
 
@@ -41,31 +71,48 @@ __device__ void hc_collapse(float* x, const float* Hi, const float* pre, int hc,
     }
 }
 
-__global__ void hc_pre_kernel(float* x, float* post, float* comb, const float* H, const float* fn, const float* scale,
-                              const float* base, HcParams p) {
+__global__ void __launch_bounds__(kThreads) hc_pre_finish_kernel(float* x, float* post, float* comb, const float* H,
+                                                                 const float* raw, const float* scale,
+                                                                 const float* base, HcParams p) {
     __shared__ float mixes[kMaxMix];
-    __shared__ float pre[kMaxHc];
-    const int hc = p.hc;
-    const int64_t i = blockIdx.x, D = p.dim, flat = hc * D;
-    const float* Hi = H + i * flat;
-    hc_mixes(mixes, Hi, fn, (2 + hc) * hc, flat, p.norm_eps);
-    if (threadIdx.x == 0)
-        hc_split_sinkhorn(mixes, scale, base, hc, p.sinkhorn_iters, p.hc_eps, pre, post + i * hc, comb + i * hc * hc);
+    __shared__ float pre_s[kMaxHc], post_s[kMaxHc], comb_s[kMaxHc * kMaxHc];
+    const int hc = p.hc, n_mix = (2 + hc) * hc;
+    const int64_t i = blockIdx.x, D = p.dim;
+    load_mixes(mixes, raw, i, n_mix);
+    // Sinkhorn on the first warp: lane j owns row j (or column j); __syncwarp orders the steps.
+    if (threadIdx.x < kWarp) {
+        const int l = threadIdx.x;
+        const float eps = p.hc_eps;
+        if (l < hc) {
+            hc_pre_post(mixes, scale, base, hc, eps, l, pre_s, post_s);
+            hc_comb_init(comb_s, mixes, scale, base, hc, eps, l);
+        }
+        __syncwarp();
+        if (l < hc) hc_comb_col_norm(comb_s, hc, eps, l);
+        __syncwarp();
+        for (int it = 1; it < p.sinkhorn_iters; ++it) {
+            if (l < hc) hc_comb_row_norm(comb_s, hc, eps, l);
+            __syncwarp();
+            if (l < hc) hc_comb_col_norm(comb_s, hc, eps, l);
+            __syncwarp();
+        }
+    }
     __syncthreads();
-    hc_collapse(x + i * D, Hi, pre, hc, D);
+    for (int t = threadIdx.x; t < hc * hc; t += blockDim.x) comb[i * hc * hc + t] = comb_s[t];
+    for (int t = threadIdx.x; t < hc; t += blockDim.x) post[i * hc + t] = post_s[t];
+    hc_collapse(x + i * D, H + i * hc * D, pre_s, hc, D);
 }
 
-__global__ void hc_head_kernel(float* y, const float* H, const float* fn, const float* scale, const float* base,
-                               HcParams p) {
+__global__ void __launch_bounds__(kThreads) hc_head_finish_kernel(float* y, const float* H, const float* raw,
+                                                                  const float* scale, const float* base, HcParams p) {
     __shared__ float mixes[kMaxHc];
     __shared__ float pre[kMaxHc];
     const int hc = p.hc;
-    const int64_t i = blockIdx.x, D = p.dim, flat = hc * D;
-    const float* Hi = H + i * flat;
-    hc_mixes(mixes, Hi, fn, hc, flat, p.norm_eps);
+    const int64_t i = blockIdx.x, D = p.dim;
+    load_mixes(mixes, raw, i, hc);
     if (threadIdx.x < hc) pre[threadIdx.x] = sigmoidf_(mixes[threadIdx.x] * scale[0] + base[threadIdx.x]) + p.hc_eps;
     __syncthreads();
-    hc_collapse(y + i * D, Hi, pre, hc, D);
+    hc_collapse(y + i * D, H + i * hc * D, pre, hc, D);
 }
 
 __global__ void hc_post_kernel(float* H_out, const float* x, const float* H_res, const float* post, const float* comb,
@@ -87,11 +134,15 @@ __global__ void hc_post_kernel(float* H_out, const float* x, const float* H_res,
 void CudaBackend::hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
                          const float* base, int64_t n, const HcParams& p) {
     DSV4_CHECK(p.hc > 0 && p.hc <= kMaxHc);
-    DSV4_CHECK(fn.rows == (2 + p.hc) * p.hc && fn.cols == p.hc * p.dim);
+    const int n_mix = (2 + p.hc) * p.hc;
+    DSV4_CHECK(fn.rows == n_mix && fn.cols == p.hc * p.dim);
+    DSV4_CHECK(n <= INT32_MAX);
     if (n <= 0) return;
     Scratch s(*this);
     const float* fnw = weight_f32(fn, s);
-    hc_pre_kernel<<<(unsigned)n, kThreads, 0, stream_>>>(x, post, comb, H, fnw, scale, base, p);
+    float* raw = s.get<float>(n * (n_mix + 1));
+    hc_dots(raw, H, fnw, n, n_mix, p);
+    hc_pre_finish_kernel<<<(unsigned)n, kThreads, 0, stream_>>>(x, post, comb, H, raw, scale, base, p);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -107,10 +158,21 @@ void CudaBackend::hc_head(float* y, const float* H, const Weight& fn, const floa
                           const HcParams& p) {
     DSV4_CHECK(p.hc > 0 && p.hc <= kMaxHc);
     DSV4_CHECK(fn.rows == p.hc && fn.cols == p.hc * p.dim);
+    DSV4_CHECK(n <= INT32_MAX);
     if (n <= 0) return;
     Scratch s(*this);
     const float* fnw = weight_f32(fn, s);
-    hc_head_kernel<<<(unsigned)n, kThreads, 0, stream_>>>(y, H, fnw, scale, base, p);
+    float* raw = s.get<float>(n * (p.hc + 1));
+    hc_dots(raw, H, fnw, n, p.hc, p);
+    hc_head_finish_kernel<<<(unsigned)n, kThreads, 0, stream_>>>(y, H, raw, scale, base, p);
+    CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::hc_dots(float* raw, const float* H, const float* fn, int64_t n, int n_mix, const HcParams& p) {
+    const int64_t flat = p.hc * p.dim;
+    const bool vec4 = flat % 4 == 0 && reinterpret_cast<uintptr_t>(H) % 16 == 0 && reinterpret_cast<uintptr_t>(fn) % 16 == 0;
+    hc_dots_kernel<<<dim3((unsigned)n, (unsigned)(n_mix + 1)), kThreads, 0, stream_>>>(raw, H, fn, n_mix, flat, p.norm_eps,
+                                                                                       vec4);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -6,6 +6,7 @@
 // mode, inputs of kTcMinRows rows or more go to the tensor cores (cuda_gemm_tc.cu).
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
@@ -257,6 +258,44 @@ void CudaBackend::matmul(float* y, int64_t y_stride, const float* x, int64_t x_s
     p.y_stride = y_stride;
     p.n = n;
     launch_matmul(p, tables_, stream_);
+}
+
+void CudaBackend::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {
+    if (n == 0 || jobs.empty()) return;
+    // Decode-sized: the jobs of each weight type as one pipelined GEMV launch (up to 16 per launch); any
+    // job the batch kernel does not serve, and every prefill-sized batch, runs as its own matmul.
+    std::vector<bool> done(jobs.size(), false);
+    if (n <= kGemvTokens && !matmul_tc_wanted(*this, n)) {
+        for (size_t a = 0; a < jobs.size(); ++a) {
+            if (done[a]) continue;
+            std::vector<MatmulParams> ps;
+            std::vector<size_t> which;
+            for (size_t b = a; b < jobs.size() && ps.size() < 16; ++b) {
+                if (done[b] || jobs[b].w->type != jobs[a].w->type || jobs[b].w->rows == 0) continue;
+                const Weight& w = *jobs[b].w;
+                check_weight_shape(w);
+                MatmulParams p;
+                p.w = w.data;
+                p.type = w.type;
+                p.K = w.cols;
+                p.M = w.rows;
+                p.row_bytes = w.row_bytes;
+                p.x = jobs[b].x;
+                p.x_stride = jobs[b].x_stride;
+                p.y = jobs[b].y;
+                p.y_stride = jobs[b].y_stride;
+                p.n = n;
+                ps.push_back(p);
+                which.push_back(b);
+            }
+            if (ps.size() > 1 && launch_gemv_batch(ps.data(), (int)ps.size(), tables_, stream_)) {
+                CUDA_CHECK_LAUNCH();
+                for (size_t b : which) done[b] = true;
+            }
+        }
+    }
+    for (size_t a = 0; a < jobs.size(); ++a)
+        if (!done[a]) matmul(jobs[a].y, jobs[a].y_stride, jobs[a].x, jobs[a].x_stride, *jobs[a].w, n);
 }
 
 }  // namespace dsv4::cuda

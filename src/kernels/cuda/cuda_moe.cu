@@ -19,6 +19,10 @@ constexpr int kMaxK = 32;
 
 __device__ __forceinline__ float route_score(const float* logits, int e) { return sqrtf(softplus(logits[e])); }
 
+// One warp per token. Lane l holds the scores of experts l + 32 c (c < C) in registers, computed once; each
+// of the k picks is a warp arg-max with the winner's score carried along, so the weights need no second
+// read of the logits. The raw scores are summed in slot order, as the CPU.
+template <int C>
 __global__ void moe_route_kernel(int32_t* ids, float* weights, const float* logits, const float* bias,
                                  const int32_t* tid2eid, const int32_t* tokens, int64_t n, int n_experts, int k,
                                  float scale, bool norm) {
@@ -27,51 +31,63 @@ __global__ void moe_route_kernel(int32_t* ids, float* weights, const float* logi
     if (i >= n) return;  // warp-uniform
     const float* lg = logits + i * n_experts;
     int32_t* out = ids + i * k;
+    float* w = weights + i * k;
+    float sum = 0;  // lane 0's running sum of the chosen scores, in slot order
     if (tid2eid) {
         if (lane == 0)
-            for (int j = 0; j < k; ++j) out[j] = tid2eid[(int64_t)tokens[i] * k + j];
+            for (int j = 0; j < k; ++j) {
+                const int e = tid2eid[(int64_t)tokens[i] * k + j];
+                if (e < 0 || e >= n_experts) {
+                    printf("dsv4: CUDA moe_route: token %lld slot %d has expert %d, outside [0, %d)\n", (long long)i,
+                           j, e, n_experts);
+                    __trap();
+                }
+                out[j] = e;
+                w[j] = route_score(lg, e);
+                sum += w[j];
+            }
     } else {
-        uint64_t chosen = 0;  // bit c: expert lane + 32c already taken
+        float score[C], sel[C];
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            const int e = lane + kWarp * c;
+            score[c] = e < n_experts ? route_score(lg, e) : 0.0f;
+            sel[c] = e < n_experts ? score[c] + (bias ? bias[e] : 0.0f) : 0.0f;
+        }
+        uint64_t taken = 0;  // bit c: expert lane + 32 c already chosen
         for (int j = 0; j < k; ++j) {
-            float best = -INFINITY;
+            float best = -INFINITY, best_s = 0.0f;
             int best_e = n_experts;
-            for (int c = 0; lane + kWarp * c < n_experts; ++c) {
+#pragma unroll
+            for (int c = 0; c < C; ++c) {
                 const int e = lane + kWarp * c;
-                if (chosen >> c & 1) continue;
-                const float sel = route_score(lg, e) + (bias ? bias[e] : 0.0f);
-                if (best_e == n_experts || sel > best) {  // ascending e: the first of equals wins
-                    best = sel;
+                if (e < n_experts && !(taken >> c & 1) && (best_e == n_experts || sel[c] > best)) {
+                    best = sel[c];  // ascending e: the first of equals wins
+                    best_s = score[c];
                     best_e = e;
                 }
             }
             for (int o = 16; o > 0; o >>= 1) {
                 const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+                const float os = __shfl_xor_sync(0xffffffffu, best_s, o);
                 const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
                 if (oe < n_experts && (best_e == n_experts || ob > best || (ob == best && oe < best_e))) {
                     best = ob;
+                    best_s = os;
                     best_e = oe;
                 }
             }
-            if (best_e % kWarp == lane) chosen |= 1ull << (best_e / kWarp);
-            if (lane == 0) out[j] = best_e;
-        }
-    }
-    __syncwarp();
-    if (lane == 0) {
-        float sum = 0;
-        for (int j = 0; j < k; ++j) {
-            if (out[j] < 0 || out[j] >= n_experts) {
-                printf("dsv4: CUDA moe_route: token %lld slot %d has expert %d, outside [0, %d)\n", (long long)i, j,
-                       out[j], n_experts);
-                __trap();
+            if (best_e % kWarp == lane) taken |= 1ull << (best_e / kWarp);
+            if (lane == 0) {
+                out[j] = best_e;
+                w[j] = best_s;
+                sum += best_s;
             }
-            sum += route_score(lg, out[j]);
-        }
-        for (int j = 0; j < k; ++j) {
-            const float s = route_score(lg, out[j]);
-            weights[i * k + j] = (norm ? s / sum : s) * scale;
         }
     }
+    sum = __shfl_sync(0xffffffffu, sum, 0);
+    __syncwarp();
+    for (int j = lane; j < k; j += kWarp) w[j] = (norm ? w[j] / sum : w[j]) * scale;
 }
 
 // Group the n*k (token, slot) pairs by expert: offsets [E+1], and for grouped row r its token (x_rows) and
@@ -164,8 +180,13 @@ void CudaBackend::moe_route(int32_t* ids, float* weights, const float* logits, c
     DSV4_CHECK_MSG(n_experts > 0 && n_experts <= kWarp * kMaxExpertsPerLane && k <= n_experts,
                    "moe_route: %d experts, k %d", n_experts, k);
     const int threads = 256;
-    moe_route_kernel<<<ceil_div(n * kWarp, threads), threads, 0, stream_>>>(ids, weights, logits, bias, tid2eid, tokens,
-                                                                          n, n_experts, k, scale, norm);
+    const unsigned grid = ceil_div(n * kWarp, threads);
+    auto launch = [&](auto kernel) {
+        kernel<<<grid, threads, 0, stream_>>>(ids, weights, logits, bias, tid2eid, tokens, n, n_experts, k, scale, norm);
+    };
+    if (n_experts <= kWarp * 8) launch(moe_route_kernel<8>);
+    else if (n_experts <= kWarp * 16) launch(moe_route_kernel<16>);
+    else launch(moe_route_kernel<kMaxExpertsPerLane>);
     CUDA_CHECK_LAUNCH();
 }
 

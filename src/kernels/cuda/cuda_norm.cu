@@ -42,11 +42,17 @@ __global__ void rope_kernel(float* x, int64_t n, int n_heads, int head_dim, int6
     }
 }
 
+// One warp per block of `block` values: lanes over the values, the absolute maximum by a warp reduction
+// (exact in any order), so a decode row's few blocks are not each one thread's serial loop.
 __global__ void fp8_sim_kernel(float* x, int64_t n, int64_t blocks_per_row, int64_t stride, int block) {
-    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n * blocks_per_row;
-         t += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t i = t / blocks_per_row, j = t % blocks_per_row;
-        fake_quant_block(x + i * stride + j * block, block, false);
+    const int lane = threadIdx.x % kWarp;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x / kWarp);
+    for (int64_t t = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / kWarp; t < n * blocks_per_row; t += warps) {
+        float* v = x + (t / blocks_per_row) * stride + (t % blocks_per_row) * block;
+        float amax = 0.0f;
+        for (int j = lane; j < block; j += kWarp) amax = fmaxf(amax, fabsf(v[j]));
+        const float s = fake_quant_scale(warp_max(amax), false);
+        for (int j = lane; j < block; j += kWarp) v[j] = fake_quant_value(v[j], s, false);
     }
 }
 
@@ -99,7 +105,7 @@ void CudaBackend::fp8_sim(float* x, int64_t n, int64_t n_dims, int64_t stride, i
     DSV4_CHECK(block > 0 && n_dims % block == 0);
     const int64_t per_row = n_dims / block;
     if (n * per_row <= 0) return;
-    fp8_sim_kernel<<<grid_for(n * per_row, 128), 128, 0, stream_>>>(x, n, per_row, stride, block);
+    fp8_sim_kernel<<<grid_for(n * per_row * kWarp, 128), 128, 0, stream_>>>(x, n, per_row, stride, block);
     CUDA_CHECK_LAUNCH();
 }
 
