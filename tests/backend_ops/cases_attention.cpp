@@ -313,6 +313,30 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
             out.push_back(attention_case(n, 1, hd, 16, Comp::count, 100, true, n > 1, false, s));
             out.push_back(attention_case(n, H, hd, 0, Comp::idx, 70, false, false, false, s));
         }
+    // The CUDA kernel's paths (block counts for an H200's 132 SMs): blocks take groups of 16 heads (8 past
+    // head_dim 512, 32 in the 16-byte layout when n x groups >= 2 x SMs), so H = 5, 12, 33 leave partial
+    // groups; few (query, group) blocks split the entries over blocks and merge (n = 1..7), many finish in
+    // one block (n = 40 with 64 heads, n >= 150); a query with every entry -1 (empty row) must give zeros
+    // on either path; head_dim 256/200/257/1024/1021 reach the other register widths, in the 16-byte layout
+    // (head_dim % 4 == 0) and the scalar one.
+    for (bool empty : {false, true}) {
+        out.push_back(attention_case(1, 64, 512, 128, Comp::idx, 400, true, empty, false, s));
+        out.push_back(attention_case(2, 64, 512, 128, Comp::count, 300, !empty, empty, false, s));
+        out.push_back(attention_case(3, 64, 512, 128, Comp::count, 700, true, empty, false, s));
+        out.push_back(attention_case(40, 64, 512, 32, Comp::idx, 64, true, empty, false, s));
+        out.push_back(attention_case(270, 33, 512, 16, Comp::idx, 40, !empty, empty, false, s));
+        out.push_back(attention_case(1, 12, 83, 32, Comp::idx, 200, true, empty, false, s));
+        out.push_back(attention_case(5, 5, 128, 16, Comp::count, 100, true, empty, false, s));
+        out.push_back(attention_case(150, 12, 128, 16, Comp::count, 60, true, empty, false, s));
+        out.push_back(attention_case(300, 12, 64, 32, Comp::idx, 40, true, empty, false, s));
+        out.push_back(attention_case(200, 5, 83, 16, Comp::count, 100, !empty, empty, false, s));
+    }
+    out.push_back(attention_case(7, 16, 256, 32, Comp::idx, 64, true, true, false, s));
+    out.push_back(attention_case(300, 12, 200, 16, Comp::idx, 50, true, true, false, s));
+    out.push_back(attention_case(3, 20, 257, 16, Comp::count, 90, true, true, false, s));
+    out.push_back(attention_case(1, 8, 1024, 32, Comp::idx, 64, true, false, false, s));
+    out.push_back(attention_case(200, 3, 1024, 16, Comp::count, 50, true, true, false, s));
+    out.push_back(attention_case(3, 4, 1021, 16, Comp::idx, 40, true, true, false, s));
     out.push_back(indexer_case(1, 4, 64, 83, 8, false, false, s));
     out.push_back(indexer_case(7, 16, 64, 769, 16, false, false, s));
     out.push_back(indexer_case(7, 16, 128, 3000, 512, false, false, s));
@@ -325,10 +349,11 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
                                     std::tuple{8, 64, 5, 20}})
         out.push_back(compressor_case(ratio, d, n1, n2, s));
     if (o.perf) {
-        // V4-Flash-like decode and prefill attention (64 heads of 512, 128 window + 512 selected entries) and
-        // the indexer over a 128K context (32K compressed keys).
+        // V4-Flash-like decode and prefill attention (64 heads of 512, 128 window + 512 selected entries; up
+        // to a 2048-token prefill chunk) and the indexer over a 128K context (32K compressed keys).
         out.push_back(attention_case(1, 64, 512, 128, Comp::idx, 512, true, false, true, s));
         out.push_back(attention_case(64, 64, 512, 128, Comp::idx, 512, true, false, true, s));
+        out.push_back(attention_case(2048, 64, 512, 128, Comp::idx, 512, true, false, true, s));
         out.push_back(indexer_case(1, 64, 128, 32768, 512, false, true, s));
         out.push_back(indexer_case(8, 64, 128, 32768, 2048, false, true, s));
     }

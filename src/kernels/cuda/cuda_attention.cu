@@ -1,5 +1,26 @@
-// CUDA sparse attention with sinks over per-query KV index lists: one block per (query, head), KV rows in
-// tiles of 32 with an online softmax, so scratch is a few shared-memory values whatever the context.
+// CUDA sparse attention with sinks over per-query KV index lists. K = V and one KV row serves every head of
+// its query (MQA), so the unit of work is a group of heads of one query, not a (query, head) pair: a block
+// of kWarps warps takes kWarps * HPW heads (HPW = 1, 2 or 4 heads per warp, see attention()) and each KV row
+// it gathers is read from global memory once for all of them.
+//
+// Entries go in tiles of 32 (= lanes). A tile's rows are copied into shared memory with cp.async (16-byte
+// copies when head_dim % 4 == 0 and every pointer is 16-byte aligned, 4-byte otherwise: head_dim 83), so no
+// registers hold data in transit; each warp then runs its HPW heads over the tile with an online softmax.
+// A lane keeps its heads' q slice and output accumulators in registers (lanes over dims: 4 consecutive
+// dims per 128 in the 16-byte layout, one per 32 in the scalar one), so a row's dot product is a partial
+// per lane. The 32 rows' partials are summed with a transposing butterfly (reduce-scatter, 31 shuffles per
+// tile instead of 5 per row) that leaves each lane the full score of one row, row_of_lane(lane); the tile's
+// max and sum are then warp reductions, and the PV update broadcasts each row's weight from its lane.
+// Skipped (-1) entries and the tail past the last entry are bits cleared in the tile's ballot mask, which
+// is the same in every warp, so skipping them is a uniform branch and their shared rows are never read.
+//
+// Few queries (decode) give too few blocks to fill the GPU, so each query's entries are also split over
+// `splits` blocks (flash-decoding): a block writes its partial running max, denominator and unnormalized
+// output per head to scratch and attention_merge_kernel combines the splits, adds the sink and normalizes.
+// With one split (prefill) the block finishes the output itself. The sink joins the denominator only, at
+// the max of the scores (the CPU's rule); a query with no valid entry gets zeros.
+#include <algorithm>
+
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
@@ -8,17 +29,33 @@ namespace dsv4::cuda {
 
 namespace {
 
-constexpr int kAttnThreads = 128;
-constexpr int kAttnTile = 32;
-constexpr int kAttnMaxPerThread = 8;  // head_dim <= kAttnThreads * 8 = 1024
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / kWarp;
+constexpr int kTile = kWarp;          // entries per tile: the butterfly leaves one row's score per lane
+constexpr int kMaxHeadDim = 1024;     // 32 values per lane per head
+constexpr int kMaxSplits = kWarp;     // the merge kernel reduces a query's splits in one warp
+constexpr int kMinSplitEntries = 16;  // fewer entries per split would be mostly fixed cost
+constexpr int kMergeThreads = 128;
 
-// The KV row behind logical entry r of query i (window entries first, then compressed), or null.
-__device__ __forceinline__ const float* attn_row(const AttentionArgs& a, int64_t i, int r) {
-    if (r < a.n_win) {
-        const int32_t w = a.win_idx[i * a.n_win + r];
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// The KV row behind logical entry e of query i (window entries first, then compressed), or null when the
+// entry is skipped (-1) or past `end`.
+__device__ __forceinline__ const float* entry_row(const AttentionArgs& a, int64_t i, int e, int end) {
+    if (e >= end) return nullptr;
+    if (e < a.n_win) {
+        const int32_t w = a.win_idx[i * a.n_win + e];
         return w >= 0 ? a.kv_win + (int64_t)w * a.head_dim : nullptr;
     }
-    const int c = r - a.n_win;
+    const int c = e - a.n_win;
     if (a.comp_idx) {
         const int32_t w = a.comp_idx[i * a.n_comp + c];
         return w >= 0 ? a.kv_comp + (int64_t)w * a.head_dim : nullptr;
@@ -26,105 +63,325 @@ __device__ __forceinline__ const float* attn_row(const AttentionArgs& a, int64_t
     return a.kv_comp + (int64_t)c * a.head_dim;
 }
 
-__global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttentionArgs a) {
-    extern __shared__ float q[];  // [head_dim]
-    __shared__ const float* rows[kAttnTile];
-    __shared__ float p[kAttnTile];
-    __shared__ float m_s, alpha_s;
-    const int H = a.n_heads, hd = a.head_dim;
-    const int64_t i = blockIdx.x / H;
-    const int h = (int)(blockIdx.x % H);
-    const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
-    const float* qi = a.q + (i * H + h) * hd;
-    for (int d = tid; d < hd; d += kAttnThreads) q[d] = qi[d];
-    const int n_comp = a.kv_comp ? (a.comp_idx ? a.n_comp : a.comp_count[i]) : 0;
-    const int total = a.n_win + n_comp;
-
-    float acc[kAttnMaxPerThread];
+// A lane's NE values of a head_dim vector (dims past hd read as 0, never touched): with VEC, value e is dim
+// 128 (e / 4) + 4 lane + e % 4, so a warp reads 512 contiguous bytes per float4; otherwise dim 32 e + lane.
+template <int NE, bool VEC>
+__device__ __forceinline__ void load_slice(float (&x)[NE], const float* v, int lane, int hd) {
+    if constexpr (VEC) {
 #pragma unroll
-    for (int c = 0; c < kAttnMaxPerThread; ++c) acc[c] = 0.0f;
-    float m = -INFINITY, l = 0.0f;  // running max and denominator (thread 0's copy is the one used)
-    bool any = false;
-    if (tid == 0) m_s = -INFINITY;
-    __syncthreads();
-
-    for (int base = 0; base < total; base += kAttnTile) {
-        // Scores of this tile: a warp per row, lanes over head_dim.
-        for (int s = warp; s < kAttnTile; s += kAttnThreads / kWarp) {
-            const int r = base + s;
-            const float* kv = r < total ? attn_row(a, i, r) : nullptr;
-            float d = 0.0f;
-            if (kv)
-                for (int k = lane; k < hd; k += kWarp) d = fmaf(q[k], kv[k], d);
-            d = warp_sum(d);
-            if (lane == 0) {
-                rows[s] = kv;
-                p[s] = kv ? d * a.scale : -INFINITY;
-            }
+        for (int j = 0; j < NE / 4; ++j) {
+            const int d = 128 * j + 4 * lane;
+            const float4 t = d < hd ? *reinterpret_cast<const float4*>(v + d) : make_float4(0.f, 0.f, 0.f, 0.f);
+            x[4 * j] = t.x;
+            x[4 * j + 1] = t.y;
+            x[4 * j + 2] = t.z;
+            x[4 * j + 3] = t.w;
         }
-        __syncthreads();
-        // The first warp turns scores into weights against the updated running max.
-        if (warp == 0) {
-            const float sc = p[lane];
-            const float tile_max = warp_max(sc);
-            const float m_old = m_s;
-            const float m_new = fmaxf(m_old, tile_max);
-            const float e = rows[lane] ? expf(sc - m_new) : 0.0f;
-            const float tile_sum = warp_sum(e);
-            p[lane] = e;
-            if (lane == 0) {
-                const float alpha = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
-                if (tile_max != -INFINITY) {
-                    l = l * alpha + tile_sum;
-                    m_s = m_new;
-                    alpha_s = alpha;
+    } else {
+#pragma unroll
+        for (int e = 0; e < NE; ++e) {
+            const int d = 32 * e + lane;
+            x[e] = d < hd ? v[d] : 0.0f;
+        }
+    }
+}
+
+template <int NE, bool VEC>
+__device__ __forceinline__ void store_slice(float* v, const float (&x)[NE], float scale, int lane, int hd) {
+    if constexpr (VEC) {
+#pragma unroll
+        for (int j = 0; j < NE / 4; ++j) {
+            const int d = 128 * j + 4 * lane;
+            if (d < hd)
+                *reinterpret_cast<float4*>(v + d) =
+                    make_float4(x[4 * j] * scale, x[4 * j + 1] * scale, x[4 * j + 2] * scale, x[4 * j + 3] * scale);
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < NE; ++e) {
+            const int d = 32 * e + lane;
+            if (d < hd) v[d] = x[e] * scale;
+        }
+    }
+}
+
+// First half of the tile's butterfly. v[k] is this lane's partial dot of row 8c + k of chunk c; each step
+// keeps half of the values (the rows named by one more bit of the lane) and adds the partner's copy of
+// them. Returns row 8c + (lane >> 2), summed over the 8 lanes that differ in bits 2..4.
+__device__ __forceinline__ float reduce_chunk(const float (&v)[8], int lane) {
+    const bool b4 = lane & 16, b3 = lane & 8, b2 = lane & 4;
+    float w[4], u[2];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+        w[j] = (b4 ? v[4 + j] : v[j]) + __shfl_xor_sync(0xffffffffu, b4 ? v[j] : v[4 + j], 16);
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+        u[j] = (b3 ? w[2 + j] : w[j]) + __shfl_xor_sync(0xffffffffu, b3 ? w[j] : w[2 + j], 8);
+    return (b2 ? u[1] : u[0]) + __shfl_xor_sync(0xffffffffu, b2 ? u[0] : u[1], 4);
+}
+
+// Second half: r[c] from reduce_chunk for the 4 chunks; scatters the chunks over lane bits 0..1, so the
+// lane ends with the full sum of row row_of_lane(lane).
+__device__ __forceinline__ float reduce_chunks(const float (&r)[4], int lane) {
+    const bool b1 = lane & 2, b0 = lane & 1;
+    float y[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+        y[j] = (b1 ? r[2 + j] : r[j]) + __shfl_xor_sync(0xffffffffu, b1 ? r[j] : r[2 + j], 2);
+    return (b0 ? y[1] : y[0]) + __shfl_xor_sync(0xffffffffu, b0 ? y[0] : y[1], 1);
+}
+
+__device__ __forceinline__ int row_of_lane(int lane) { return 8 * (lane & 3) + (lane >> 2); }
+__host__ __device__ constexpr int lane_of_row(int r) { return 4 * (r & 7) + (r >> 3); }
+
+// Block (query i, head group g, split): heads g G + warp + kWarps k (k < HPW, G = kWarps HPW) over the
+// split's share of the query's entries. splits == 1: writes out; otherwise the partial (m, l) and the
+// unnormalized output of each head, part_o only where the split had a valid entry (m finite).
+template <int NE, int HPW, bool VEC>
+__global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, int splits, float2* part_ml,
+                                                             float* part_o) {
+    extern __shared__ __align__(16) float tile[];  // [kTile][head_dim]
+    const int H = a.n_heads, hd = a.head_dim;
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    constexpr int G = kWarps * HPW;
+    const int n_groups = (H + G - 1) / G;
+    const int split = (int)(blockIdx.x % (unsigned)splits);
+    const int64_t qg = blockIdx.x / (unsigned)splits;
+    const int64_t i = qg / n_groups;
+    const int g = (int)(qg % n_groups);
+
+    int h[HPW];
+#pragma unroll
+    for (int k = 0; k < HPW; ++k) h[k] = g * G + warp + kWarps * k;
+    const bool active = h[0] < H;  // h[0] is the warp's lowest head
+
+    const int total = a.n_win + (a.kv_comp ? (a.comp_idx ? a.n_comp : a.comp_count[i]) : 0);
+    const int per = (total + splits - 1) / splits;
+    const int begin = (int)min((int64_t)total, (int64_t)split * per);
+    const int end = min(total, begin + per);
+
+    // Heads past H compute on q = 0 and are never written.
+    float q[HPW][NE], acc[HPW][NE], m[HPW], l[HPW];
+#pragma unroll
+    for (int k = 0; k < HPW; ++k) {
+        if (h[k] < H) {
+            load_slice<NE, VEC>(q[k], a.q + (i * H + h[k]) * hd, lane, hd);
+        } else {
+#pragma unroll
+            for (int e = 0; e < NE; ++e) q[k][e] = 0.0f;
+        }
+#pragma unroll
+        for (int e = 0; e < NE; ++e) acc[k][e] = 0.0f;
+        m[k] = -INFINITY;
+        l[k] = 0.0f;
+    }
+
+    const int my_row = row_of_lane(lane);
+    // Every warp resolves the tile's 32 entries itself (lane r: entry r), so the valid mask is a ballot in
+    // a register, identical in all warps, and no shared memory or barrier is needed to publish it. The next
+    // tile's entries are resolved before this tile's math, which hides the index loads behind it.
+    const float* row = entry_row(a, i, begin + lane, end);
+    for (int base = begin; base < end; base += kTile) {
+        const unsigned valid = __ballot_sync(0xffffffffu, row != nullptr);
+        const float* next = entry_row(a, i, base + kTile + lane, end);
+        if (valid == 0) {  // the same in every warp, so the whole block skips the barriers together
+            row = next;
+            continue;
+        }
+        __syncthreads();  // every warp is done reading the previous tile
+        for (int r = warp; r < kTile; r += kWarps) {
+            const float* src = (const float*)__shfl_sync(0xffffffffu, (unsigned long long)row, r);
+            if (valid >> r & 1) {
+                float* dst = tile + r * hd;
+                if constexpr (VEC) {
+                    for (int c = 4 * lane; c < hd; c += 4 * kWarp) cp_async16(dst + c, src + c);
                 } else {
-                    alpha_s = 1.0f;  // nothing valid in this tile: leave the state alone
+                    for (int c = lane; c < hd; c += kWarp) cp_async4(dst + c, src + c);
                 }
             }
         }
+        cp_async_wait_all();
         __syncthreads();
-        const float alpha = alpha_s;
+        row = next;
+        if (!active) continue;
+
+        // Scores: chunks of 8 rows keep the partials at 8 per head; one row's slice serves all HPW heads.
+        float sc[HPW];
+        {
+            float rc[HPW][4];
 #pragma unroll
-        for (int c = 0; c < kAttnMaxPerThread; ++c) {
-            const int d = tid + c * kAttnThreads;
-            if (d < hd) {
-                float v = acc[c] * alpha;
-                for (int s = 0; s < kAttnTile; ++s)
-                    if (rows[s]) v = fmaf(p[s], rows[s][d], v);
-                acc[c] = v;
+            for (int c = 0; c < 4; ++c) {
+                float v[HPW][8];
+#pragma unroll
+                for (int k = 0; k < 8; ++k) {
+#pragma unroll
+                    for (int hh = 0; hh < HPW; ++hh) v[hh][k] = 0.0f;
+                    if (valid >> (8 * c + k) & 1) {
+                        float x[NE];
+                        load_slice<NE, VEC>(x, tile + (8 * c + k) * hd, lane, hd);
+#pragma unroll
+                        for (int hh = 0; hh < HPW; ++hh)
+#pragma unroll
+                            for (int e = 0; e < NE; ++e) v[hh][k] = fmaf(q[hh][e], x[e], v[hh][k]);
+                    }
+                }
+#pragma unroll
+                for (int hh = 0; hh < HPW; ++hh) rc[hh][c] = reduce_chunk(v[hh], lane);
+            }
+#pragma unroll
+            for (int hh = 0; hh < HPW; ++hh) sc[hh] = reduce_chunks(rc[hh], lane);
+        }
+
+        // Online softmax: the tile has a valid row, so its max is finite; on the first valid tile m = -inf
+        // and alpha = exp(-inf) = 0 clears the (zero) state.
+        const bool mine = valid >> my_row & 1;
+        float p[HPW];
+#pragma unroll
+        for (int hh = 0; hh < HPW; ++hh) {
+            const float s = mine ? sc[hh] * a.scale : -INFINITY;
+            const float m_new = fmaxf(m[hh], warp_max(s));
+            const float alpha = expf(m[hh] - m_new);
+            p[hh] = mine ? expf(s - m_new) : 0.0f;
+            l[hh] = l[hh] * alpha + warp_sum(p[hh]);
+            m[hh] = m_new;
+#pragma unroll
+            for (int e = 0; e < NE; ++e) acc[hh][e] *= alpha;
+        }
+
+#pragma unroll
+        for (int r = 0; r < kTile; ++r) {
+            if (valid >> r & 1) {
+                float x[NE], pr[HPW];
+#pragma unroll
+                for (int hh = 0; hh < HPW; ++hh) pr[hh] = __shfl_sync(0xffffffffu, p[hh], lane_of_row(r));
+                load_slice<NE, VEC>(x, tile + r * hd, lane, hd);
+#pragma unroll
+                for (int hh = 0; hh < HPW; ++hh)
+#pragma unroll
+                    for (int e = 0; e < NE; ++e) acc[hh][e] = fmaf(pr[hh], x[e], acc[hh][e]);
             }
         }
-        if (!any)
-            for (int s = 0; s < kAttnTile; ++s) any |= rows[s] != nullptr;
-        __syncthreads();
     }
-    m = m_s;
-    // The sink joins the denominator only, against the same max as the scores. Thread 0 holds l.
-    __shared__ float inv_s;
-    if (tid == 0) {
-        if (a.sinks) l += expf(a.sinks[h] - m);
-        inv_s = 1.0f / l;
-    }
-    __syncthreads();
-    const float inv = inv_s;
-    float* o = a.out + (i * H + h) * hd;
+
 #pragma unroll
-    for (int c = 0; c < kAttnMaxPerThread; ++c) {
-        const int d = tid + c * kAttnThreads;
-        if (d < hd) o[d] = any ? acc[c] * inv : 0.0f;  // no rows: zero output, as the CPU
+    for (int hh = 0; hh < HPW; ++hh) {
+        if (h[hh] >= H) continue;
+        if (splits == 1) {
+            float inv = 0.0f;  // no valid entry: acc is zero and so is the output, as on the CPU
+            if (m[hh] != -INFINITY) inv = 1.0f / (l[hh] + (a.sinks ? expf(a.sinks[h[hh]] - m[hh]) : 0.0f));
+            store_slice<NE, VEC>(a.out + (i * H + h[hh]) * hd, acc[hh], inv, lane, hd);
+        } else {
+            const int64_t slot = (i * splits + split) * H + h[hh];
+            if (lane == 0) part_ml[slot] = make_float2(m[hh], l[hh]);
+            if (m[hh] != -INFINITY) store_slice<NE, VEC>(part_o + slot * hd, acc[hh], 1.0f, lane, hd);
+        }
     }
 }
+
+// Block (query-head ih = i H + h, dims [blockIdx.y kMergeThreads, +kMergeThreads)): out = sum_s w_s O_s /
+// (sum_s w_s l_s + exp(sink - M)), w_s = exp(m_s - M), M = max_s m_s. Splits without a valid entry (m_s =
+// -inf, O_s never written) get w_s = 0 and are left out; all of them: M = -inf and the output is zero.
+__global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttentionArgs a, int splits,
+                                                                        const float2* part_ml,
+                                                                        const float* part_o) {
+    __shared__ float w_s[kMaxSplits];
+    __shared__ float inv_s;
+    const int H = a.n_heads, hd = a.head_dim;
+    const int64_t ih = blockIdx.x, i = ih / H;
+    const int h = (int)(ih % H);
+    if (threadIdx.x < kWarp) {
+        const int s = threadIdx.x;
+        const float2 ml = s < splits ? part_ml[(i * splits + s) * H + h] : make_float2(-INFINITY, 0.0f);
+        const float M = warp_max(ml.x);
+        const float w = ml.x == -INFINITY ? 0.0f : expf(ml.x - M);
+        const float L = warp_sum(w * ml.y);
+        w_s[s] = w;
+        if (s == 0) inv_s = M == -INFINITY ? 0.0f : 1.0f / (L + (a.sinks ? expf(a.sinks[h] - M) : 0.0f));
+    }
+    __syncthreads();
+    const int d = blockIdx.y * kMergeThreads + threadIdx.x;
+    if (d >= hd) return;
+    // All the splits' loads are issued before the sum (unrolled to the cap), so one L2 round trip.
+    float x[kMaxSplits];
+#pragma unroll
+    for (int s = 0; s < kMaxSplits; ++s)
+        x[s] = s < splits && w_s[s] != 0.0f ? part_o[((i * splits + s) * H + h) * hd + d] : 0.0f;
+    float o = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kMaxSplits; ++s) o = fmaf(w_s[s], x[s], o);
+    a.out[ih * hd + d] = o * inv_s;
+}
+
+using AttentionKernel = void (*)(AttentionArgs, int, float2*, float*);
+
+// NE values per lane per head: head_dim <= 32 NE.
+template <bool VEC, int HPW>
+AttentionKernel kernel_for(int ne) {
+    if (ne <= 4) return attention_kernel<4, HPW, VEC>;
+    if (ne <= 8) return attention_kernel<8, HPW, VEC>;
+    return attention_kernel<16, HPW, VEC>;
+}
+
+bool aligned16(const void* p) { return ((uintptr_t)p & 15) == 0; }
 
 }  // namespace
 
 void CudaBackend::attention(const AttentionArgs& a) {
     if (a.n <= 0 || a.n_heads <= 0) return;
-    DSV4_CHECK_MSG(a.head_dim > 0 && a.head_dim <= kAttnThreads * kAttnMaxPerThread,
-                   "attention: head_dim %d is outside (0, %d]", a.head_dim, kAttnThreads * kAttnMaxPerThread);
-    DSV4_CHECK(a.n * a.n_heads <= INT32_MAX);
-    const size_t smem = (size_t)a.head_dim * sizeof(float);
-    attention_kernel<<<(unsigned)(a.n * a.n_heads), kAttnThreads, smem, stream_>>>(a);
+    const int H = a.n_heads, hd = a.head_dim;
+    DSV4_CHECK_MSG(hd > 0 && hd <= kMaxHeadDim, "attention: head_dim %d is outside (0, %d]", hd, kMaxHeadDim);
+    const bool vec = hd % 4 == 0 && aligned16(a.q) && aligned16(a.out) && aligned16(a.kv_win) && aligned16(a.kv_comp);
+    // Heads per warp: each row slice read from shared memory feeds HPW heads' FMAs, so 4 keep the shared
+    // reads level with the FMAs where 2 leave them the bound, but 4 take about 220 registers (one block per
+    // SM) and make half as many blocks: used when the blocks still fill the GPU twice over (prefill). Past
+    // head_dim 512 one head's registers are all that fit.
+    const int ne = (hd + kWarp - 1) / kWarp;
+    int hpw = 2;
+    AttentionKernel kernel = nullptr;
+    if (ne > 16) {
+        hpw = 1;
+        kernel = vec ? attention_kernel<32, 1, true> : attention_kernel<32, 1, false>;
+    } else if (vec && a.n * ((H + 4 * kWarps - 1) / (4 * kWarps)) >= 2 * (int64_t)props_.multiProcessorCount) {
+        hpw = 4;
+        kernel = kernel_for<true, 4>(ne);
+    } else {
+        kernel = vec ? kernel_for<true, 2>(ne) : kernel_for<false, 2>(ne);
+    }
+    const int64_t n_groups = (H + kWarps * hpw - 1) / (kWarps * hpw);
+
+    // Split each query's entries only when the (query, head group) blocks leave SMs idle, and never below
+    // kMinSplitEntries entries per split where the count is known here (with comp_count it is on the device).
+    const int64_t blocks = a.n * n_groups;
+    int splits = 1;
+    if (blocks < props_.multiProcessorCount) {
+        int64_t s = std::min<int64_t>(kMaxSplits, (props_.multiProcessorCount + blocks - 1) / blocks);
+        if (!a.kv_comp || a.comp_idx) {
+            const int64_t entries = a.n_win + (a.kv_comp ? a.n_comp : 0);
+            s = std::min<int64_t>(s, (entries + kMinSplitEntries - 1) / kMinSplitEntries);
+        }
+        splits = (int)std::max<int64_t>(s, 1);
+    }
+    DSV4_CHECK(blocks * splits <= INT32_MAX && a.n * H <= INT32_MAX);
+
+    const size_t smem = (size_t)kTile * hd * sizeof(float);
+    DSV4_CHECK_MSG(smem <= (size_t)props_.sharedMemPerBlockOptin,
+                   "attention: head_dim %d needs %zu bytes of shared memory per block", hd, smem);
+    if (smem > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+
+    if (splits == 1) {
+        kernel<<<(unsigned)blocks, kThreads, smem, stream_>>>(a, 1, nullptr, nullptr);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
+    Scratch s(*this);
+    const int64_t slots = a.n * splits * H;
+    float2* part_ml = s.get<float2>(slots);
+    float* part_o = s.get<float>(slots * hd);
+    kernel<<<(unsigned)(blocks * splits), kThreads, smem, stream_>>>(a, splits, part_ml, part_o);
+    CUDA_CHECK_LAUNCH();
+    attention_merge_kernel<<<dim3((unsigned)(a.n * H), ceil_div(hd, kMergeThreads)), kMergeThreads, 0, stream_>>>(
+        a, splits, part_ml, part_o);
     CUDA_CHECK_LAUNCH();
 }
 
