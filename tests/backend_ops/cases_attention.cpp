@@ -344,18 +344,40 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(indexer_case(83, 4, 64, 300, 16, false, false, s));
     out.push_back(indexer_case(7, 4, 64, 769, 16, true, false, s));
     out.push_back(indexer_case(3, 16, 64, 3000, 512, true, false, s));
+    // The CUDA kernel's paths (splits per query come from n and the SM count, ranges from n_visible). Decode
+    // with V4-Flash's 64 heads of 128 and top_k 512: per-split raw scores merged by one block; fewer keys
+    // than a split's minimum; fewer keys than top_k; queries of different lengths (5000, 256, 0).
+    out.push_back(indexer_case(1, 64, 128, 8192, 512, false, false, s));
+    out.push_back(indexer_case(1, 64, 128, 600, 512, false, false, s));
+    out.push_back(indexer_case(1, 64, 128, 300, 512, false, false, s));
+    out.push_back(indexer_case(3, 64, 128, 5000, 512, false, false, s));
+    // Splits longer than top_k keep their own best (ties across splits exactly); too many of those to
+    // stage in shared memory; raw scores too many to stage.
+    out.push_back(indexer_case(2, 4, 64, 5000, 8, true, false, s));
+    out.push_back(indexer_case(1, 8, 64, 20000, 16, false, false, s));
+    out.push_back(indexer_case(1, 4, 64, 40000, 128, false, false, s));
+    out.push_back(indexer_case(1, 4, 64, 60000, 256, false, false, s));
+    // Many queries, a block each: running threshold and buffer compaction (exact ties too); more heads than
+    // one pass holds; head_dim not a multiple of 4 (unvectorized key staging).
+    out.push_back(indexer_case(300, 4, 64, 700, 16, false, false, s));
+    out.push_back(indexer_case(300, 4, 64, 600, 32, true, false, s));
+    out.push_back(indexer_case(300, 8, 64, 1200, 256, false, false, s));
+    out.push_back(indexer_case(5, 80, 32, 1000, 64, false, false, s));
+    out.push_back(indexer_case(3, 4, 30, 500, 16, false, false, s));
     for (auto [ratio, d, n1, n2] : {std::tuple{4, 64, 7, 1}, std::tuple{4, 83, 83, 13}, std::tuple{4, 512, 1, 1},
                                     std::tuple{4, 64, 300, 5}, std::tuple{128, 64, 300, 1}, std::tuple{128, 83, 127, 2},
                                     std::tuple{8, 64, 5, 20}})
         out.push_back(compressor_case(ratio, d, n1, n2, s));
     if (o.perf) {
         // V4-Flash-like decode and prefill attention (64 heads of 512, 128 window + 512 selected entries; up
-        // to a 2048-token prefill chunk) and the indexer over a 128K context (32K compressed keys).
+        // to a 2048-token prefill chunk) and the indexer over a 128K context (32K compressed keys) and in a
+        // prefill chunk.
         out.push_back(attention_case(1, 64, 512, 128, Comp::idx, 512, true, false, true, s));
         out.push_back(attention_case(64, 64, 512, 128, Comp::idx, 512, true, false, true, s));
         out.push_back(attention_case(2048, 64, 512, 128, Comp::idx, 512, true, false, true, s));
         out.push_back(indexer_case(1, 64, 128, 32768, 512, false, true, s));
         out.push_back(indexer_case(8, 64, 128, 32768, 2048, false, true, s));
+        out.push_back(indexer_case(512, 64, 128, 2048, 512, false, true, s));  // prefill: a block per query
     }
 }
 

@@ -90,6 +90,72 @@ CaseGen embed_case(GgmlType t, int64_t rows, int64_t cols, int64_t n, uint64_t s
 
 }  // namespace
 
+// A matmul batch: job j reads x[:, x_off[j] .. + K_j] (row stride xs) and writes y[:, y_off[j] .. + M_j] (row
+// stride ys), like a layer's projections of one input (same x, different y) or grouped projections (x and y
+// slices). Each job's output is checked on its own.
+struct BatchJobSpec {
+    GgmlType t;
+    int64_t K, M, x_off, y_off;
+};
+CaseGen matmul_batch_case(std::vector<BatchJobSpec> jobs, int64_t n, int64_t xs, int64_t ys, uint64_t seed,
+                          bool perf_only = false) {
+    return [=]() {
+        Case c;
+        c.op = "matmul_batch";
+        c.shape = "n=" + std::to_string(n);
+        for (const BatchJobSpec& j : jobs)
+            c.shape += " " + fmt_type(j.t) + ":" + std::to_string(j.K) + "x" + std::to_string(j.M);
+        Rng rng(case_seed(seed, c.op + c.shape));
+        auto ws = std::make_shared<std::vector<std::vector<uint8_t>>>();
+        int64_t kmax = 0;
+        for (const BatchJobSpec& j : jobs) {
+            ws->push_back(random_weight(j.t, j.M, j.K, rng));
+            kmax = std::max(kmax, j.K);
+        }
+        auto x = std::make_shared<std::vector<float>>(rng.vec(n * xs));
+        c.tol = tol_dot((double)kmax);
+        c.ref_tol = tol_dot((double)kmax);
+        c.perf_only = perf_only;
+        for (const auto& w : *ws) c.bytes += (double)w.size();
+        c.make = [=](Backend& b) {
+            Instance in;
+            in.dev = std::make_unique<Dev>(b);
+            Dev& d = *in.dev;
+            auto wts = std::make_shared<std::vector<Weight>>();
+            for (size_t j = 0; j < jobs.size(); ++j) wts->push_back(make_weight(b, jobs[j].t, (*ws)[j], jobs[j].M, jobs[j].K));
+            const float* xd = d.f32(*x);
+            float* yd = d.f32_out(n * ys);
+            auto mj = std::make_shared<std::vector<MatmulJob>>();
+            for (size_t j = 0; j < jobs.size(); ++j)
+                mj->push_back({yd + jobs[j].y_off, ys, xd + jobs[j].x_off, xs, &(*wts)[j]});
+            in.run = [&b, wts, mj, n]() { b.matmul_batch(*mj, n); };
+            in.read = [&d, yd, n, ys, jobs]() {
+                Arrays out;
+                for (const BatchJobSpec& j : jobs) out.push_back(d.get(yd + j.y_off, n, j.M, ys));
+                return out;
+            };
+            return in;
+        };
+        c.reference = [=]() {
+            Arrays out;
+            for (size_t jj = 0; jj < jobs.size(); ++jj) {
+                const BatchJobSpec& j = jobs[jj];
+                const std::vector<float> deq = dequant_weight(j.t, (*ws)[jj], j.M, j.K);
+                Array y((size_t)(n * j.M));
+                for (int64_t i = 0; i < n; ++i)
+                    for (int64_t m = 0; m < j.M; ++m) {
+                        double s = 0;
+                        for (int64_t k = 0; k < j.K; ++k) s += (double)deq[m * j.K + k] * (*x)[i * xs + j.x_off + k];
+                        y[i * j.M + m] = s;
+                    }
+                out.push_back(y);
+            }
+            return out;
+        };
+        return c;
+    };
+}
+
 void add_matmul_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     for (GgmlType t : weight_types()) {
         const int64_t k1 = cols_for(t, 1, 7), k2 = cols_for(t, 2, 83), k3 = cols_for(t, 3, 769);
@@ -104,6 +170,23 @@ void add_matmul_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
             // Decode GEMV and prefill-sized products of a 4096 x 4096 matrix.
             for (int64_t n : {1, 16, 128}) out.push_back(matmul_case(t, n, 4096, 4096, 4096, 4096, true, o.seed));
         }
+    }
+    // Batches: mixed types (one launch per type on a GPU), same x with different widths, grouped slices of
+    // x and y (wo_a-like, 8 groups), decode and prefill row counts (n = 16 runs job by job).
+    for (int64_t n : {1, 3, 8, 16}) {
+        const GgmlType q8 = GgmlType::Q8_0, f16 = GgmlType::F16, q4 = GgmlType::Q4_K;
+        out.push_back(matmul_batch_case({{q8, 512, 96, 0, 0}, {q8, 512, 33, 0, 96}, {f16, 512, 64, 0, 129},
+                                         {q4, 512, 40, 0, 193}, {f16, 512, 7, 0, 233}, {q8, 512, 130, 0, 240}},
+                                        n, 512 + 4, 370 + 2, o.seed));
+        std::vector<BatchJobSpec> groups;
+        for (int g = 0; g < 8; ++g) groups.push_back({q8, 256, 64, 256 * g, 64 * g});
+        out.push_back(matmul_batch_case(groups, n, 8 * 256, 8 * 64, o.seed));
+    }
+    if (o.perf) {
+        // V4-Flash decode: wo_a's 8 groups (4096 x 1024 each, Q8_0) as one batch.
+        std::vector<BatchJobSpec> groups;
+        for (int g = 0; g < 8; ++g) groups.push_back({GgmlType::Q8_0, 4096, 1024, 4096 * g, 1024 * g});
+        out.push_back(matmul_batch_case(groups, 1, 8 * 4096, 8 * 1024, o.seed, true));
     }
 }
 

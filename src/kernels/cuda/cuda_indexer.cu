@@ -1,11 +1,31 @@
 // CUDA lightning-indexer top-k: score(t) = sum_h relu(q_h . k_t) w_h over the visible keys, then the
 // top_k entries in (score desc, index asc) order, the CPU's tie rule.
 //
-// Two passes with no array of the context's size: each query's keys are split over `splits` blocks; a
-// block scores its keys a tile at a time (a warp per key, heads spread over the lanes so one reduction per
-// key) and keeps its running best k2 = pow2 >= top_k in shared memory, merging each sorted tile with a
-// bitonic merge. A second kernel merges the blocks' sorted lists the same way. Scratch: n x splits x k2.
+// Every entry is one 64-bit key: the score's bits made order-preserving as an unsigned integer (high half)
+// and 0x7fffffff - index (low half), so "larger key" is exactly the CPU's order and keys are unique; 0 marks
+// an empty slot. Selection is a radix select on these keys (11-bit digits from the top; stop as soon as the
+// digit holding the k-th key is taken whole): it yields a threshold with exactly k keys >= it, and only
+// those k are then sorted (bitonic, descending).
+//
+// Scoring kernel: a block per (query, split), each split a contiguous range of the query's keys. The
+// query's heads (padded to 64 with zero rows) and head weights sit in shared memory; keys stream through a
+// double-buffered cp.async stage, 32 dims of a 64- or 128-key tile at a time. Warp w owns heads 8w..8w+7
+// of each 64-head chunk and lane l keys l, l + 32, ... of the tile: a register tile of 8 heads x RK keys,
+// four dims per shared load, so f32 FMAs rather than shared-memory loads bound the rate. Per key the warps'
+// sums of relu(dot) w meet in shared memory. The host knows n but not n_visible (it lives on the device),
+// so the split count fills the GPU from n alone and each block derives its range from n_visible:
+//   - one split (many queries, prefill): the block keeps a buffer of candidates, appending a tile's keys
+//     that reach the running threshold; when the buffer could overflow it radix-selects its top k, compacts
+//     and raises the threshold. At the end it selects, sorts and writes the query's list itself.
+//   - several splits, ranges of at most top_k keys ("raw", decode): the block writes each key's score
+//     (32 bits; the index is the position) to scratch and the merge kernel selects over all of them.
+//   - several splits, longer ranges: each block keeps its best top_k as above and writes them (unsorted)
+//     to its slot of scratch.
+// Merge kernel (several splits): a 1024-thread block per query stages the candidates in shared memory when
+// they fit (else reads them from global memory at every pass), radix-selects the top k, sorts and writes.
+// Scratch: n x splits x top_k keys, nothing of the context's size beyond that.
 #include <algorithm>
+#include <cstdint>
 
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
@@ -15,34 +35,227 @@ namespace dsv4::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 256;  // scoring kernel
 constexpr int kWarps = kThreads / kWarp;
-constexpr int kNoIndex = 0x7fffffff;  // with score -inf: an empty slot, after every real entry
+constexpr int kHeadsPerWarp = 8;
+constexpr int kHeadChunk = kWarps * kHeadsPerWarp;  // heads per pass over a key tile
+constexpr int kSlice = 32;                          // dims per staged key slice
+constexpr int kSliceStride = kSlice + 4;            // padded rows: conflict-free float4 loads across lanes
+constexpr int kMaxTile = kWarp * 4;                 // keys per tile with 4 keys per lane
+constexpr int kMinChunk = 2 * kWarp;                // fewest keys a split gets (one 64-key tile)
+constexpr int kMergeThreads = 1024;
+constexpr int kSelBits = 11;  // radix digit
+constexpr int kBins = 1 << kSelBits;
 
-// Entry a comes before entry b: higher score first, then lower index.
-__device__ __forceinline__ bool precedes(float sa, int ia, float sb, int ib) {
-    return sa > sb || (sa == sb && ia < ib);
+constexpr uint32_t kFullMask = 0xffffffffu;
+
+// Order-preserving key of (score, index): larger key = higher score, then lower index. -0 counts as +0
+// (they compare equal as floats).
+__device__ __forceinline__ uint32_t score_bits(float s) {
+    uint32_t u = __float_as_uint(s);
+    if ((u & 0x7fffffffu) == 0) u = 0;
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ uint64_t make_key(uint32_t bits, int idx) {
+    return ((uint64_t)bits << 32) | (uint32_t)(0x7fffffff - idx);
+}
+__device__ __forceinline__ int key_index(uint64_t key) {
+    return 0x7fffffff - (int)(uint32_t)key;
 }
 
-__device__ __forceinline__ void swap_entries(float* key, int* idx, int a, int b) {
-    const float k = key[a];
-    key[a] = key[b];
-    key[b] = k;
-    const int i = idx[a];
-    idx[a] = idx[b];
-    idx[b] = i;
+// Candidate sources: item c's key (0: empty slot).
+struct ScoreBitsSrc {  // raw scores, the index is the position
+    const uint32_t* p;
+    __device__ uint64_t operator()(int c) const { return make_key(p[c], c); }
+};
+struct KeySrc {
+    const uint64_t* p;
+    __device__ uint64_t operator()(int c) const { return p[c]; }
+};
+
+// Per-block scalars of the selection (static shared memory).
+struct SelShared {
+    uint64_t theta;  // the scoring kernel's running threshold: keys below it cannot make the top k
+    int count;       // entries in the candidate / output buffer
+    int digit, above, in_digit;
+    int warp_total[32];
+};
+
+// Per-split key range of query i: `chunk` keys per split, `act` splits non-empty. Both kernels derive the
+// same values from n_visible.
+struct SplitRange {
+    int chunk, act;
+    bool raw;  // several splits of <= top_k keys: raw scores in scratch
+};
+__device__ __forceinline__ SplitRange split_range(int nv, int splits, int top_k) {
+    SplitRange r;
+    r.chunk = max((nv + splits - 1) / splits, kMinChunk);
+    r.act = (nv + r.chunk - 1) / r.chunk;
+    r.raw = splits > 1 && r.chunk <= top_k;
+    return r;
 }
 
-// Sort n (a power of two) entries into precedence order: the full bitonic network.
-__device__ void bitonic_sort(float* key, int* idx, int n) {
-    for (int k = 2; k <= n; k <<= 1) {
-        for (int j = k >> 1; j > 0; j >>= 1) {
-            for (int t = threadIdx.x; t < n; t += blockDim.x) {
-                const int u = t ^ j;
-                if (u > t) {
-                    const bool forward = (t & k) == 0;
-                    if (forward ? precedes(key[u], idx[u], key[t], idx[t]) : precedes(key[t], idx[t], key[u], idx[u]))
-                        swap_entries(key, idx, t, u);
+// Histogram add, aggregated over the lanes of a warp that hit the same bin (score distributions are
+// narrow: many lanes share the top digits). Call from all 32 lanes.
+__device__ __forceinline__ void hist_add(int* hist, uint32_t bin, bool active) {
+    if (__ballot_sync(kFullMask, active) == 0) return;
+    const uint32_t peers = __match_any_sync(kFullMask, active ? bin : 0xffffffffu);
+    if (active && (int)(threadIdx.x % kWarp) == __ffs(peers) - 1) atomicAdd(hist + bin, __popc(peers));
+}
+
+// Append `key` (where `take`) at the next free slots of out[*count]; one atomic per warp. Call from all
+// 32 lanes.
+__device__ __forceinline__ void append(uint64_t* out, int* count, uint64_t key, bool take) {
+    const uint32_t bal = __ballot_sync(kFullMask, take);
+    if (bal == 0) return;
+    const int lane = threadIdx.x % kWarp, leader = __ffs(bal) - 1;
+    int base = 0;
+    if (lane == leader) base = atomicAdd(count, __popc(bal));
+    base = __shfl_sync(kFullMask, base, leader);
+    if (take) out[base + __popc(bal & ((1u << lane) - 1))] = key;
+}
+
+// Exclusive prefix sum over the block in thread order.
+__device__ int block_excl_scan(int v, SelShared& sh) {
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    int x = v;
+#pragma unroll
+    for (int o = 1; o < kWarp; o <<= 1) {
+        const int y = __shfl_up_sync(kFullMask, x, o);
+        if (lane >= o) x += y;
+    }
+    if (lane == kWarp - 1) sh.warp_total[warp] = x;
+    __syncthreads();
+    int before = 0;
+    for (int w = 0; w < warp; ++w) before += sh.warp_total[w];
+    return before + x - v;
+}
+
+// The bin holding the need-th largest entry (bins counted from the top): sets sh.digit, sh.above (entries
+// in higher bins) and sh.in_digit. Thread t owns a run of bins from the top, so a scan finds the owner.
+__device__ void find_digit(const int* hist, int n_bins, int need, SelShared& sh) {
+    const int per = (n_bins + blockDim.x - 1) / blockDim.x;
+    const int hi = max(n_bins - (int)threadIdx.x * per, 0), lo = max(hi - per, 0);
+    int s = 0;
+    for (int b = lo; b < hi; ++b) s += hist[b];
+    const int before = block_excl_scan(s, sh);
+    if (before < need && need <= before + s) {
+        int run = before;
+        for (int b = hi - 1; b >= lo; --b) {
+            const int h = hist[b];
+            if (run + h >= need) {
+                sh.digit = b;
+                sh.above = run;
+                sh.in_digit = h;
+                break;
+            }
+            run += h;
+        }
+    }
+    __syncthreads();
+}
+
+// Radix select over n_items candidates holding at least k non-empty keys: returns T with exactly k keys
+// >= T. MSD digits of kSelBits; a pass histograms the keys that match the digits fixed so far, then fixes
+// the digit holding the k-th; when that digit's keys are all needed, T is its lower bound and we stop.
+// U items per thread per round are loaded before use (latency of global sources).
+template <int U, class Src>
+__device__ uint64_t radix_select(Src src, int n_items, int k, int* hist, SelShared& sh) {
+    const int T = blockDim.x, tid = threadIdx.x;
+    uint64_t prefix = 0;
+    int need = k, hi_shift = 64;
+    for (;;) {
+        const int width = min(kSelBits, hi_shift), shift = hi_shift - width, n_bins = 1 << width;
+        for (int b = tid; b < n_bins; b += T) hist[b] = 0;
+        __syncthreads();
+        for (int base = 0; base < n_items; base += T * U) {
+            uint64_t key[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int c = base + u * T + tid;
+                key[u] = c < n_items ? src(c) : 0;
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const bool active = key[u] != 0 && (hi_shift == 64 || (key[u] >> hi_shift) == (prefix >> hi_shift));
+                hist_add(hist, (uint32_t)(key[u] >> shift) & (n_bins - 1), active);
+            }
+        }
+        __syncthreads();
+        find_digit(hist, n_bins, need, sh);
+        const int digit = sh.digit, above = sh.above, in_digit = sh.in_digit;
+        prefix |= (uint64_t)digit << shift;
+        need -= above;
+        if (in_digit == need || shift == 0) return prefix;  // keys are unique: the last digit always ends it
+        hi_shift = shift;
+    }
+}
+
+// Append every key >= th to out (at sh.count, which the caller zeroed before a barrier).
+template <int U, class Src>
+__device__ void gather(Src src, int n_items, uint64_t th, uint64_t* out, SelShared& sh) {
+    const int T = blockDim.x;
+    for (int base = 0; base < n_items; base += T * U) {
+        uint64_t key[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int c = base + u * T + threadIdx.x;
+            key[u] = c < n_items ? src(c) : 0;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) append(out, &sh.count, key[u], key[u] >= th);
+    }
+    __syncthreads();
+}
+
+// Keep buf[0, sh.count)'s entries >= th, in order, at its front (stable, in place: a round reads its
+// entries before any write, and writes land at or before the positions read); sets sh.count.
+__device__ void compact(uint64_t* buf, uint64_t th, SelShared& sh) {
+    const int m = sh.count, lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    const int n_warps = blockDim.x / kWarp;
+    int out = 0;
+    for (int base = 0; base < m; base += blockDim.x) {
+        const int c = base + threadIdx.x;
+        const uint64_t v = c < m ? buf[c] : 0;
+        const bool keep = c < m && v >= th;
+        const uint32_t bal = __ballot_sync(kFullMask, keep);
+        if (lane == 0) sh.warp_total[warp] = __popc(bal);
+        __syncthreads();
+        int before = 0, total = 0;
+        for (int w = 0; w < n_warps; ++w) {
+            const int t = sh.warp_total[w];
+            before += w < warp ? t : 0;
+            total += t;
+        }
+        if (keep) buf[out + before + __popc(bal & ((1u << lane) - 1))] = v;
+        out += total;
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) sh.count = out;
+    __syncthreads();
+}
+
+// Reduce the candidate buffer to its best k (when it holds more) and raise the threshold to match.
+__device__ void keep_top(uint64_t* buf, int k, int* hist, SelShared& sh) {
+    __syncthreads();
+    const int m = sh.count;
+    if (m <= k) return;
+    const uint64_t th = radix_select<4>(KeySrc{buf}, m, k, hist, sh);
+    compact(buf, th, sh);
+    if (threadIdx.x == 0) sh.theta = th;
+    __syncthreads();
+}
+
+// Sort a[0, m) (m a power of two) descending: the bitonic network, one compare-exchange per pair.
+__device__ void sort_desc(uint64_t* a, int m) {
+    for (int size = 2; size <= m; size <<= 1) {
+        for (int j = size >> 1; j > 0; j >>= 1) {
+            for (int p = threadIdx.x; p < m / 2; p += blockDim.x) {
+                const int t = ((p & ~(j - 1)) << 1) | (p & (j - 1)), u = t | j;
+                const uint64_t x = a[t], y = a[u];
+                if ((t & size) == 0 ? x < y : x > y) {
+                    a[t] = y;
+                    a[u] = x;
                 }
             }
             __syncthreads();
@@ -50,124 +263,316 @@ __device__ void bitonic_sort(float* key, int* idx, int n) {
     }
 }
 
-// key/idx[0, k2) and [k2, 2 k2) each sorted in precedence order: leave the best k2 of both, sorted, in
-// [0, k2). Pairing t with 2 k2 - 1 - t makes one bitonic sequence of the two; one half-cleaner keeps the
-// better half, and log2(k2) more stages sort it.
-__device__ void merge_best(float* key, int* idx, int k2) {
-    for (int t = threadIdx.x; t < k2; t += blockDim.x) {
-        const int u = 2 * k2 - 1 - t;
-        if (precedes(key[u], idx[u], key[t], idx[t])) swap_entries(key, idx, t, u);
-    }
+// buf[0, sh.count) holds the chosen keys (count <= its capacity's power of two): sort, write top_k
+// indices, -1 past the count.
+__device__ void write_sorted(uint64_t* buf, SelShared& sh, int32_t* out, int top_k) {
     __syncthreads();
-    for (int j = k2 >> 1; j > 0; j >>= 1) {
-        for (int t = threadIdx.x; t < k2; t += blockDim.x) {
-            const int u = t ^ j;
-            if (u > t && precedes(key[u], idx[u], key[t], idx[t])) swap_entries(key, idx, t, u);
-        }
-        __syncthreads();
-    }
+    const int count = sh.count;
+    int m = 1;
+    while (m < count) m <<= 1;
+    for (int j = count + threadIdx.x; j < m; j += blockDim.x) buf[j] = 0;
+    __syncthreads();
+    if (m > 1) sort_desc(buf, m);
+    for (int j = threadIdx.x; j < top_k; j += blockDim.x) out[j] = j < count ? key_index(buf[j]) : -1;
 }
 
-// Shared memory: key[2 k2], idx[2 k2], q[H][hd + 1] (padded: lanes read different heads' rows without bank
-// conflicts), w[H], one staged key row per warp.
-struct TopkSmem {
-    float* key;
-    int* idx;
-    float* q;
-    float* w;
-    float* krow;
+__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool valid) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+struct ScoreArgs {
+    int32_t* out;    // final lists (one split)
+    uint64_t* part;  // scratch (several splits): n x splits x top_k keys, or raw score bits
+    const float* q;
+    const float* w;
+    const float* keys;
+    const int32_t* n_visible;
+    int H, hd;
+    int H_pad, hd_pad;  // heads padded to kHeadChunk, dims to kSlice (zeros)
+    int top_k;
+    int buf_cap;  // candidate buffer entries: >= the power of two >= top_k, and >= top_k + kMaxTile
+    int splits;
+    bool vec;  // q and keys 16-byte aligned with head_dim % 4 == 0: cp.async staging
 };
 
-__device__ TopkSmem topk_smem(unsigned char* base, int k2, int H, int hd) {
-    TopkSmem s;
-    s.key = reinterpret_cast<float*>(base);
-    s.idx = reinterpret_cast<int*>(s.key + 2 * k2);
-    s.q = reinterpret_cast<float*>(s.idx + 2 * k2);
-    s.w = s.q + (size_t)H * (hd + 1);
-    s.krow = s.w + H;
+// q in shared memory: per group of kHeadsPerWarp heads, per 4 dims, the group's heads' 4 dims in a row, so
+// a warp's loads of its heads are one run at fixed offsets (all lanes read the same address: a broadcast).
+__device__ __forceinline__ int q_offset(int h, int d, int hd_pad) {
+    return ((h / kHeadsPerWarp * (hd_pad / 4) + d / 4) * kHeadsPerWarp + h % kHeadsPerWarp) * 4 + d % 4;
+}
+
+// Shared memory of the scoring kernel: q[H_pad][hd_pad] (laid out by q_offset), w[H_pad], two key slices
+// [kMaxTile][kSliceStride], the warps' partial scores [kWarps][kMaxTile], the candidate buffer [buf_cap] and
+// the histogram [kBins].
+struct ScoreSmem {
+    float* q;
+    float* w;
+    float* kt;
+    float* red;
+    uint64_t* buf;
+    int* hist;
+};
+
+__device__ ScoreSmem score_smem(unsigned char* base, const ScoreArgs& a) {
+    ScoreSmem s;
+    s.q = reinterpret_cast<float*>(base);
+    s.w = s.q + (size_t)a.H_pad * a.hd_pad;
+    s.kt = s.w + a.H_pad;
+    s.red = s.kt + 2 * kMaxTile * kSliceStride;
+    s.buf = reinterpret_cast<uint64_t*>(s.red + kWarps * kMaxTile);
+    s.hist = reinterpret_cast<int*>(s.buf + a.buf_cap);
     return s;
 }
 
-size_t topk_smem_bytes(int k2, int H, int hd) {
-    return (size_t)4 * k2 * sizeof(float) + ((size_t)H * (hd + 1) + H + (size_t)kWarps * hd) * sizeof(float);
+size_t score_smem_bytes(int H_pad, int hd_pad, int buf_cap) {
+    return ((size_t)H_pad * hd_pad + H_pad + 2 * kMaxTile * kSliceStride + kWarps * kMaxTile) * sizeof(float) +
+           (size_t)buf_cap * sizeof(uint64_t) + kBins * sizeof(int);
 }
 
-__global__ void __launch_bounds__(kThreads) indexer_partial_kernel(float* part_key, int* part_idx, const float* q,
-                                                                   const float* w, const float* keys,
-                                                                   const int32_t* n_visible, int H, int hd, int k2,
-                                                                   int splits) {
-    extern __shared__ unsigned char smem_raw[];
-    const TopkSmem sm = topk_smem(smem_raw, k2, H, hd);
-    const int64_t i = blockIdx.x;
-    const int split = blockIdx.y, lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-    const int nv = n_visible[i];
-    const int chunk = (nv + splits - 1) / splits;
-    const int lo = min(nv, split * chunk), hi = min(nv, lo + chunk);
-    for (int s = threadIdx.x; s < k2; s += kThreads) {
-        sm.key[s] = -INFINITY;
-        sm.idx[s] = kNoIndex;
+// Stage step g's key slice (tile g / steps, dims (g % steps % n_sl) * kSlice) into buffer g & 1; keys
+// past hi and dims past hd read as zeros.
+template <int RK>
+__device__ __forceinline__ void stage_slice(const ScoreArgs& a, float* kt, int lo, int hi, int g, int steps, int n_sl) {
+    constexpr int TK = kWarp * RK;
+    const int t0 = lo + (g / steps) * TK, k0 = (g % steps % n_sl) * kSlice;
+    float* dst = kt + (g & 1) * kMaxTile * kSliceStride;
+    if (a.vec) {
+#pragma unroll
+        for (int m = 0; m < RK; ++m) {  // TK rows x 8 chunks of 16 bytes
+            const int c = (int)threadIdx.x + kThreads * m, row = c / (kSlice / 4), part = c % (kSlice / 4);
+            const int t = t0 + row, d = k0 + 4 * part;
+            const bool valid = t < hi && d < a.hd;
+            cp_async16_zfill(dst + row * kSliceStride + 4 * part, valid ? a.keys + (int64_t)t * a.hd + d : a.keys,
+                             valid);
+        }
+    } else {
+        for (int e = threadIdx.x; e < TK * kSlice; e += kThreads) {
+            const int row = e / kSlice, d = e % kSlice, t = t0 + row;
+            dst[row * kSliceStride + d] = t < hi && k0 + d < a.hd ? a.keys[(int64_t)t * a.hd + k0 + d] : 0.0f;
+        }
     }
-    for (int e = threadIdx.x; e < H * hd; e += kThreads) sm.q[(e / hd) * (hd + 1) + e % hd] = q[i * H * hd + e];
-    for (int h = threadIdx.x; h < H; h += kThreads) sm.w[h] = w[i * H + h];
-    __syncthreads();
-    float* krow = sm.krow + warp * hd;
-    for (int base = lo; base < hi; base += k2) {
-        for (int slot = warp; slot < k2; slot += kWarps) {
-            const int t = base + slot;
-            float score = -INFINITY;
-            int id = kNoIndex;
-            if (t < hi) {
-                const float* kt = keys + (int64_t)t * hd;
-                for (int k = lane; k < hd; k += kWarp) krow[k] = kt[k];
-                __syncwarp();
-                float part = 0.0f;
-                for (int h = lane; h < H; h += kWarp) {
-                    const float* qh = sm.q + h * (hd + 1);
-                    float d = 0.0f;
-                    for (int k = 0; k < hd; ++k) d = fmaf(qh[k], krow[k], d);
-                    part += fmaxf(d, 0.0f) * sm.w[h];
+    cp_async_commit();
+}
+
+// Score keys [lo, hi) of query i in tiles of 32 RK keys; each finished tile's keys go to scratch (raw) or
+// into the candidate buffer.
+template <int RK>
+__device__ void score_keys(const ScoreArgs& a, const ScoreSmem& s, SelShared& sh, int lo, int hi, bool raw,
+                           uint32_t* raw_out, int k) {
+    constexpr int TK = kWarp * RK;
+    const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
+    const int n_sl = a.hd_pad / kSlice, steps = (a.H_pad / kHeadChunk) * n_sl;
+    const int total = (hi - lo + TK - 1) / TK * steps;
+    float acc[kHeadsPerWarp][RK], part[RK];
+    stage_slice<RK>(a, s.kt, lo, hi, 0, steps, n_sl);
+#pragma unroll 1
+    for (int g = 0; g < total; ++g) {
+        if (g + 1 < total) {
+            stage_slice<RK>(a, s.kt, lo, hi, g + 1, steps, n_sl);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const int step = g % steps, hc = step / n_sl, sl = step % n_sl;
+        if (step == 0)
+#pragma unroll
+            for (int j = 0; j < RK; ++j) part[j] = 0.0f;
+        if (sl == 0)
+#pragma unroll
+            for (int r = 0; r < kHeadsPerWarp; ++r)
+#pragma unroll
+                for (int j = 0; j < RK; ++j) acc[r][j] = 0.0f;
+        const int h0 = hc * kHeadChunk + warp * kHeadsPerWarp;
+        const float* qb = s.q + q_offset(h0, sl * kSlice, a.hd_pad);
+        const float* kb = s.kt + (g & 1) * kMaxTile * kSliceStride + lane * kSliceStride;
+#pragma unroll
+        for (int kk = 0; kk < kSlice; kk += 4) {
+            float4 kv[RK];
+#pragma unroll
+            for (int j = 0; j < RK; ++j) kv[j] = *reinterpret_cast<const float4*>(kb + j * kWarp * kSliceStride + kk);
+#pragma unroll
+            for (int r = 0; r < kHeadsPerWarp; ++r) {
+                const float4 qv = *reinterpret_cast<const float4*>(qb + (kk / 4 * kHeadsPerWarp + r) * 4);
+#pragma unroll
+                for (int j = 0; j < RK; ++j) {
+                    acc[r][j] = fmaf(qv.x, kv[j].x, acc[r][j]);
+                    acc[r][j] = fmaf(qv.y, kv[j].y, acc[r][j]);
+                    acc[r][j] = fmaf(qv.z, kv[j].z, acc[r][j]);
+                    acc[r][j] = fmaf(qv.w, kv[j].w, acc[r][j]);
                 }
-                score = warp_sum(part);
-                id = t;
-                __syncwarp();  // krow is rewritten for the next key
-            }
-            if (lane == 0) {
-                sm.key[k2 + slot] = score;
-                sm.idx[k2 + slot] = id;
             }
         }
-        __syncthreads();
-        bitonic_sort(sm.key + k2, sm.idx + k2, k2);
-        merge_best(sm.key, sm.idx, k2);
-    }
-    float* ok = part_key + (i * splits + split) * (int64_t)k2;
-    int* oi = part_idx + (i * splits + split) * (int64_t)k2;
-    for (int s = threadIdx.x; s < k2; s += kThreads) {
-        ok[s] = sm.key[s];
-        oi[s] = sm.idx[s];
+        if (sl == n_sl - 1)
+#pragma unroll
+            for (int r = 0; r < kHeadsPerWarp; ++r) {
+                const float wh = s.w[h0 + r];
+#pragma unroll
+                for (int j = 0; j < RK; ++j) part[j] += fmaxf(acc[r][j], 0.0f) * wh;
+            }
+        if (step == steps - 1) {  // the tile's scores are complete
+            const int t0 = lo + (g / steps) * TK;
+#pragma unroll
+            for (int j = 0; j < RK; ++j) s.red[warp * kMaxTile + lane + j * kWarp] = part[j];
+            __syncthreads();
+            const bool valid = tid < TK && t0 + tid < hi;
+            uint32_t bits = 0;
+            if (valid) {
+                float score = 0.0f;
+#pragma unroll
+                for (int w = 0; w < kWarps; ++w) score += s.red[w * kMaxTile + tid];
+                bits = score_bits(score);
+            }
+            if (raw) {
+                if (valid) raw_out[t0 + tid] = bits;
+            } else {
+                // Room for a whole tile; keep_top leaves at most k <= buf_cap - kMaxTile entries.
+                if (sh.count + TK > a.buf_cap) keep_top(s.buf, k, s.hist, sh);
+                const uint64_t key = valid ? make_key(bits, t0 + tid) : 0;
+                append(s.buf, &sh.count, key, valid && key >= sh.theta);
+            }
+        }
+        __syncthreads();  // the buffer read by this step is restaged next; counts settle
     }
 }
 
-__global__ void __launch_bounds__(kThreads) indexer_merge_kernel(int32_t* out, const float* part_key,
-                                                                 const int* part_idx, const int32_t* n_visible,
-                                                                 int top_k, int k2, int splits) {
-    extern __shared__ unsigned char smem_raw[];
-    float* key = reinterpret_cast<float*>(smem_raw);
-    int* idx = reinterpret_cast<int*>(key + 2 * k2);
+__global__ void __launch_bounds__(kThreads, 2) indexer_score_kernel(ScoreArgs a) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __shared__ SelShared sh;
+    const ScoreSmem s = score_smem(smem_raw, a);
     const int64_t i = blockIdx.x;
-    for (int split = 0; split < splits; ++split) {
-        const float* pk = part_key + (i * splits + split) * (int64_t)k2;
-        const int* pi = part_idx + (i * splits + split) * (int64_t)k2;
-        const int off = split == 0 ? 0 : k2;  // the first list seeds the result; later ones merge into it
-        for (int s = threadIdx.x; s < k2; s += kThreads) {
-            key[off + s] = pk[s];
-            idx[off + s] = pi[s];
+    const int split = blockIdx.y;
+    const int nv = max(a.n_visible[i], 0), k = min(a.top_k, nv);
+    const SplitRange r = split_range(nv, a.splits, a.top_k);
+    const bool final = a.splits == 1;
+    if (!final && split >= r.act) return;  // nothing to score; the merge reads only the act splits
+    const int lo = split * r.chunk, hi = min(nv, lo + r.chunk);
+    // q: 4 dims of a head are 16 contiguous bytes on both sides (q_offset), one cp.async each; padding
+    // heads and dims are zero-filled. The copies land before the first key slice is used.
+    const float* qi = a.q + i * a.H * a.hd;
+    const int n_d4 = a.hd_pad / 4;
+    if (a.vec) {
+        for (int c = threadIdx.x; c < a.H_pad * n_d4; c += kThreads) {
+            const int h = c / n_d4, d = c % n_d4 * 4;
+            const bool valid = h < a.H && d < a.hd;
+            cp_async16_zfill(s.q + q_offset(h, d, a.hd_pad), valid ? qi + (int64_t)h * a.hd + d : qi, valid);
         }
-        __syncthreads();
-        if (split > 0) merge_best(key, idx, k2);
+        cp_async_commit();
+    } else {
+        const int lane = threadIdx.x % kWarp;
+        for (int hg = threadIdx.x / kWarp; hg < a.H_pad / kHeadsPerWarp; hg += kWarps) {
+            const int h = hg * kHeadsPerWarp + lane / 4;  // lane = 4 (h % 8) + d % 4: q_offset's order
+            for (int d4 = 0; d4 < n_d4; ++d4) {
+                const int d = d4 * 4 + lane % 4;
+                s.q[(hg * n_d4 + d4) * kWarp + lane] = h < a.H && d < a.hd ? qi[(int64_t)h * a.hd + d] : 0.0f;
+            }
+        }
     }
-    const int k = min(top_k, (int)n_visible[i]);
-    for (int j = threadIdx.x; j < top_k; j += kThreads) out[i * top_k + j] = j < k ? idx[j] : -1;
+    for (int h = threadIdx.x; h < a.H_pad; h += kThreads) s.w[h] = h < a.H ? a.w[i * a.H + h] : 0.0f;
+    if (threadIdx.x == 0) {
+        sh.count = 0;
+        sh.theta = 1;
+    }
+    __syncthreads();
+    // This query's scratch (several splits): raw score bits by key index, or top_k keys per split.
+    uint64_t* region = final ? nullptr : a.part + i * a.splits * a.top_k;
+    if (hi > lo) {
+        if (hi - lo <= 2 * kWarp)
+            score_keys<2>(a, s, sh, lo, hi, r.raw, reinterpret_cast<uint32_t*>(region), k);
+        else
+            score_keys<4>(a, s, sh, lo, hi, r.raw, reinterpret_cast<uint32_t*>(region), k);
+    }
+    cp_async_wait<0>();  // (no keys: the q copies are still owed a wait)
+    if (r.raw) return;
+    keep_top(s.buf, k, s.hist, sh);
+    if (final) {
+        write_sorted(s.buf, sh, a.out + i * a.top_k, a.top_k);
+        return;
+    }
+    uint64_t* slot = region + (int64_t)split * a.top_k;
+    const int count = sh.count;
+    for (int j = threadIdx.x; j < a.top_k; j += kThreads) slot[j] = j < count ? s.buf[j] : 0;
+}
+
+// Copy n items to shared memory, U loads in flight per thread.
+template <class T>
+__device__ void stage_items(T* dst, const T* __restrict__ src, int n) {
+    constexpr int U = 16;
+    const int T_ = blockDim.x;
+    for (int base = 0; base < n; base += T_ * U) {
+        T v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int c = base + u * T_ + threadIdx.x;
+            if (c < n) v[u] = src[c];
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int c = base + u * T_ + threadIdx.x;
+            if (c < n) dst[c] = v[u];
+        }
+    }
+}
+
+// The top k of n_items candidates (at least k non-empty) into `sorted`, unsorted; sh.count was zeroed
+// before a barrier.
+template <class Src>
+__device__ void select_into(Src src, int n_items, int k, int* hist, uint64_t* sorted, SelShared& sh) {
+    const uint64_t th = n_items > k ? radix_select<8>(src, n_items, k, hist, sh) : 1;
+    gather<8>(src, n_items, th, sorted, sh);
+}
+
+// One block per query: the top k of its splits' candidates, sorted. Shared memory: the output buffer
+// [k2 = power of two >= top_k], the histogram [kBins], then `area_bytes` to stage the candidates in.
+__global__ void __launch_bounds__(kMergeThreads)
+    indexer_merge_kernel(int32_t* out, const uint64_t* part, const int32_t* n_visible, int top_k, int k2, int splits,
+                         int area_bytes) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __shared__ SelShared sh;
+    uint64_t* sorted = reinterpret_cast<uint64_t*>(smem_raw);
+    int* hist = reinterpret_cast<int*>(sorted + k2);
+    unsigned char* area = reinterpret_cast<unsigned char*>(hist + kBins);
+    const int64_t i = blockIdx.x;
+    const int nv = max(n_visible[i], 0), k = min(top_k, nv);
+    int32_t* o = out + i * top_k;
+    if (k == 0) {
+        for (int j = threadIdx.x; j < top_k; j += kMergeThreads) o[j] = -1;
+        return;
+    }
+    const SplitRange r = split_range(nv, splits, top_k);
+    const uint64_t* region = part + i * splits * top_k;
+    if (threadIdx.x == 0) sh.count = 0;
+    __syncthreads();
+    if (r.raw) {
+        const uint32_t* bits = reinterpret_cast<const uint32_t*>(region);
+        if ((int64_t)nv * sizeof(uint32_t) <= (size_t)area_bytes) {
+            uint32_t* staged = reinterpret_cast<uint32_t*>(area);
+            stage_items(staged, bits, nv);
+            __syncthreads();
+            select_into(ScoreBitsSrc{staged}, nv, k, hist, sorted, sh);
+        } else {
+            select_into(ScoreBitsSrc{bits}, nv, k, hist, sorted, sh);
+        }
+    } else {
+        const int n_items = r.act * top_k;
+        if ((int64_t)n_items * sizeof(uint64_t) <= (size_t)area_bytes) {
+            uint64_t* staged = reinterpret_cast<uint64_t*>(area);
+            stage_items(staged, region, n_items);
+            __syncthreads();
+            select_into(KeySrc{staged}, n_items, k, hist, sorted, sh);
+        } else {
+            select_into(KeySrc{region}, n_items, k, hist, sorted, sh);
+        }
+    }
+    write_sorted(sorted, sh, o, top_k);
 }
 
 }  // namespace
@@ -178,26 +583,48 @@ void CudaBackend::indexer_topk(int32_t* idx, const float* q, const float* w, con
     DSV4_CHECK(n <= INT32_MAX && n_heads > 0 && head_dim > 0);
     int k2 = 32;
     while (k2 < top_k) k2 <<= 1;
-    // Enough blocks to fill the GPU when few queries come (decode), one per query when many do.
-    const int splits = (int)std::clamp<int64_t>((props_.multiProcessorCount + n - 1) / n, 1, 32);
-    const size_t smem = topk_smem_bytes(k2, n_heads, head_dim);
-    DSV4_CHECK_MSG(smem <= (size_t)props_.sharedMemPerBlockOptin,
+    ScoreArgs a;
+    a.out = idx;
+    a.part = nullptr;
+    a.q = q;
+    a.w = w;
+    a.keys = keys;
+    a.n_visible = n_visible;
+    a.H = n_heads;
+    a.hd = head_dim;
+    a.H_pad = (n_heads + kHeadChunk - 1) / kHeadChunk * kHeadChunk;
+    a.hd_pad = (head_dim + kSlice - 1) / kSlice * kSlice;
+    a.top_k = top_k;
+    a.buf_cap = k2 + std::max(kMaxTile, k2 / 2);
+    a.vec =
+        head_dim % 4 == 0 && reinterpret_cast<uintptr_t>(keys) % 16 == 0 && reinterpret_cast<uintptr_t>(q) % 16 == 0;
+    const size_t smem = score_smem_bytes(a.H_pad, a.hd_pad, a.buf_cap);
+    DSV4_CHECK_MSG(smem + sizeof(SelShared) <= (size_t)props_.sharedMemPerBlockOptin,
                    "indexer_topk: top_k %d with %d heads of %d needs %zu bytes of shared memory", top_k, n_heads,
                    head_dim, smem);
     if (smem > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(indexer_partial_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    const size_t merge_smem = (size_t)4 * k2 * sizeof(float);
-    if (merge_smem > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(indexer_merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)merge_smem));
+        CUDA_CHECK(cudaFuncSetAttribute(indexer_score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    // Enough blocks to fill the GPU (two per SM when shared memory allows) when few queries come (decode);
+    // one per query, which then finishes its own list, when many do.
+    const int per_sm = 2 * (smem + sizeof(SelShared) + 1024) <= (size_t)props_.sharedMemPerMultiprocessor ? 2 : 1;
+    const int64_t slots = (int64_t)props_.multiProcessorCount * per_sm;
+    a.splits = n >= slots ? 1 : (int)std::min<int64_t>((slots + n - 1) / n, 1024);
     Scratch s(*this);
-    float* part_key = s.get<float>(n * splits * k2);
-    int* part_idx = s.get<int>(n * splits * k2);
-    indexer_partial_kernel<<<dim3((unsigned)n, (unsigned)splits), kThreads, smem, stream_>>>(
-        part_key, part_idx, q, w, keys, n_visible, n_heads, head_dim, k2, splits);
+    if (a.splits > 1) a.part = s.get<uint64_t>(n * a.splits * top_k);
+    indexer_score_kernel<<<dim3((unsigned)n, (unsigned)a.splits), kThreads, smem, stream_>>>(a);
     CUDA_CHECK_LAUNCH();
-    indexer_merge_kernel<<<(unsigned)n, kThreads, merge_smem, stream_>>>(idx, part_key, part_idx, n_visible, top_k, k2,
-                                                                         splits);
+    if (a.splits == 1) return;
+    // The merge stages candidates in whatever shared memory its output buffer and histogram leave.
+    const size_t fixed = (size_t)k2 * sizeof(uint64_t) + kBins * sizeof(int) + sizeof(SelShared) + 256;
+    DSV4_CHECK_MSG(fixed <= (size_t)props_.sharedMemPerBlockOptin,
+                   "indexer_topk: top_k %d needs %zu bytes of shared memory to merge", top_k, fixed);
+    const int area = (int)(((size_t)props_.sharedMemPerBlockOptin - fixed) / 16 * 16);
+    const size_t merge_smem = (size_t)k2 * sizeof(uint64_t) + kBins * sizeof(int) + area;
+    if (merge_smem > 48 * 1024)
+        CUDA_CHECK(
+            cudaFuncSetAttribute(indexer_merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)merge_smem));
+    indexer_merge_kernel<<<(unsigned)n, kMergeThreads, merge_smem, stream_>>>(idx, a.part, n_visible, top_k, k2,
+                                                                              a.splits, area);
     CUDA_CHECK_LAUNCH();
 }
 
