@@ -37,6 +37,11 @@ for d in r["decode"]:
           f"({100 * d.get('fraction_of_peak', 0):.1f}% of peak)")
 for row in r.get("profile", [])[:12]:
     print(f"    {row['op']:<28} {row['calls']:>6} calls {1e3 * row['seconds']:9.2f} ms")
+pp = r.get("profile_prefill")
+if pp:
+    print(f"  profile of one {pp['tokens']}-token prefill chunk:")
+    for row in pp["ops"][:12]:
+        print(f"    {row['op']:<28} {row['calls']:>6} calls {1e3 * row['seconds']:9.2f} ms")
 PY
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader

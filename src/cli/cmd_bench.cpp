@@ -84,7 +84,8 @@ int cmd_bench(int argc, char** argv) {
     app.add_flag("--exact", exact, "exact mode (no FP8/FP4 rounding simulation)");
     app.add_flag("--profile", profile,
                  "after the measurements, decode --gen tokens more with every op timed one at a time and print "
-                 "where a token's time goes (per op and weight type; the ops do not overlap while profiled)");
+                 "where a token's time goes, for n_gen more decode steps and one prefill chunk (per op and weight "
+                 "type; the ops do not overlap while profiled)");
     app.add_flag("--json", json, "print one JSON object instead of a table");
     add_device_options(app, dev);
     try {
@@ -193,7 +194,7 @@ int cmd_bench(int argc, char** argv) {
         if (peak_gbs > 0) d["fraction_of_peak"] = gbs / peak_gbs;
         out["decode"].push_back(d);
     }
-    std::string profile_report;
+    std::string profile_report, prefill_report;
     if (profile) {
         auto gen = random_tokens(n_gen);
         profiler.set_enabled(true);
@@ -206,6 +207,21 @@ int cmd_bench(int argc, char** argv) {
         out["profile"] = nlohmann::ordered_json::array();
         for (const OpProfileRow& r : profiler.rows())
             out["profile"].push_back({{"op", r.key}, {"calls", r.calls}, {"seconds", r.seconds}, {"bytes", r.bytes}});
+        // Then one prefill chunk from position 0, profiled the same way.
+        if (n_prompt > 0) {
+            const int64_t len = std::min(chunk, n_prompt);
+            cache->reset();
+            profiler.reset();
+            profiler.set_enabled(true);
+            Status s = m.step(*cache, std::span<const int32_t>(prompt.data(), len), opt, nullptr);
+            profiler.set_enabled(false);
+            if (!s.ok()) return fail(s.error());
+            prefill_report = profiler.report(1);
+            out["profile_prefill"] = {{"tokens", len}, {"ops", nlohmann::ordered_json::array()}};
+            for (const OpProfileRow& r : profiler.rows())
+                out["profile_prefill"]["ops"].push_back(
+                    {{"op", r.key}, {"calls", r.calls}, {"seconds", r.seconds}, {"bytes", r.bytes}});
+        }
     }
     if (json) {
         std::printf("%s\n", out.dump(2).c_str());
@@ -229,6 +245,9 @@ int cmd_bench(int argc, char** argv) {
     if (profile) {
         std::printf("\nprofile of %lld decode steps after the last context (ops timed one at a time):\n%s",
                     (long long)n_gen, profile_report.c_str());
+        if (!prefill_report.empty())
+            std::printf("\nprofile of one %lld-token prefill chunk from position 0:\n%s",
+                        (long long)std::min(chunk, n_prompt), prefill_report.c_str());
     }
     return 0;
 }

@@ -100,8 +100,8 @@ public:
     // An f32 copy of a weight's rows (dequantized on the device), for ops that take small projection
     // matrices as f32 rows (mHC). Returns w.data itself when already F32 and contiguous.
     const float* weight_f32(const Weight& w, Scratch& s);
-    // hc_pre / hc_head's first kernel: raw[i, m] = H_i . fn_m (m < n_mix), raw[i, n_mix] = the RMS factor.
-    void hc_dots(float* raw, const float* H, const float* fn, int64_t n, int n_mix, const HcParams& p);
+    // hc_pre / hc_head's mix projection raw [n, fn.rows] = H fn^T (f32 kernels in every gemm mode).
+    void hc_dots(float* raw, const float* H, const Weight& fn, int64_t n);
 
 private:
     void release_cache();

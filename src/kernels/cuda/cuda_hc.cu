@@ -1,14 +1,16 @@
 // CUDA hyper-connection ops (mHC): hc_pre (RMS-scaled mix projection, Sinkhorn split, stream collapse),
 // hc_post (expand the sublayer output into the streams) and hc_head (final collapse).
 //
-// hc_pre and hc_head run as two kernels. The first computes the (2+hc)*hc mix dot products and the RMS
-// factor of each token's flattened streams with one block per (token, dot), so even a single decode token
-// spreads its 1.5 MB of projection rows over dozens of SMs (one block per token was latency-bound: 340 us
-// per call at V4-Flash shapes). The second runs, per token, the Sinkhorn split in shared memory with one
-// lane per row or column (the shared numerics.h steps, bit for bit the serial order) and the collapse.
+// hc_pre and hc_head run as two launches. The first is the mix projection raw[i, m] = H_i . fn_m as a plain
+// matmul over the weight in its own type (F16, Q8_0, ...: no per-call dequantized copy), so a single decode
+// token's 24 dot products of 16384 values stream through the decode GEMV on many SMs (one block per token
+// was latency-bound: 340 us per call at V4-Flash shapes). The second, per token, takes the RMS factor of the
+// flattened streams, runs the Sinkhorn split in shared memory with one lane per row or column (the shared
+// numerics.h steps, bit for bit the serial order) and the collapse.
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_matmul.cuh"
 #include "ops/numerics.h"
 
 namespace dsv4::cuda {
@@ -19,46 +21,21 @@ constexpr int kThreads = 256;
 constexpr int kMaxHc = 16;
 constexpr int kMaxMix = (2 + kMaxHc) * kMaxHc;
 
-// raw[i, m] = H_i . fn_m for m < n_mix and raw[i, n_mix] = rsqrt(mean(H_i^2) + eps) (the square sum in
-// double, as the CPU). Grid (n, n_mix + 1).
-__global__ void __launch_bounds__(kThreads) hc_dots_kernel(float* raw, const float* H, const float* fn, int n_mix,
-                                                           int64_t flat, float eps, bool vec4) {
-    __shared__ double dscratch[32];
-    __shared__ float fscratch[32];
-    const int m = blockIdx.y;
-    const int64_t i = blockIdx.x;
-    const float* Hi = H + i * flat;
-    if (m == n_mix) {
-        double ss = 0;
-        for (int64_t j = threadIdx.x; j < flat; j += kThreads) ss += (double)Hi[j] * Hi[j];
-        ss = block_sum(ss, dscratch);
-        if (threadIdx.x == 0) raw[i * (n_mix + 1) + m] = 1.0f / sqrtf((float)(ss / (double)flat) + eps);
-        return;
-    }
-    const float* f = fn + m * flat;
-    float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-    if (vec4) {
-        const float4* h4 = reinterpret_cast<const float4*>(Hi);
-        const float4* f4 = reinterpret_cast<const float4*>(f);
-        for (int64_t j = threadIdx.x; j < flat / 4; j += kThreads) {
-            const float4 h = h4[j], w = __ldg(f4 + j);
-            a0 = fmaf(h.x, w.x, a0);
-            a1 = fmaf(h.y, w.y, a1);
-            a2 = fmaf(h.z, w.z, a2);
-            a3 = fmaf(h.w, w.w, a3);
-        }
-    } else {
-        for (int64_t j = threadIdx.x; j < flat; j += kThreads) a0 = fmaf(Hi[j], f[j], a0);
-    }
-    const float d = block_sum((a0 + a1) + (a2 + a3), fscratch);
-    if (threadIdx.x == 0) raw[i * (n_mix + 1) + m] = d;
+// The RMS factor rsqrt(mean(H_i^2) + eps) of token i's flattened streams (the square sum in double, as the
+// CPU), for every thread of the block.
+__device__ float hc_rms(const float* Hi, int64_t flat, float eps) {
+    __shared__ double scratch[32];
+    double ss = 0;
+    for (int64_t j = threadIdx.x; j < flat; j += blockDim.x) ss += (double)Hi[j] * Hi[j];
+    ss = block_sum(ss, scratch);
+    return 1.0f / sqrtf((float)(ss / (double)flat) + eps);
 }
 
 // The mixes of token i (raw dots times the RMS factor) into shared memory.
-__device__ void load_mixes(float* mixes, const float* raw, int64_t i, int n_mix) {
-    const float* r = raw + i * (n_mix + 1);
-    const float rms = r[n_mix];
-    for (int m = threadIdx.x; m < n_mix; m += blockDim.x) mixes[m] = r[m] * rms;
+__device__ void load_mixes(float* mixes, const float* raw, const float* Hi, int64_t i, int n_mix, int64_t flat,
+                           float eps) {
+    const float rms = hc_rms(Hi, flat, eps);
+    for (int m = threadIdx.x; m < n_mix; m += blockDim.x) mixes[m] = raw[i * n_mix + m] * rms;
     __syncthreads();
 }
 
@@ -78,7 +55,7 @@ __global__ void __launch_bounds__(kThreads) hc_pre_finish_kernel(float* x, float
     __shared__ float pre_s[kMaxHc], post_s[kMaxHc], comb_s[kMaxHc * kMaxHc];
     const int hc = p.hc, n_mix = (2 + hc) * hc;
     const int64_t i = blockIdx.x, D = p.dim;
-    load_mixes(mixes, raw, i, n_mix);
+    load_mixes(mixes, raw, H + i * hc * D, i, n_mix, hc * D, p.norm_eps);
     // Sinkhorn on the first warp: lane j owns row j (or column j); __syncwarp orders the steps.
     if (threadIdx.x < kWarp) {
         const int l = threadIdx.x;
@@ -109,7 +86,7 @@ __global__ void __launch_bounds__(kThreads) hc_head_finish_kernel(float* y, cons
     __shared__ float pre[kMaxHc];
     const int hc = p.hc;
     const int64_t i = blockIdx.x, D = p.dim;
-    load_mixes(mixes, raw, i, hc);
+    load_mixes(mixes, raw, H + i * hc * D, i, hc, hc * D, p.norm_eps);
     if (threadIdx.x < hc) pre[threadIdx.x] = sigmoidf_(mixes[threadIdx.x] * scale[0] + base[threadIdx.x]) + p.hc_eps;
     __syncthreads();
     hc_collapse(y + i * D, H + i * hc * D, pre, hc, D);
@@ -139,9 +116,8 @@ void CudaBackend::hc_pre(float* x, float* post, float* comb, const float* H, con
     DSV4_CHECK(n <= INT32_MAX);
     if (n <= 0) return;
     Scratch s(*this);
-    const float* fnw = weight_f32(fn, s);
-    float* raw = s.get<float>(n * (n_mix + 1));
-    hc_dots(raw, H, fnw, n, n_mix, p);
+    float* raw = s.get<float>(n * n_mix);
+    hc_dots(raw, H, fn, n);
     hc_pre_finish_kernel<<<(unsigned)n, kThreads, 0, stream_>>>(x, post, comb, H, raw, scale, base, p);
     CUDA_CHECK_LAUNCH();
 }
@@ -161,19 +137,26 @@ void CudaBackend::hc_head(float* y, const float* H, const Weight& fn, const floa
     DSV4_CHECK(n <= INT32_MAX);
     if (n <= 0) return;
     Scratch s(*this);
-    const float* fnw = weight_f32(fn, s);
-    float* raw = s.get<float>(n * (p.hc + 1));
-    hc_dots(raw, H, fnw, n, p.hc, p);
+    float* raw = s.get<float>(n * p.hc);
+    hc_dots(raw, H, fn, n);
     hc_head_finish_kernel<<<(unsigned)n, kThreads, 0, stream_>>>(y, H, raw, scale, base, p);
     CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::hc_dots(float* raw, const float* H, const float* fn, int64_t n, int n_mix, const HcParams& p) {
-    const int64_t flat = p.hc * p.dim;
-    const bool vec4 = flat % 4 == 0 && reinterpret_cast<uintptr_t>(H) % 16 == 0 && reinterpret_cast<uintptr_t>(fn) % 16 == 0;
-    hc_dots_kernel<<<dim3((unsigned)n, (unsigned)(n_mix + 1)), kThreads, 0, stream_>>>(raw, H, fn, n_mix, flat, p.norm_eps,
-                                                                                       vec4);
-    CUDA_CHECK_LAUNCH();
+void CudaBackend::hc_dots(float* raw, const float* H, const Weight& fn, int64_t n) {
+    // Always the f32 kernels (never the bf16 tensor-core mode): the mixes feed a Sinkhorn and sigmoids.
+    MatmulParams mp;
+    mp.w = fn.data;
+    mp.type = fn.type;
+    mp.K = fn.cols;
+    mp.M = fn.rows;
+    mp.row_bytes = fn.row_bytes;
+    mp.x = H;
+    mp.x_stride = fn.cols;
+    mp.y = raw;
+    mp.y_stride = fn.rows;
+    mp.n = n;
+    launch_matmul(mp, tables_, stream_);
 }
 
 }  // namespace dsv4::cuda
