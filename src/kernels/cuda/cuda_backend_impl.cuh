@@ -101,6 +101,10 @@ public:
     // matrices as f32 rows (mHC). Returns w.data itself when already F32 and contiguous.
     const float* weight_f32(const Weight& w, Scratch& s);
     // hc_pre / hc_head's mix projection raw [n, fn.rows] = H fn^T (f32 kernels in every gemm mode).
+    // The previous kernels, selected by DSV4_INDEXER=v1 / DSV4_ATTENTION=v1 (cuda_*_v1.cu).
+    void indexer_topk_v1(int32_t* idx, const float* q, const float* w, const float* keys, const int32_t* n_visible,
+                         int64_t n, int n_heads, int head_dim, int top_k);
+    void attention_v1(const AttentionArgs& a);
     void hc_dots(float* raw, const float* H, const Weight& fn, int64_t n);
 
 private:

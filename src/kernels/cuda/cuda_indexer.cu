@@ -422,6 +422,10 @@ __device__ void score_keys(const ScoreArgs& a, const ScoreSmem& s, SelShared& sh
             const int t0 = lo + (g / steps) * TK;
 #pragma unroll
             for (int j = 0; j < RK; ++j) s.red[warp * kMaxTile + lane + j * kWarp] = part[j];
+            // The buffer's fill as settled by the previous step's closing barrier, read by every thread
+            // before any warp appends this tile (a read after the barrier would race with other warps'
+            // appends, and threads could disagree on calling keep_top, whose barriers all must reach).
+            const int filled = sh.count;
             __syncthreads();
             const bool valid = tid < TK && t0 + tid < hi;
             uint32_t bits = 0;
@@ -435,7 +439,7 @@ __device__ void score_keys(const ScoreArgs& a, const ScoreSmem& s, SelShared& sh
                 if (valid) raw_out[t0 + tid] = bits;
             } else {
                 // Room for a whole tile; keep_top leaves at most k <= buf_cap - kMaxTile entries.
-                if (sh.count + TK > a.buf_cap) keep_top(s.buf, k, s.hist, sh);
+                if (filled + TK > a.buf_cap) keep_top(s.buf, k, s.hist, sh);
                 const uint64_t key = valid ? make_key(bits, t0 + tid) : 0;
                 append(s.buf, &sh.count, key, valid && key >= sh.theta);
             }
@@ -580,6 +584,8 @@ __global__ void __launch_bounds__(kMergeThreads)
 void CudaBackend::indexer_topk(int32_t* idx, const float* q, const float* w, const float* keys,
                                const int32_t* n_visible, int64_t n, int n_heads, int head_dim, int top_k) {
     if (n <= 0 || top_k <= 0) return;
+    static const bool v1 = env_equals("DSV4_INDEXER", "v1");
+    if (v1) return indexer_topk_v1(idx, q, w, keys, n_visible, n, n_heads, head_dim, top_k);
     DSV4_CHECK(n <= INT32_MAX && n_heads > 0 && head_dim > 0);
     int k2 = 32;
     while (k2 < top_k) k2 <<= 1;
