@@ -55,7 +55,7 @@ if has decode; then
   summary "$OUT/bench-decode.json"
 fi
 if has bf16; then
-  run bench-bf16.json 300 "$BIN/dsv4" bench "${flash[@]}" --prompt 8192 --prefill-chunk 8192 --ctx 0 --gen 8 \
+  run bench-bf16.json 300 "$BIN/dsv4" bench "${flash[@]}" --prompt 8192 --prefill-chunk 4096 --ctx 0 --gen 8 \
     --gemm bf16
   summary "$OUT/bench-bf16.json"
 fi

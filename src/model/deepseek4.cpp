@@ -164,8 +164,10 @@ Status Model::step_batch(std::span<BatchItem> items, const StepOptions& opt) {
     for (int k = 0; k < hc; ++k) backend_.copy_rows(H + k * D, hc * D, e, D, N, D);
     float* H2 = c.f32(N * hc * D);
     for (int il = 0; il < cfg_.n_layer; ++il) {
+        const size_t layer_mark = c.mark();
         block_forward(c, il, w_.layers[il], H, H2);
         c.trace("block_out", il, H, N * hc * D);
+        c.release(layer_mark);
     }
     for (size_t i = 0; i < items.size(); ++i) {
         if (!items[i].hidden) continue;

@@ -28,12 +28,14 @@ struct Model::Ctx {
     const int32_t* pos = nullptr;     // [n] backend: each row's position
     const int32_t* tokens = nullptr;  // [n] backend
     std::vector<SeqSlice> seqs;
-    std::vector<void*> scratch;
+    std::vector<void*> scratch;            // released by release() or when the step ends
+    std::vector<void*> persistent;         // i32_memo lists: kept for the whole step
     std::map<std::string, int32_t*> memo;  // see i32_memo
 
     Ctx(Backend& backend, const ModelConfig& c, const StepOptions& o) : b(backend), cfg(c), opt(o) {}
     ~Ctx() {
         for (void* p : scratch) b.free(p);
+        for (void* p : persistent) b.free(p);
     }
     Ctx(const Ctx&) = delete;
     Ctx& operator=(const Ctx&) = delete;
@@ -43,11 +45,22 @@ struct Model::Ctx {
         scratch.push_back(p);
         return static_cast<float*>(p);
     }
-    int32_t* i32(const std::vector<int32_t>& host) {
+    int32_t* i32(const std::vector<int32_t>& host, bool keep = false) {
         void* p = b.alloc(std::max<size_t>(host.size(), 1) * sizeof(int32_t));
-        scratch.push_back(p);
+        (keep ? persistent : scratch).push_back(p);
         if (!host.empty()) b.upload(p, host.data(), host.size() * sizeof(int32_t));
         return static_cast<int32_t*>(p);
+    }
+    // The scratch buffers allocated after mark() can go back to the backend with release(mark): a layer's
+    // temporaries are freed when the layer ends, so a long prefill chunk needs one layer's worth, not the
+    // sum over layers. Safe on every backend: ops run in issue order, so a later op that reuses the memory
+    // runs after the ops that used it.
+    size_t mark() const { return scratch.size(); }
+    void release(size_t mark) {
+        while (scratch.size() > mark) {
+            b.free(scratch.back());
+            scratch.pop_back();
+        }
     }
     // An index list that depends only on positions (so is the same for every layer of a kind), built and
     // uploaded once per step under `key` and reused by the later layers.
@@ -55,7 +68,7 @@ struct Model::Ctx {
     const int32_t* i32_memo(const std::string& key, Build&& build) {
         auto it = memo.find(key);
         if (it != memo.end()) return it->second;
-        int32_t* p = i32(build());
+        int32_t* p = i32(build(), true);
         memo.emplace(key, p);
         return p;
     }

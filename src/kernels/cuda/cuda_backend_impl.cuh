@@ -97,15 +97,17 @@ public:
         std::vector<void*> ptrs_;
     };
 
-    // An f32 copy of a weight's rows (dequantized on the device), for ops that take small projection
-    // matrices as f32 rows (mHC). Returns w.data itself when already F32 and contiguous.
-    const float* weight_f32(const Weight& w, Scratch& s);
-    // hc_pre / hc_head's mix projection raw [n, fn.rows] = H fn^T (f32 kernels in every gemm mode).
     // The previous kernels, selected by DSV4_INDEXER=v1 / DSV4_ATTENTION=v1 (cuda_*_v1.cu).
     void indexer_topk_v1(int32_t* idx, const float* q, const float* w, const float* keys, const int32_t* n_visible,
                          int64_t n, int n_heads, int head_dim, int top_k);
     void attention_v1(const AttentionArgs& a);
-    void hc_dots(float* raw, const float* H, const Weight& fn, int64_t n);
+    // hc_pre / hc_head (cuda_hc.cu): square-sum chunks P and D slices per token; the partial square sums
+    // ss [n, P] and the mix projection raw [n, fn.rows] = H fn^T (f32 kernels in every gemm mode).
+    struct HcSplit {
+        int P = 1, slices = 1;
+    };
+    HcSplit hc_split(int64_t n, const HcParams& p) const;
+    void hc_dots(float* raw, double* ss, int P, const float* H, const Weight& fn, int64_t n, const HcParams& p);
 
 private:
     void release_cache();

@@ -1,12 +1,17 @@
 // CUDA hyper-connection ops (mHC): hc_pre (RMS-scaled mix projection, Sinkhorn split, stream collapse),
 // hc_post (expand the sublayer output into the streams) and hc_head (final collapse).
 //
-// hc_pre and hc_head run as two launches. The first is the mix projection raw[i, m] = H_i . fn_m as a plain
-// matmul over the weight in its own type (F16, Q8_0, ...: no per-call dequantized copy), so a single decode
-// token's 24 dot products of 16384 values stream through the decode GEMV on many SMs (one block per token
-// was latency-bound: 340 us per call at V4-Flash shapes). The second, per token, takes the RMS factor of the
-// flattened streams, runs the Sinkhorn split in shared memory with one lane per row or column (the shared
-// numerics.h steps, bit for bit the serial order) and the collapse.
+// hc_pre and hc_head run as three launches, each spread over many blocks even for one decode token (a block
+// per token is latency-bound: one SM walking 16384 values several times took ~50 us per call):
+//   1. partial square sums of each token's flattened streams over P chunks (double, as the CPU);
+//   2. the mix projection raw[i, m] = H_i . fn_m as a plain matmul over the weight in its own type (F16,
+//      Q8_0, ...), through the decode GEMV for few tokens;
+//   3. per (token, slice of D): the RMS factor from the partials (fixed order), the Sinkhorn split (computed
+//      by every slice's block, so none waits for another) and the collapse of the slice. The Sinkhorn keeps
+//      comb in registers, a lane per element, when hc * hc <= 32 (row and column sums gathered by shuffles in
+//      the serial order: bit for bit numerics.h); larger hc use the shared-memory lane-per-row steps.
+#include <algorithm>
+
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
@@ -21,72 +26,114 @@ constexpr int kThreads = 256;
 constexpr int kMaxHc = 16;
 constexpr int kMaxMix = (2 + kMaxHc) * kMaxHc;
 
-// The RMS factor rsqrt(mean(H_i^2) + eps) of token i's flattened streams (the square sum in double, as the
-// CPU), for every thread of the block.
-__device__ float hc_rms(const float* Hi, int64_t flat, float eps) {
+// ss[i, p] = sum of H_i[j]^2 over chunk p of P (double). Grid (n, P).
+__global__ void __launch_bounds__(kThreads) hc_ss_kernel(double* ss, const float* H, int64_t flat, int P) {
     __shared__ double scratch[32];
-    double ss = 0;
-    for (int64_t j = threadIdx.x; j < flat; j += blockDim.x) ss += (double)Hi[j] * Hi[j];
-    ss = block_sum(ss, scratch);
-    return 1.0f / sqrtf((float)(ss / (double)flat) + eps);
+    const int64_t i = blockIdx.x;
+    const int p = blockIdx.y;
+    const int64_t chunk = (flat + P - 1) / P, lo = p * chunk, hi = min(flat, lo + chunk);
+    const float* Hi = H + i * flat;
+    double a0 = 0, a1 = 0;
+    int64_t j = lo + threadIdx.x;
+    for (; j + kThreads < hi; j += 2 * kThreads) {
+        const float u = Hi[j], v = Hi[j + kThreads];
+        a0 += (double)u * u;
+        a1 += (double)v * v;
+    }
+    if (j < hi) a0 += (double)Hi[j] * Hi[j];
+    const double t = block_sum(a0 + a1, scratch);
+    if (threadIdx.x == 0) ss[i * P + p] = t;
 }
 
-// The mixes of token i (raw dots times the RMS factor) into shared memory.
-__device__ void load_mixes(float* mixes, const float* raw, const float* Hi, int64_t i, int n_mix, int64_t flat,
+// The mixes of token i (raw dots times the RMS factor from the P partial square sums) into shared memory.
+__device__ void load_mixes(float* mixes, const float* raw, const double* ss, int P, int64_t i, int n_mix, int64_t flat,
                            float eps) {
-    const float rms = hc_rms(Hi, flat, eps);
+    double t = 0;
+    for (int p = 0; p < P; ++p) t += ss[i * P + p];
+    const float rms = 1.0f / sqrtf((float)(t / (double)flat) + eps);
     for (int m = threadIdx.x; m < n_mix; m += blockDim.x) mixes[m] = raw[i * n_mix + m] * rms;
     __syncthreads();
 }
 
-// x[d] = sum_j pre[j] H_j[d], summed in the CPU's order with its roundings.
+// Sum over t < hc of lane (base + t)'s v, in t order (all 32 lanes call it).
+__device__ __forceinline__ float ordered_sum(float v, int base, int stride, int hc) {
+    float s = 0.0f;
+    for (int t = 0; t < hc; ++t) s += __shfl_sync(0xffffffffu, v, (base + t * stride) & (kWarp - 1));
+    return s;
+}
+
+// The Sinkhorn-normalized comb into comb_s (and pre/post), on the first warp: register path when hc*hc <= 32.
+__device__ void hc_sinkhorn(const float* mixes, const float* scale, const float* base, const HcParams& p, float* pre_s,
+                            float* post_s, float* comb_s) {
+    if (threadIdx.x >= kWarp) return;
+    const int l = threadIdx.x, hc = p.hc;
+    const float eps = p.hc_eps;
+    if (l < hc) hc_pre_post(mixes, scale, base, hc, eps, l, pre_s, post_s);
+    if (hc * hc <= kWarp) {
+        const bool own = l < hc * hc;
+        const int j = own ? l / hc : 0, k = own ? l % hc : 0;
+        // hc_comb_init: row softmax plus eps.
+        float v = own ? mixes[2 * hc + l] * scale[2] + base[2 * hc + l] : 0.0f;
+        float m = -INFINITY;
+        for (int t = 0; t < hc; ++t) m = fmaxf(m, __shfl_sync(0xffffffffu, v, (j * hc + t) & (kWarp - 1)));
+        const float e = expf(v - m);
+        v = e / ordered_sum(e, j * hc, 1, hc) + eps;
+        v /= (ordered_sum(v, k, hc, hc) + eps);  // hc_comb_col_norm
+        for (int it = 1; it < p.sinkhorn_iters; ++it) {
+            v /= (ordered_sum(v, j * hc, 1, hc) + eps);  // hc_comb_row_norm
+            v /= (ordered_sum(v, k, hc, hc) + eps);      // hc_comb_col_norm
+        }
+        if (own) comb_s[l] = v;
+        return;
+    }
+    if (l < hc) hc_comb_init(comb_s, mixes, scale, base, hc, eps, l);
+    __syncwarp();
+    if (l < hc) hc_comb_col_norm(comb_s, hc, eps, l);
+    __syncwarp();
+    for (int it = 1; it < p.sinkhorn_iters; ++it) {
+        if (l < hc) hc_comb_row_norm(comb_s, hc, eps, l);
+        __syncwarp();
+        if (l < hc) hc_comb_col_norm(comb_s, hc, eps, l);
+        __syncwarp();
+    }
+}
+
+// x[d] = sum_j pre[j] H_j[d] over this block's slice of D, summed in the CPU's order with its roundings.
 __device__ void hc_collapse(float* x, const float* Hi, const float* pre, int hc, int64_t D) {
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    const int64_t chunk = (D + gridDim.y - 1) / gridDim.y, lo = blockIdx.y * chunk, hi = min(D, lo + chunk);
+    for (int64_t d = lo + threadIdx.x; d < hi; d += blockDim.x) {
         float s = 0;
         for (int j = 0; j < hc; ++j) s = __fadd_rn(s, __fmul_rn(pre[j], Hi[j * D + d]));
         x[d] = s;
     }
 }
 
+// Grid (n, slices of D).
 __global__ void __launch_bounds__(kThreads) hc_pre_finish_kernel(float* x, float* post, float* comb, const float* H,
-                                                                 const float* raw, const float* scale,
-                                                                 const float* base, HcParams p) {
+                                                                 const float* raw, const double* ss, int P,
+                                                                 const float* scale, const float* base, HcParams p) {
     __shared__ float mixes[kMaxMix];
     __shared__ float pre_s[kMaxHc], post_s[kMaxHc], comb_s[kMaxHc * kMaxHc];
     const int hc = p.hc, n_mix = (2 + hc) * hc;
     const int64_t i = blockIdx.x, D = p.dim;
-    load_mixes(mixes, raw, H + i * hc * D, i, n_mix, hc * D, p.norm_eps);
-    // Sinkhorn on the first warp: lane j owns row j (or column j); __syncwarp orders the steps.
-    if (threadIdx.x < kWarp) {
-        const int l = threadIdx.x;
-        const float eps = p.hc_eps;
-        if (l < hc) {
-            hc_pre_post(mixes, scale, base, hc, eps, l, pre_s, post_s);
-            hc_comb_init(comb_s, mixes, scale, base, hc, eps, l);
-        }
-        __syncwarp();
-        if (l < hc) hc_comb_col_norm(comb_s, hc, eps, l);
-        __syncwarp();
-        for (int it = 1; it < p.sinkhorn_iters; ++it) {
-            if (l < hc) hc_comb_row_norm(comb_s, hc, eps, l);
-            __syncwarp();
-            if (l < hc) hc_comb_col_norm(comb_s, hc, eps, l);
-            __syncwarp();
-        }
-    }
+    load_mixes(mixes, raw, ss, P, i, n_mix, hc * D, p.norm_eps);
+    hc_sinkhorn(mixes, scale, base, p, pre_s, post_s, comb_s);
     __syncthreads();
-    for (int t = threadIdx.x; t < hc * hc; t += blockDim.x) comb[i * hc * hc + t] = comb_s[t];
-    for (int t = threadIdx.x; t < hc; t += blockDim.x) post[i * hc + t] = post_s[t];
+    if (blockIdx.y == 0) {
+        for (int t = threadIdx.x; t < hc * hc; t += blockDim.x) comb[i * hc * hc + t] = comb_s[t];
+        for (int t = threadIdx.x; t < hc; t += blockDim.x) post[i * hc + t] = post_s[t];
+    }
     hc_collapse(x + i * D, H + i * hc * D, pre_s, hc, D);
 }
 
 __global__ void __launch_bounds__(kThreads) hc_head_finish_kernel(float* y, const float* H, const float* raw,
-                                                                  const float* scale, const float* base, HcParams p) {
+                                                                  const double* ss, int P, const float* scale,
+                                                                  const float* base, HcParams p) {
     __shared__ float mixes[kMaxHc];
     __shared__ float pre[kMaxHc];
     const int hc = p.hc;
     const int64_t i = blockIdx.x, D = p.dim;
-    load_mixes(mixes, raw, H + i * hc * D, i, hc, hc * D, p.norm_eps);
+    load_mixes(mixes, raw, ss, P, i, hc, hc * D, p.norm_eps);
     if (threadIdx.x < hc) pre[threadIdx.x] = sigmoidf_(mixes[threadIdx.x] * scale[0] + base[threadIdx.x]) + p.hc_eps;
     __syncthreads();
     hc_collapse(y + i * D, H + i * hc * D, pre, hc, D);
@@ -116,9 +163,12 @@ void CudaBackend::hc_pre(float* x, float* post, float* comb, const float* H, con
     DSV4_CHECK(n <= INT32_MAX);
     if (n <= 0) return;
     Scratch s(*this);
+    const HcSplit sp = hc_split(n, p);
     float* raw = s.get<float>(n * n_mix);
-    hc_dots(raw, H, fn, n);
-    hc_pre_finish_kernel<<<(unsigned)n, kThreads, 0, stream_>>>(x, post, comb, H, raw, scale, base, p);
+    double* ss = s.get<double>(n * sp.P);
+    hc_dots(raw, ss, sp.P, H, fn, n, p);
+    hc_pre_finish_kernel<<<dim3((unsigned)n, (unsigned)sp.slices), kThreads, 0, stream_>>>(x, post, comb, H, raw, ss,
+                                                                                          sp.P, scale, base, p);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -137,13 +187,29 @@ void CudaBackend::hc_head(float* y, const float* H, const Weight& fn, const floa
     DSV4_CHECK(n <= INT32_MAX);
     if (n <= 0) return;
     Scratch s(*this);
+    const HcSplit sp = hc_split(n, p);
     float* raw = s.get<float>(n * p.hc);
-    hc_dots(raw, H, fn, n);
-    hc_head_finish_kernel<<<(unsigned)n, kThreads, 0, stream_>>>(y, H, raw, scale, base, p);
+    double* ss = s.get<double>(n * sp.P);
+    hc_dots(raw, ss, sp.P, H, fn, n, p);
+    hc_head_finish_kernel<<<dim3((unsigned)n, (unsigned)sp.slices), kThreads, 0, stream_>>>(y, H, raw, ss, sp.P, scale,
+                                                                                           base, p);
     CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::hc_dots(float* raw, const float* H, const Weight& fn, int64_t n) {
+CudaBackend::HcSplit CudaBackend::hc_split(int64_t n, const HcParams& p) const {
+    // Enough blocks for about two per SM when few tokens come; one chunk / slice per token when many do.
+    const int64_t want = 2 * (int64_t)props_.multiProcessorCount;
+    const int64_t per_token = std::clamp<int64_t>((want + n - 1) / n, 1, 32);
+    HcSplit sp;
+    sp.P = (int)std::min<int64_t>(per_token, std::max<int64_t>(1, p.hc * p.dim / (2 * kThreads)));
+    sp.slices = (int)std::min<int64_t>(per_token, std::max<int64_t>(1, p.dim / kThreads));
+    return sp;
+}
+
+void CudaBackend::hc_dots(float* raw, double* ss, int P, const float* H, const Weight& fn, int64_t n,
+                          const HcParams& p) {
+    hc_ss_kernel<<<dim3((unsigned)n, (unsigned)P), kThreads, 0, stream_>>>(ss, H, p.hc * p.dim, P);
+    CUDA_CHECK_LAUNCH();
     // Always the f32 kernels (never the bf16 tensor-core mode): the mixes feed a Sinkhorn and sigmoids.
     MatmulParams mp;
     mp.w = fn.data;

@@ -231,14 +231,6 @@ void CudaBackend::embed(float* out, const Weight& w, const int32_t* ids, int64_t
     launch_dequant_rows(out, w.cols, w, ids, n, tables_, stream_);
 }
 
-const float* CudaBackend::weight_f32(const Weight& w, Scratch& s) {
-    if (w.type == GgmlType::F32 && w.row_bytes == (size_t)w.cols * sizeof(float))
-        return reinterpret_cast<const float*>(w.data);
-    float* out = s.get<float>(w.rows * w.cols);
-    launch_dequant_rows(out, w.cols, w, nullptr, w.rows, tables_, stream_);
-    return out;
-}
-
 void CudaBackend::matmul(float* y, int64_t y_stride, const float* x, int64_t x_stride, const Weight& w, int64_t n) {
     if (n == 0 || w.rows == 0) return;
     check_weight_shape(w);
