@@ -105,9 +105,14 @@ void ProfilingBackend::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) 
             if (seen) continue;
             int count = 0;
             for (const MatmulJob& j : jobs) count += j.w->type == jobs[a].w->type;
-            k += " " + std::to_string(count) + "x" + std::string(ggml_type_name(jobs[a].w->type));
+            k += ' ';
+            k += std::to_string(count);
+            k += 'x';
+            k += ggml_type_name(jobs[a].w->type);
         }
-        return k + " " + rows_class(n);
+        k += ' ';
+        k += rows_class(n);
+        return k;
     };
     timed(key, bytes, [&] { b_.matmul_batch(jobs, n); });
 }

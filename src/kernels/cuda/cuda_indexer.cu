@@ -186,7 +186,10 @@ __device__ uint64_t radix_select(Src src, int n_items, int k, int* hist, SelShar
         const int digit = sh.digit, above = sh.above, in_digit = sh.in_digit;
         prefix |= (uint64_t)digit << shift;
         need -= above;
-        if (in_digit == need || shift == 0) return prefix;  // keys are unique: the last digit always ends it
+        // Keys are unique: the last digit always ends it. No real key is 0 (empty slots are), so a zero
+        // prefix (only NaN scores with the sign bit reach it) becomes 1: the same real keys, and empty slots
+        // stay out of gather/compact.
+        if (in_digit == need || shift == 0) return prefix != 0 ? prefix : 1;
         hi_shift = shift;
     }
 }
