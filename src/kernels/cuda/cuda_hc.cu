@@ -211,18 +211,7 @@ void CudaBackend::hc_dots(float* raw, double* ss, int P, const float* H, const W
     hc_ss_kernel<<<dim3((unsigned)n, (unsigned)P), kThreads, 0, stream_>>>(ss, H, p.hc * p.dim, P);
     CUDA_CHECK_LAUNCH();
     // Always the f32 kernels (never the bf16 tensor-core mode): the mixes feed a Sinkhorn and sigmoids.
-    MatmulParams mp;
-    mp.w = fn.data;
-    mp.type = fn.type;
-    mp.K = fn.cols;
-    mp.M = fn.rows;
-    mp.row_bytes = fn.row_bytes;
-    mp.x = H;
-    mp.x_stride = fn.cols;
-    mp.y = raw;
-    mp.y_stride = fn.rows;
-    mp.n = n;
-    launch_matmul(mp, tables_, stream_);
+    launch_matmul(plain_matmul(fn, raw, fn.rows, H, fn.cols, n), tables_, stream_);
 }
 
 }  // namespace dsv4::cuda

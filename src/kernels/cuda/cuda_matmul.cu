@@ -164,6 +164,21 @@ void check_weight_shape(const Weight& w) {
 
 }  // namespace
 
+MatmulParams plain_matmul(const Weight& w, float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t n) {
+    MatmulParams p;
+    p.w = w.data;
+    p.type = w.type;
+    p.K = w.cols;
+    p.M = w.rows;
+    p.row_bytes = w.row_bytes;
+    p.x = x;
+    p.x_stride = x_stride;
+    p.y = y;
+    p.y_stride = y_stride;
+    p.n = n;
+    return p;
+}
+
 void launch_matmul(const MatmulParams& p, const QuantTables& t, cudaStream_t s) {
     if (p.n == 0 || p.M == 0) return;
     const bool grouped = p.offsets != nullptr;
@@ -198,18 +213,8 @@ void launch_matmul(const MatmulParams& p, const QuantTables& t, cudaStream_t s) 
 void launch_grouped_matmul(const Weight& w, const float* x, int64_t x_stride, const int32_t* x_rows, float* y,
                            int64_t n, const int32_t* offsets, int n_experts, const QuantTables& t, cudaStream_t s) {
     DSV4_CHECK(w.n_experts == n_experts);
-    MatmulParams p;
-    p.w = w.data;
-    p.type = w.type;
-    p.K = w.cols;
-    p.M = w.rows;
-    p.row_bytes = w.row_bytes;
+    MatmulParams p = plain_matmul(w, y, w.rows, x, x_stride, n);
     p.expert_bytes = (size_t)w.rows * w.row_bytes;
-    p.x = x;
-    p.x_stride = x_stride;
-    p.y = y;
-    p.y_stride = w.rows;
-    p.n = n;
     p.offsets = offsets;
     p.x_rows = x_rows;
     p.n_experts = n_experts;
@@ -238,18 +243,7 @@ void CudaBackend::matmul(float* y, int64_t y_stride, const float* x, int64_t x_s
         matmul_tc(*this, y, y_stride, x, x_stride, w, n);
         return;
     }
-    MatmulParams p;
-    p.w = w.data;
-    p.type = w.type;
-    p.K = w.cols;
-    p.M = w.rows;
-    p.row_bytes = w.row_bytes;
-    p.x = x;
-    p.x_stride = x_stride;
-    p.y = y;
-    p.y_stride = y_stride;
-    p.n = n;
-    launch_matmul(p, tables_, stream_);
+    launch_matmul(plain_matmul(w, y, y_stride, x, x_stride, n), tables_, stream_);
 }
 
 void CudaBackend::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {
@@ -266,18 +260,7 @@ void CudaBackend::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {
                 if (done[b] || jobs[b].w->type != jobs[a].w->type || jobs[b].w->rows == 0) continue;
                 const Weight& w = *jobs[b].w;
                 check_weight_shape(w);
-                MatmulParams p;
-                p.w = w.data;
-                p.type = w.type;
-                p.K = w.cols;
-                p.M = w.rows;
-                p.row_bytes = w.row_bytes;
-                p.x = jobs[b].x;
-                p.x_stride = jobs[b].x_stride;
-                p.y = jobs[b].y;
-                p.y_stride = jobs[b].y_stride;
-                p.n = n;
-                ps.push_back(p);
+                ps.push_back(plain_matmul(w, jobs[b].y, jobs[b].y_stride, jobs[b].x, jobs[b].x_stride, n));
                 which.push_back(b);
             }
             if (ps.size() > 1 && launch_gemv_batch(ps.data(), (int)ps.size(), tables_, stream_)) {

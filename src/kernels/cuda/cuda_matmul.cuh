@@ -30,6 +30,9 @@ struct MatmulParams {
     int n_experts = 1;
 };
 
+// The parameters of a plain (non-grouped) y = x W^T over n rows.
+MatmulParams plain_matmul(const Weight& w, float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t n);
+
 void launch_matmul(const MatmulParams& p, const QuantTables& t, cudaStream_t s);
 
 // Grouped matmul over an expert stack w (MoE): rows [offsets[e], offsets[e+1]) of the n grouped rows use
