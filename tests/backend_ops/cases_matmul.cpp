@@ -103,8 +103,14 @@ CaseGen matmul_batch_case(std::vector<BatchJobSpec> jobs, int64_t n, int64_t xs,
         Case c;
         c.op = "matmul_batch";
         c.shape = "n=" + std::to_string(n);
-        for (const BatchJobSpec& j : jobs)
-            c.shape += " " + fmt_type(j.t) + ":" + std::to_string(j.K) + "x" + std::to_string(j.M);
+        for (const BatchJobSpec& j : jobs) {  // appends: GCC 12 warns (-Wrestrict) on the chained operator+
+            c.shape += ' ';
+            c.shape += fmt_type(j.t);
+            c.shape += ':';
+            c.shape += std::to_string(j.K);
+            c.shape += 'x';
+            c.shape += std::to_string(j.M);
+        }
         Rng rng(case_seed(seed, c.op + c.shape));
         auto ws = std::make_shared<std::vector<std::vector<uint8_t>>>();
         int64_t kmax = 0;
