@@ -328,8 +328,6 @@ bool aligned16(const void* p) { return ((uintptr_t)p & 15) == 0; }
 
 void CudaBackend::attention(const AttentionArgs& a) {
     if (a.n <= 0 || a.n_heads <= 0) return;
-    static const bool v1 = env_equals("DSV4_ATTENTION", "v1");
-    if (v1) return attention_v1(a);
     const int H = a.n_heads, hd = a.head_dim;
     DSV4_CHECK_MSG(hd > 0 && hd <= kMaxHeadDim, "attention: head_dim %d is outside (0, %d]", hd, kMaxHeadDim);
     const bool vec = hd % 4 == 0 && aligned16(a.q) && aligned16(a.out) && aligned16(a.kv_win) && aligned16(a.kv_comp);

@@ -97,10 +97,6 @@ public:
         std::vector<void*> ptrs_;
     };
 
-    // The previous kernels, selected by DSV4_INDEXER=v1 / DSV4_ATTENTION=v1 (cuda_*_v1.cu).
-    void indexer_topk_v1(int32_t* idx, const float* q, const float* w, const float* keys, const int32_t* n_visible,
-                         int64_t n, int n_heads, int head_dim, int top_k);
-    void attention_v1(const AttentionArgs& a);
     // hc_pre / hc_head (cuda_hc.cu): square-sum chunks P and D slices per token; the partial square sums
     // ss [n, P] and the mix projection raw [n, fn.rows] = H fn^T (f32 kernels in every gemm mode).
     struct HcSplit {

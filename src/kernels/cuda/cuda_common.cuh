@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 
 #define CUDA_CHECK(expr)                                                                              \
     do {                                                                                              \
@@ -26,12 +25,6 @@
 namespace dsv4::cuda {
 
 constexpr int kWarp = 32;
-
-// True when environment variable `name` equals `value` (for A/B switches; read once by the caller).
-inline bool env_equals(const char* name, const char* value) {
-    const char* v = std::getenv(name);
-    return v != nullptr && std::strcmp(v, value) == 0;
-}
 
 inline unsigned ceil_div(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 

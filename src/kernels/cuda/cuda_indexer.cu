@@ -587,8 +587,6 @@ __global__ void __launch_bounds__(kMergeThreads)
 void CudaBackend::indexer_topk(int32_t* idx, const float* q, const float* w, const float* keys,
                                const int32_t* n_visible, int64_t n, int n_heads, int head_dim, int top_k) {
     if (n <= 0 || top_k <= 0) return;
-    static const bool v1 = env_equals("DSV4_INDEXER", "v1");
-    if (v1) return indexer_topk_v1(idx, q, w, keys, n_visible, n, n_heads, head_dim, top_k);
     DSV4_CHECK(n <= INT32_MAX && n_heads > 0 && head_dim > 0);
     int k2 = 32;
     while (k2 < top_k) k2 <<= 1;
