@@ -537,6 +537,20 @@ __device__ void select_into(Src src, int n_items, int k, int* hist, uint64_t* so
     gather<8>(src, n_items, th, sorted, sh);
 }
 
+// select_into over n items in global memory, staged in shared memory first when they fit in `area`.
+template <class Src, class T>
+__device__ void select_staged(const T* items, int n, unsigned char* area, int area_bytes, int k, int* hist,
+                              uint64_t* sorted, SelShared& sh) {
+    if ((int64_t)n * sizeof(T) <= (size_t)area_bytes) {
+        T* staged = reinterpret_cast<T*>(area);
+        stage_items(staged, items, n);
+        __syncthreads();
+        select_into(Src{staged}, n, k, hist, sorted, sh);
+    } else {
+        select_into(Src{items}, n, k, hist, sorted, sh);
+    }
+}
+
 // One block per query: the top k of its splits' candidates, sorted. Shared memory: the output buffer
 // [k2 = power of two >= top_k], the histogram [kBins], then `area_bytes` to stage the candidates in.
 __global__ void __launch_bounds__(kMergeThreads)
@@ -558,27 +572,10 @@ __global__ void __launch_bounds__(kMergeThreads)
     const uint64_t* region = part + i * splits * top_k;
     if (threadIdx.x == 0) sh.count = 0;
     __syncthreads();
-    if (r.raw) {
-        const uint32_t* bits = reinterpret_cast<const uint32_t*>(region);
-        if ((int64_t)nv * sizeof(uint32_t) <= (size_t)area_bytes) {
-            uint32_t* staged = reinterpret_cast<uint32_t*>(area);
-            stage_items(staged, bits, nv);
-            __syncthreads();
-            select_into(ScoreBitsSrc{staged}, nv, k, hist, sorted, sh);
-        } else {
-            select_into(ScoreBitsSrc{bits}, nv, k, hist, sorted, sh);
-        }
-    } else {
-        const int n_items = r.act * top_k;
-        if ((int64_t)n_items * sizeof(uint64_t) <= (size_t)area_bytes) {
-            uint64_t* staged = reinterpret_cast<uint64_t*>(area);
-            stage_items(staged, region, n_items);
-            __syncthreads();
-            select_into(KeySrc{staged}, n_items, k, hist, sorted, sh);
-        } else {
-            select_into(KeySrc{region}, n_items, k, hist, sorted, sh);
-        }
-    }
+    if (r.raw)  // raw score bits by key index
+        select_staged<ScoreBitsSrc>(reinterpret_cast<const uint32_t*>(region), nv, area, area_bytes, k, hist, sorted, sh);
+    else  // each active split's best top_k keys
+        select_staged<KeySrc>(region, r.act * top_k, area, area_bytes, k, hist, sorted, sh);
     write_sorted(sorted, sh, o, top_k);
 }
 
