@@ -128,6 +128,73 @@ TEST_F(ModelTest, SnapshotRestoreIsExact) {
     EXPECT_LT(max_diff(fresh(a), la), 1e-5);
 }
 
+TEST_F(ModelTest, StepGraphReplaysEqualStepsRunAsIssued) {
+    // Decode through the window (32) and several compressor blocks (4 and 128): with step graphs on, the CPU
+    // backend replays the first recording of a step's ops (not the current ones) with the new uploads, so
+    // equal logits show that a decode step's op arguments do not depend on the position.
+    const int64_t V = model_->config().n_vocab;
+    const auto prompt = random_tokens(20, V, 7), gen = random_tokens(280, V, 8);
+    auto decode = [&](bool graphs) {
+        StepOptions opt;
+        opt.graphs = graphs;
+        auto cache = model_->new_cache(400, false);
+        std::vector<float> l, all;
+        EXPECT_TRUE(model_->step(*cache, prompt, opt, &l).ok());  // more than kMaxGraphTokens: as issued
+        all = l;
+        for (int32_t t : gen) {
+            EXPECT_TRUE(model_->step(*cache, std::span<const int32_t>(&t, 1), opt, &l).ok());
+            all.insert(all.end(), l.begin(), l.end());
+        }
+        return all;
+    };
+    const auto plain = decode(false);
+    EXPECT_EQ(model_->graph_stats(), nullptr);
+    const auto graphed = decode(true);
+    ASSERT_EQ(plain.size(), graphed.size());
+    for (size_t i = 0; i < plain.size(); ++i) ASSERT_EQ(plain[i], graphed[i]) << "logit " << i;
+    const StepGraphStats* st = model_->graph_stats();
+    ASSERT_NE(st, nullptr);
+    EXPECT_EQ(st->segments, (int64_t)gen.size());
+    // Three kinds of decode step (no entry completes, a ratio-4 entry does, both do): each runs as issued the
+    // first time, is captured the second; every other step is a replay.
+    EXPECT_LE(st->captures, 3);
+    EXPECT_GE(st->replays, (int64_t)gen.size() - 6);
+    EXPECT_EQ(st->eager + st->replays, st->segments);
+}
+
+TEST_F(ModelTest, StepGraphsOfABatchedDecodeEqualStepsRunAsIssued) {
+    const int64_t V = model_->config().n_vocab;
+    auto run = [&](bool graphs) {
+        StepOptions opt;
+        opt.graphs = graphs;
+        std::vector<std::unique_ptr<KvCache>> caches;
+        std::vector<std::vector<int32_t>> prompts = {random_tokens(9, V, 11), random_tokens(40, V, 12),
+                                                     random_tokens(3, V, 13)};
+        std::vector<float> l, all;
+        for (auto& p : prompts) {
+            caches.push_back(model_->new_cache(200, false));
+            EXPECT_TRUE(model_->step(*caches.back(), p, opt, &l).ok());
+        }
+        const auto gen = random_tokens(3 * 60, V, 14);
+        for (int s = 0; s < 60; ++s) {
+            std::vector<std::vector<float>> out(3);
+            std::vector<Model::BatchItem> items(3);
+            for (int i = 0; i < 3; ++i) {
+                items[i].cache = caches[i].get();
+                items[i].tokens = std::span<const int32_t>(&gen[3 * s + i], 1);
+                items[i].logits = &out[i];
+            }
+            EXPECT_TRUE(model_->step_batch(items, opt).ok());
+            for (auto& o : out) all.insert(all.end(), o.begin(), o.end());
+        }
+        return all;
+    };
+    const auto plain = run(false), graphed = run(true);
+    ASSERT_EQ(plain.size(), graphed.size());
+    for (size_t i = 0; i < plain.size(); ++i) ASSERT_EQ(plain[i], graphed[i]) << "logit " << i;
+    EXPECT_GT(model_->graph_stats()->replays, 30);
+}
+
 TEST_F(ModelTest, BadInputIsAnError) {
     auto cache = model_->new_cache(8, false);
     StepOptions opt;

@@ -125,6 +125,9 @@ public:
     void gather_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) override {
         b_->gather_rows(dst, src, idx, n, cols);
     }
+    void scatter_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) override {
+        b_->scatter_rows(dst, src, idx, n, cols);
+    }
 
 private:
     std::unique_ptr<Backend> b_;

@@ -87,6 +87,9 @@ int cmd_bench(int argc, char** argv) {
                  "where a token's time goes, for n_gen more decode steps and one prefill chunk (per op and weight "
                  "type; the ops do not overlap while profiled)");
     app.add_flag("--json", json, "print one JSON object instead of a table");
+    bool no_graphs = false;
+    app.add_flag("--no-graphs", no_graphs,
+                 "run every op of a decode step as it is called (default: repeated steps replay as one graph)");
     add_device_options(app, dev);
     try {
         app.parse(argc, argv);
@@ -143,6 +146,7 @@ int cmd_bench(int argc, char** argv) {
     };
     StepOptions opt;
     opt.quant_sim = !exact;
+    opt.graphs = !no_graphs;
     std::vector<float> logits;
 
     // Prefill from position 0.
@@ -194,6 +198,10 @@ int cmd_bench(int argc, char** argv) {
         if (peak_gbs > 0) d["fraction_of_peak"] = gbs / peak_gbs;
         out["decode"].push_back(d);
     }
+    if (const StepGraphStats* g = m.graph_stats()) {
+        out["step_graphs"] = {{"segments", g->segments}, {"eager", g->eager}, {"captures", g->captures},
+                              {"replays", g->replays}};
+    }
     std::string profile_report, prefill_report;
     if (profile) {
         auto gen = random_tokens(n_gen);
@@ -241,6 +249,14 @@ int cmd_bench(int argc, char** argv) {
                     d["seconds"].get<double>(), d["tokens_per_s"].get<double>(), d["weight_gb_per_s"].get<double>());
         if (d.contains("fraction_of_peak")) std::printf(" (%.1f%% of %.0f GB/s)", 100 * d["fraction_of_peak"].get<double>(), peak_gbs);
         std::printf("\n");
+    }
+    if (out.contains("step_graphs")) {
+        const auto& g = out["step_graphs"];
+        std::printf("graphs   %lld recorded steps: %lld run as issued, %lld captured, %lld replayed\n",
+                    (long long)g["segments"].get<int64_t>(), (long long)g["eager"].get<int64_t>(),
+                    (long long)g["captures"].get<int64_t>(), (long long)g["replays"].get<int64_t>());
+    } else {
+        std::printf("graphs   off\n");
     }
     if (profile) {
         std::printf("\nprofile of %lld decode steps after the last context (ops timed one at a time):\n%s",

@@ -29,11 +29,12 @@ CompressorProj compressor_jobs(Model::Ctx& c, std::vector<MatmulJob>& jobs, cons
 }
 
 // Run one compressor over the step's tokens from its projections and append the completed entries
-// (normalized, RoPE'd at their block start, then fake-quantized or rotated) to `entries`. Returns the number
-// of new entries.
-int64_t compress(Backend& b, Model::Ctx& c, const SeqSlice& s, const CompressorWeights& w, const CompressorProj& pr,
-                 int ratio, int d, float* state_kv, float* state_sc, float* entries, const RopeParams& rope,
-                 bool indexer) {
+// (normalized, RoPE'd at their block start, then fake-quantized or rotated) to `entries`. The entries are
+// finished in a scratch buffer and scattered to their rows by a device index list, so a decode step's op
+// arguments do not depend on the position (step graphs replay them). Returns the number of new entries.
+int64_t compress(Model::Ctx& c, const SeqSlice& s, const CompressorWeights& w, const CompressorProj& pr, int ratio,
+                 int d, float* state_kv, float* state_sc, float* entries, const RopeParams& rope, bool indexer) {
+    Backend& b = c.b;
     const ModelConfig& cfg = c.cfg;
     const int64_t n = s.n;
     const bool overlap = ratio == 4;
@@ -41,7 +42,7 @@ int64_t compress(Backend& b, Model::Ctx& c, const SeqSlice& s, const CompressorW
     const float* sc = pr.sc;
     const int64_t first = s.pos0 / ratio;
     const int64_t n_new = (s.pos0 + n) / ratio - first;
-    float* out = entries + first * d;
+    float* out = n_new > 0 ? c.f32(n_new * d) : nullptr;
     CompressorArgs a;
     a.kv = kv;
     a.score = sc;
@@ -50,7 +51,7 @@ int64_t compress(Backend& b, Model::Ctx& c, const SeqSlice& s, const CompressorW
     a.state_sc = state_sc;
     a.out_entries = out;
     a.n = n;
-    a.pos0 = s.pos0;
+    a.pos = c.pos + s.row0;
     a.ratio = ratio;
     a.d = d;
     a.overlap = overlap;
@@ -68,6 +69,12 @@ int64_t compress(Backend& b, Model::Ctx& c, const SeqSlice& s, const CompressorW
     } else if (c.opt.quant_sim) {
         b.fp8_sim(out, n_new, d - cfg.rope_dim, d, 64);
     }
+    const int32_t* rows = c.i32_memo("erow/" + std::to_string(s.row0) + "/" + std::to_string(ratio), [&] {
+        std::vector<int32_t> v(n_new);
+        for (int64_t j = 0; j < n_new; ++j) v[j] = (int32_t)(first + j);
+        return v;
+    });
+    b.scatter_rows(entries, out, rows, n_new, d);
     return n_new;
 }
 
@@ -85,15 +92,15 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
     float* qr_all = c.f32(N * cfg.q_lora_rank);
     float* kv_all = c.f32(N * hd);  // [N, hd] shared K = V
     const MatmulJob in_proj[] = {{qr_all, cfg.q_lora_rank, x_all, D, &L.q_a}, {kv_all, hd, x_all, D, &L.kv}};
-    backend_.matmul_batch(in_proj, N);
-    backend_.rms_norm(qr_all, qr_all, L.q_a_norm, N, cfg.q_lora_rank, cfg.q_lora_rank, cfg.norm_eps);
+    c.b.matmul_batch(in_proj, N);
+    c.b.rms_norm(qr_all, qr_all, L.q_a_norm, N, cfg.q_lora_rank, cfg.q_lora_rank, cfg.norm_eps);
     float* q_all = c.f32(N * nh * hd);                                     // [N, nh, hd]
-    backend_.matmul(q_all, (int64_t)nh * hd, qr_all, cfg.q_lora_rank, L.q_b, N);
-    backend_.rms_norm(q_all, q_all, nullptr, N * nh, hd, hd, cfg.norm_eps);
-    backend_.rope(q_all, N, nh, hd, (int64_t)nh * hd, c.pos, rope, false);
-    backend_.rms_norm(kv_all, kv_all, L.kv_norm, N, hd, hd, cfg.norm_eps);
-    backend_.rope(kv_all, N, 1, hd, hd, c.pos, rope, false);
-    if (c.opt.quant_sim) backend_.fp8_sim(kv_all, N, hd - cfg.rope_dim, hd, 64);
+    c.b.matmul(q_all, (int64_t)nh * hd, qr_all, cfg.q_lora_rank, L.q_b, N);
+    c.b.rms_norm(q_all, q_all, nullptr, N * nh, hd, hd, cfg.norm_eps);
+    c.b.rope(q_all, N, nh, hd, (int64_t)nh * hd, c.pos, rope, false);
+    c.b.rms_norm(kv_all, kv_all, L.kv_norm, N, hd, hd, cfg.norm_eps);
+    c.b.rope(kv_all, N, 1, hd, hd, c.pos, rope, false);
+    if (c.opt.quant_sim) c.b.fp8_sim(kv_all, N, hd - cfg.rope_dim, hd, 64);
     float* o_all = c.f32(N * nh * hd);
 
     for (const SeqSlice& s : c.seqs) {
@@ -104,18 +111,35 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
         const float* kv = kv_all + s.row0 * hd;
         const int32_t* pos = c.pos + s.row0;
 
-        // The window source: the ring's filled slots as they lie (token t < pos0 is in slot t % win; when
-        // pos0 < win the filled slots are [0, pos0)), then this step's fresh rows. Two copies per layer.
-        const int64_t n_old = std::min<int64_t>(pos0, win);
-        float* kvw = c.f32((n_old + n) * hd);
-        if (n_old > 0) backend_.copy_rows(kvw, hd, lc.window, hd, n_old, hd);
-        backend_.copy_rows(kvw + n_old * hd, hd, kv, hd, n, hd);
+        // The ring slot of each of this step's tokens that stays in the window (token t goes to slot t % win),
+        // -1 for the others: the ring is written by one scatter through this device list.
+        const int32_t* ring_rows = c.i32_memo("ring/" + std::to_string(s.row0), [&] {
+            std::vector<int32_t> v(n, -1);
+            for (int64_t t = std::max<int64_t>(pos0, pos0 + n - win); t < pos0 + n; ++t)
+                v[t - pos0] = (int32_t)(t % win);
+            return v;
+        });
+        // The window source. One token (decode): it goes into the ring first (the slot it takes held token
+        // pos0 - win, which is outside its window) and attends to the ring itself. Several tokens: the ring's
+        // filled slots as they lie (token t < pos0 is in slot t % win; when pos0 < win the filled slots are
+        // [0, pos0)), then this step's fresh rows, and the ring is written after the attention.
+        const bool decode = n == 1;
+        const int64_t n_old = decode ? 0 : std::min<int64_t>(pos0, win);
+        const float* kvw = lc.window;
+        if (decode) {
+            c.b.scatter_rows(lc.window, kv, ring_rows, 1, hd);
+        } else {
+            float* buf = c.f32((n_old + n) * hd);
+            if (n_old > 0) c.b.copy_rows(buf, hd, lc.window, hd, n_old, hd);
+            c.b.copy_rows(buf + n_old * hd, hd, kv, hd, n, hd);
+            kvw = buf;
+        }
         const int32_t* win_idx = c.i32_memo("win/" + std::to_string(s.row0), [&] {
             std::vector<int32_t> v((size_t)n * win, -1);
             for (int64_t i = 0; i < n; ++i) {
                 const int64_t p = pos0 + i, lo = std::max<int64_t>(0, p - win + 1);
                 for (int64_t t = lo; t <= p; ++t)
-                    v[i * win + (t - lo)] = (int32_t)(t < pos0 ? t % win : n_old + (t - pos0));
+                    v[i * win + (t - lo)] = (int32_t)(decode || t < pos0 ? t % win : n_old + (t - pos0));
             }
             return v;
         });
@@ -147,15 +171,15 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
                 jobs.push_back({qi, (int64_t)ih * id, qr, cfg.q_lora_rank, &L.index_q_b});
                 jobs.push_back({wts, ih, x, D, &L.index_proj});
             }
-            backend_.matmul_batch(jobs, n);
-            compress(backend_, c, s, L.compressor, main, ratio, hd, lc.state_kv, lc.state_sc, lc.comp, rope, false);
+            c.b.matmul_batch(jobs, n);
+            compress(c, s, L.compressor, main, ratio, hd, lc.state_kv, lc.state_sc, lc.comp, rope, false);
             a.kv_comp = lc.comp;
             if (ratio == 4) {
                 // Lightning indexer: rotated FP4-simulated queries against the indexer's own compressed keys.
-                compress(backend_, c, s, L.index_compressor, index, 4, id, lc.index_state_kv, lc.index_state_sc,
+                compress(c, s, L.index_compressor, index, 4, id, lc.index_state_kv, lc.index_state_sc,
                          lc.index, rope, true);
-                backend_.rope(qi, n, ih, id, (int64_t)ih * id, pos, rope, false);
-                backend_.hadamard(qi, n * ih, id, c.opt.quant_sim);
+                c.b.rope(qi, n, ih, id, (int64_t)ih * id, pos, rope, false);
+                c.b.hadamard(qi, n * ih, id, c.opt.quant_sim);
                 // Head weights (projected above); the reference's constant factor (id*ih)^-0.5 is positive, so
                 // it cannot change the top-k and is left out.
                 const int32_t* n_vis = c.i32_memo("vis/" + std::to_string(s.row0), [&] {
@@ -164,7 +188,7 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
                     return v;
                 });
                 int32_t* idx = c.i32_uninit(n * cfg.index_top_k);
-                backend_.indexer_topk(idx, qi, wts, lc.index, n_vis, n, ih, id, cfg.index_top_k);
+                c.b.indexer_topk(idx, qi, wts, lc.index, n_vis, n, ih, id, cfg.index_top_k);
                 a.comp_idx = idx;
                 a.n_comp = cfg.index_top_k;
             } else {
@@ -175,19 +199,14 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
                 });
             }
         }
-        backend_.attention(a);
+        c.b.attention(a);
 
-        // The newest tokens go into the ring (after attention: the older ring rows were copied above), as at
-        // most two runs of consecutive slots.
-        for (int64_t t = std::max<int64_t>(pos0, pos0 + n - win); t < pos0 + n;) {
-            const int64_t run = std::min<int64_t>(pos0 + n - t, win - t % win);
-            backend_.copy_rows(lc.window + (t % win) * hd, hd, kv + (t - pos0) * hd, hd, run, hd);
-            t += run;
-        }
+        // Several tokens: they go into the ring now (the older ring rows were copied above).
+        if (!decode) c.b.scatter_rows(lc.window, kv, ring_rows, n, hd);
     }
 
     // Inverse RoPE on the output, then the grouped low-rank projection: group g = heads [g*hpg, (g+1)*hpg).
-    backend_.rope(o_all, N, nh, hd, (int64_t)nh * hd, c.pos, rope, true);
+    c.b.rope(o_all, N, nh, hd, (int64_t)nh * hd, c.pos, rope, true);
     const int G = cfg.o_groups, hpg = nh / G;
     const int64_t orank = cfg.o_lora_rank;
     float* z = c.f32(N * G * orank);
@@ -197,8 +216,8 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
         group_w[g] = L.out_a.row_range(g * orank, orank);
         groups[g] = {z + g * orank, G * orank, o_all + (int64_t)g * hpg * hd, (int64_t)nh * hd, &group_w[g]};
     }
-    backend_.matmul_batch(groups, N);
-    backend_.matmul(out_all, D, z, G * orank, L.out_b, N);
+    c.b.matmul_batch(groups, N);
+    c.b.matmul(out_all, D, z, G * orank, L.out_b, N);
 }
 
 }  // namespace dsv4

@@ -83,15 +83,15 @@ void Model::block_forward(Ctx& c, int il, const LayerWeights& L, float* H, float
     float* post = c.f32(n * hc);
     float* comb = c.f32(n * hc * hc);
 
-    backend_.hc_pre(x, post, comb, H, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, n, hp);  // x [n, D]
-    backend_.rms_norm(x, x, L.attn_norm, n, D, D, cfg_.norm_eps);
+    c.b.hc_pre(x, post, comb, H, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, n, hp);  // x [n, D]
+    c.b.rms_norm(x, x, L.attn_norm, n, D, D, cfg_.norm_eps);
     attention_forward(c, il, L, x, y);                                                      // y [n, D]
-    backend_.hc_post(H2, y, H, post, comb, n, hp);                                          // H2 [n, hc, D]
+    c.b.hc_post(H2, y, H, post, comb, n, hp);                                          // H2 [n, hc, D]
 
-    backend_.hc_pre(x, post, comb, H2, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, n, hp);
-    backend_.rms_norm(x, x, L.ffn_norm, n, D, D, cfg_.norm_eps);
+    c.b.hc_pre(x, post, comb, H2, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, n, hp);
+    c.b.rms_norm(x, x, L.ffn_norm, n, D, D, cfg_.norm_eps);
     ffn_forward(c, il, L, x, y);
-    backend_.hc_post(H, y, H2, post, comb, n, hp);
+    c.b.hc_post(H, y, H2, post, comb, n, hp);
 }
 
 void Model::output_logits(Ctx& c, const float* H, const Weight& hc_fn, const float* hc_base, const float* hc_scale,
@@ -101,16 +101,16 @@ void Model::output_logits(Ctx& c, const float* H, const Weight& hc_fn, const flo
     const float* Hs = H;
     if (R != c.n) {
         float* g = c.f32(R * cfg_.hc_dim());
-        backend_.gather_rows(g, H, c.i32(rows), R, cfg_.hc_dim());
+        c.b.gather_rows(g, H, c.i32(rows), R, cfg_.hc_dim());
         Hs = g;
     }
     float* y = c.f32(R * D);
-    backend_.hc_head(y, Hs, hc_fn, hc_scale, hc_base, R, hp);   // [R, D]
-    backend_.rms_norm(y, y, norm, R, D, D, cfg_.norm_eps);
+    c.b.hc_head(y, Hs, hc_fn, hc_scale, hc_base, R, hp);   // [R, D]
+    c.b.rms_norm(y, y, norm, R, D, D, cfg_.norm_eps);
     float* logits = c.f32(R * V);
-    backend_.matmul(logits, V, y, D, w_.output, R);              // [R, V]
+    c.b.matmul(logits, V, y, D, w_.output, R);              // [R, V]
     out.resize(R * V);
-    backend_.download(out.data(), logits, (size_t)R * V * sizeof(float));
+    c.b.download(out.data(), logits, (size_t)R * V * sizeof(float));
 }
 
 Status Model::step(KvCache& cache, std::span<const int32_t> tokens, const StepOptions& opt,
@@ -141,7 +141,19 @@ Status Model::step_batch(std::span<BatchItem> items, const StepOptions& opt) {
         N += n;
     }
     if (N > max_step_tokens()) return make_error("step: too many tokens for one step");
-    Ctx c(backend_, cfg_, opt);
+    StepGraphs* graphs = nullptr;
+    if (opt.graphs && !opt.trace && N <= kMaxGraphTokens && backend_.graph_support()) {
+        if (!graphs_) graphs_ = std::make_unique<StepGraphs>(backend_, *backend_.graph_support());
+        graphs = graphs_.get();
+    }
+    // Declared before the context: the recording ends (its last ops run) after the step's scratch is gone.
+    struct GraphScope {
+        StepGraphs* g;
+        ~GraphScope() {
+            if (g) g->end();
+        }
+    } scope{graphs};
+    Ctx c(graphs ? graphs->begin() : backend_, cfg_, opt);
     c.n = N;
     std::vector<int32_t> pos, toks, logit_rows;
     for (BatchItem& it : items) {
@@ -159,9 +171,9 @@ Status Model::step_batch(std::span<BatchItem> items, const StepOptions& opt) {
     const int64_t D = cfg_.n_embd;
     const int hc = cfg_.hc;
     float* e = c.f32(N * D);
-    backend_.embed(e, w_.token_embd, c.tokens, N);
+    c.b.embed(e, w_.token_embd, c.tokens, N);
     float* H = c.f32(N * hc * D);   // [N, hc, D]: every stream starts as the embedding
-    for (int k = 0; k < hc; ++k) backend_.copy_rows(H + k * D, hc * D, e, D, N, D);
+    for (int k = 0; k < hc; ++k) c.b.copy_rows(H + k * D, hc * D, e, D, N, D);
     float* H2 = c.f32(N * hc * D);
     for (int il = 0; il < cfg_.n_layer; ++il) {
         const size_t layer_mark = c.mark();
@@ -173,7 +185,7 @@ Status Model::step_batch(std::span<BatchItem> items, const StepOptions& opt) {
         if (!items[i].hidden) continue;
         const SeqSlice& s = c.seqs[i];
         items[i].hidden->resize(s.n * hc * D);
-        backend_.download(items[i].hidden->data(), H + s.row0 * hc * D, (size_t)s.n * hc * D * sizeof(float));
+        c.b.download(items[i].hidden->data(), H + s.row0 * hc * D, (size_t)s.n * hc * D * sizeof(float));
     }
     if (!logit_rows.empty()) {
         std::vector<float> all;
@@ -215,17 +227,17 @@ Status Model::mtp_step(KvCache& cache, std::span<const float> hidden, std::span<
 
     // e = e_proj(enorm(embed(t+1))) [n, D]; h = h_proj(hnorm(H_k)) per stream [n, hc, D]; X_k = e + h_k.
     float* e = c.f32(n * D);
-    backend_.embed(e, w_.token_embd, c.tokens, n);
-    backend_.rms_norm(e, e, m.enorm, n, D, D, cfg_.norm_eps);
+    c.b.embed(e, w_.token_embd, c.tokens, n);
+    c.b.rms_norm(e, e, m.enorm, n, D, D, cfg_.norm_eps);
     float* ep = c.f32(n * D);
-    backend_.matmul(ep, D, e, D, m.e_proj, n);
+    c.b.matmul(ep, D, e, D, m.e_proj, n);
     float* h = c.f32(n * hc * D);
-    backend_.upload(h, hidden.data(), hidden.size() * sizeof(float));
-    backend_.rms_norm(h, h, m.hnorm, n * hc, D, D, cfg_.norm_eps);
+    c.b.upload(h, hidden.data(), hidden.size() * sizeof(float));
+    c.b.rms_norm(h, h, m.hnorm, n * hc, D, D, cfg_.norm_eps);
     float* X = c.f32(n * hc * D);
-    backend_.matmul(X, D, h, D, m.h_proj, n * hc);
+    c.b.matmul(X, D, h, D, m.h_proj, n * hc);
     for (int64_t i = 0; i < n; ++i)
-        for (int k = 0; k < hc; ++k) backend_.add(X + (i * hc + k) * D, X + (i * hc + k) * D, ep + i * D, D);
+        for (int k = 0; k < hc; ++k) c.b.add(X + (i * hc + k) * D, X + (i * hc + k) * D, ep + i * D, D);
     float* X2 = c.f32(n * hc * D);
     block_forward(c, cfg_.n_layer, m.block, X, X2);
     if (logits) output_logits(c, X, m.hc_head_fn, m.hc_head_base, m.hc_head_scale, m.norm, rows, *logits);

@@ -16,6 +16,7 @@
 #include "model/kv_cache.h"
 #include "model/weights.h"
 #include "ops/backend.h"
+#include "ops/step_graphs.h"
 
 namespace dsv4 {
 
@@ -28,6 +29,10 @@ struct StepOptions {
     // Named trace points for tests: called with backend pointers to intermediates ("block_out": the
     // [n, hc, D] streams after block `layer`).
     std::function<void(const char* name, int layer, const float* data, int64_t count)> trace;
+    // Steps of at most kMaxGraphTokens tokens are recorded and a step that repeats an earlier one's ops
+    // (decode) replays them as one unit where the backend supports it (CUDA graphs; ops/step_graphs.h).
+    // Off: every op runs as it is called. Steps with a trace always run that way.
+    bool graphs = true;
 };
 
 class Model {
@@ -75,6 +80,9 @@ public:
     // Largest number of tokens one step may take (bounds scratch memory); callers chunk longer inputs.
     int64_t max_step_tokens() const { return 1 << 16; }
 
+    // How the recorded steps ran (null before the first recorded step).
+    const StepGraphStats* graph_stats() const { return graphs_ ? &graphs_->stats() : nullptr; }
+
     struct Ctx;  // per-step state (step_context.h)
 
 private:
@@ -94,6 +102,7 @@ private:
     const float* rope_freqs_window_ = nullptr;      // backend memory, rope_dim/2
     const float* rope_freqs_compressed_ = nullptr;
     std::vector<void*> owned_;
+    std::unique_ptr<StepGraphs> graphs_;  // created at the first step recorded
 };
 
 // RoPE frequencies for a layer: plain base for window-only layers, compress base with YaRN for compressed.

@@ -15,11 +15,11 @@ void Model::ffn_forward(Ctx& c, int il, const LayerWeights& L, const float* x, f
     float* g = c.f32(n * F);
     float* u = c.f32(n * F);
     const MatmulJob in_proj[] = {{logits, E, x, D, &L.gate_inp}, {g, F, x, D, &L.gate_shexp}, {u, F, x, D, &L.up_shexp}};
-    backend_.matmul_batch(in_proj, n);
+    c.b.matmul_batch(in_proj, n);
     int32_t* ids = c.i32_uninit(n * k);
     float* wts = c.f32(n * k);
     const bool hash = il < cfg.n_layer && cfg.is_hash(il);
-    backend_.moe_route(ids, wts, logits, hash ? nullptr : L.expert_bias, hash ? L.tid2eid : nullptr, c.tokens, n, E,
+    c.b.moe_route(ids, wts, logits, hash ? nullptr : L.expert_bias, hash ? L.tid2eid : nullptr, c.tokens, n, E,
                        k, cfg.expert_weights_scale, cfg.expert_weights_norm);
 
     MoeArgs m;
@@ -33,13 +33,13 @@ void Model::ffn_forward(Ctx& c, int il, const LayerWeights& L, const float* x, f
     m.up = L.up_exps;
     m.down = L.down_exps;
     m.clamp = L.clamp_exp;
-    backend_.moe_experts(m);                                               // routed sum, ascending expert id
+    c.b.moe_experts(m);                                               // routed sum, ascending expert id
 
     float* h = c.f32(n * F);
     float* y = c.f32(n * D);
-    backend_.swiglu(h, g, u, n, F, F, L.clamp_shexp);
-    backend_.matmul(y, D, h, F, L.down_shexp, n);
-    backend_.add(out, out, y, n * D);                                      // shared expert last
+    c.b.swiglu(h, g, u, n, F, F, L.clamp_shexp);
+    c.b.matmul(y, D, h, F, L.down_shexp, n);
+    c.b.add(out, out, y, n * D);                                      // shared expert last
 }
 
 }  // namespace dsv4

@@ -14,6 +14,8 @@
 
 namespace dsv4 {
 
+class GraphSupport;  // ops/step_graphs.h
+
 // A weight matrix (or a view of some of its rows) in its block format, resident in backend memory.
 // Logical shape [rows, cols] with cols = ne[0] contiguous; a 3-D expert stack is viewed per expert.
 struct Weight {
@@ -80,7 +82,8 @@ struct AttentionArgs {
 // The compressor update for a run of consecutive tokens of one sequence. state_kv/state_sc hold the last
 // coff*ratio tokens' projections (score already plus ape), rows [0, ratio) = previous block (overlap only),
 // [off, off+ratio) = current block, off = ratio if overlap else 0. For each token the op stores its row;
-// whenever a block completes it pools an entry (per-channel softmax over slots) into out_entries.
+// whenever a block completes it pools an entry (per-channel softmax over slots) into out_entries. The first
+// position is read on the device, so the op's arguments do not change from one decode step to the next.
 struct CompressorArgs {
     const float* kv = nullptr;     // [n, coff*d] projections of the n tokens
     const float* score = nullptr;  // [n, coff*d] gate projections (ape not yet added)
@@ -89,7 +92,7 @@ struct CompressorArgs {
     float* state_sc = nullptr;     // [coff*ratio, coff*d]
     float* out_entries = nullptr;  // [n_new, d] pooled entries, in completion order
     int64_t n = 0;
-    int64_t pos0 = 0;              // position of the first token
+    const int32_t* pos = nullptr;  // [n] backend memory: the tokens' positions (consecutive; pos[0] is read)
     int ratio = 4;
     int d = 0;
     bool overlap = false;
@@ -186,6 +189,14 @@ public:
                            int64_t cols) = 0;
     // dst[i] = src[idx[i]] rows (gather), idx in backend memory.
     virtual void gather_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) = 0;
+    // dst[idx[i]] = src[i] rows (scatter) for every idx[i] >= 0; the targets must be distinct.
+    virtual void scatter_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) = 0;
+
+    // ---- step graphs ----
+    // A backend that can replay a recorded run of ops as one unit (a CUDA graph) returns its GraphSupport;
+    // ops/step_graphs.h records the model's small steps and replays them when a step repeats one seen
+    // before. Null: not supported, every op runs as it is called.
+    virtual GraphSupport* graph_support() { return nullptr; }
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);

@@ -181,4 +181,8 @@ void ProfilingBackend::gather_rows(float* dst, const float* src, const int32_t* 
     timed("gather_rows", 0, [&] { b_.gather_rows(dst, src, idx, n, cols); });
 }
 
+void ProfilingBackend::scatter_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) {
+    timed("scatter_rows", 0, [&] { b_.scatter_rows(dst, src, idx, n, cols); });
+}
+
 }  // namespace dsv4

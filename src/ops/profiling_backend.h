@@ -26,6 +26,8 @@ public:
 
     // Off: every call passes straight through (no waiting, nothing recorded); on: ops are timed.
     void set_enabled(bool on) { enabled_ = on; }
+    // Off, steps may be replayed as graphs of the wrapped backend; on, every op must run (and be timed) alone.
+    GraphSupport* graph_support() override { return enabled_ ? nullptr : b_.graph_support(); }
 
     // Rows sorted by time, largest first.
     std::vector<OpProfileRow> rows() const;
@@ -74,6 +76,7 @@ public:
     void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t n,
                    int64_t cols) override;
     void gather_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) override;
+    void scatter_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) override;
 
 private:
     // Runs call(); when enabled, also times it under `key`: a name, or a callable making one (called only

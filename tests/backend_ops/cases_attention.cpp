@@ -242,6 +242,9 @@ CaseGen compressor_case(int ratio, int d, int64_t n1, int64_t n2, uint64_t seed)
             const float* kvd = dv.f32(*kv);
             const float* scd = dv.f32(*sc);
             const float* aped = dv.f32(*ape);
+            std::vector<int32_t> positions((size_t)N);
+            for (int64_t p = 0; p < N; ++p) positions[p] = (int32_t)p;
+            const int32_t* posd = dv.i32(positions);
             in.run = [=, &b]() {
                 CompressorArgs a;
                 a.ape = aped;
@@ -254,13 +257,13 @@ CaseGen compressor_case(int ratio, int d, int64_t n1, int64_t n2, uint64_t seed)
                 a.score = scd;
                 a.out_entries = entries;
                 a.n = n1;
-                a.pos0 = 0;
+                a.pos = posd;
                 b.compressor(a);
                 a.kv = kvd + n1 * width;
                 a.score = scd + n1 * width;
                 a.out_entries = entries + new1 * d;
                 a.n = n2;
-                a.pos0 = n1;
+                a.pos = posd + n1;
                 b.compressor(a);
             };
             in.read = [&dv, entries, skv, ssc, total, d, rows, width]() {

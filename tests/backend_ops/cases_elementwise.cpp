@@ -1,5 +1,5 @@
 // Conformance cases of the per-row and element-wise ops: rms_norm, rope, fp8_sim, hadamard (with and
-// without the FP4 round trip), swiglu, add, copy_rows, gather_rows and fill.
+// without the FP4 round trip), swiglu, add, copy_rows, gather_rows, scatter_rows and fill.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -303,6 +303,29 @@ void add_elementwise_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
                     Array r;
                     for (int64_t i = 0; i < n; ++i)
                         for (int64_t c = 0; c < cols; ++c) r.push_back(gsrc[idx[i] * cols + c]);
+                    return r;
+                }));
+            // Scatter into a larger table: distinct targets in shuffled order, some rows skipped (-1); the rows
+            // not targeted keep their values.
+            const int64_t rows = 2 * n + 1;
+            std::vector<int32_t> perm((size_t)rows);
+            for (int64_t r = 0; r < rows; ++r) perm[r] = (int32_t)r;
+            for (int64_t r = rows - 1; r > 0; --r) std::swap(perm[r], perm[rng.uniform_int(0, (int)r)]);
+            std::vector<int32_t> sidx(perm.begin(), perm.begin() + n);
+            for (int64_t i = 0; i < n; i += 3) sidx[i] = -1;
+            const std::vector<float> sdst = rng.vec(rows * cols);
+            out.push_back(inplace_case(
+                "scatter_rows", dims({{"n", n}, {"cols", cols}, {"rows", rows}}), sdst, 0, 0,
+                [=](Backend& b, float* y) {
+                    Dev d(b);
+                    b.scatter_rows(y, d.f32(gsrc), d.i32(sidx), n, cols);
+                    b.synchronize();
+                },
+                [=](const std::vector<float>& in) {
+                    Array r(in.begin(), in.end());
+                    for (int64_t i = 0; i < n; ++i)
+                        if (sidx[i] >= 0)
+                            for (int64_t c = 0; c < cols; ++c) r[sidx[i] * cols + c] = gsrc[i * cols + c];
                     return r;
                 }));
         }

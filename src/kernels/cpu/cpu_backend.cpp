@@ -126,4 +126,9 @@ void CpuBackend::gather_rows(float* dst, const float* src, const int32_t* idx, i
     for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * cols, src + (int64_t)idx[i] * cols, cols * sizeof(float));
 }
 
+void CpuBackend::scatter_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) {
+    for (int64_t i = 0; i < n; ++i)
+        if (idx[i] >= 0) std::memcpy(dst + (int64_t)idx[i] * cols, src + i * cols, cols * sizeof(float));
+}
+
 }  // namespace dsv4

@@ -6,6 +6,7 @@
 
 #include "core/thread_pool.h"
 #include "ops/backend.h"
+#include "ops/step_graphs.h"
 
 namespace dsv4 {
 
@@ -52,9 +53,13 @@ public:
     void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t n,
                    int64_t cols) override;
     void gather_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) override;
+    void scatter_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) override;
+    // Replays are the recorded op lists themselves: the recording machinery runs (and is tested) on the CPU.
+    GraphSupport* graph_support() override { return &graphs_; }
 
 private:
     ThreadPool pool_;
+    StoredOpsSupport graphs_;
 };
 
 }  // namespace dsv4

@@ -15,8 +15,9 @@ void CpuBackend::compressor(const CompressorArgs& a) {
     const int64_t width = (int64_t)coff * d;
     const int off = a.overlap ? r : 0;
     int64_t n_new = 0;
+    const int64_t pos0 = a.n > 0 ? a.pos[0] : 0;
     for (int64_t j = 0; j < a.n; ++j) {
-        const int64_t p = a.pos0 + j;
+        const int64_t p = pos0 + j;
         const int slot = off + (int)(p % r);
         const float* ape = a.ape + (p % r) * width;
         float* skv = a.state_kv + slot * width;

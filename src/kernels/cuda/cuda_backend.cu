@@ -125,6 +125,7 @@ void CudaBackend::release_cache() {
 }
 
 void* CudaBackend::alloc(size_t bytes) {
+    if (capture_pool_) return capture_pool_->get(round_up(bytes));
     const size_t size = round_up(bytes);
     // Reuse a freed block of the same size or up to a quarter larger (steps repeat the same shapes).
     auto it = cache_.lower_bound(size);
@@ -150,6 +151,7 @@ void* CudaBackend::alloc(size_t bytes) {
 
 void CudaBackend::free(void* p) {
     if (!p) return;
+    if (capture_pool_ && capture_pool_->owns(p)) return;  // the graph's own memory
     auto it = live_.find(p);
     DSV4_CHECK_MSG(it != live_.end(), "CUDA backend: free of %p, which this backend did not allocate", p);
     cache_.emplace(it->second, p);

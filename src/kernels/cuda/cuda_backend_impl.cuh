@@ -13,12 +13,13 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_dequant.cuh"
 #include "ops/backend.h"
+#include "ops/step_graphs.h"
 
 struct cublasContext;  // cuBLAS's handle type (cublasHandle_t is a pointer to it)
 
 namespace dsv4::cuda {
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public Backend, public GraphSupport {
 public:
     CudaBackend(int device, const CudaOptions& options);
     ~CudaBackend() override;
@@ -65,6 +66,16 @@ public:
     void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t n,
                    int64_t cols) override;
     void gather_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) override;
+    void scatter_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) override;
+
+    // Step graphs (cuda_graphs.cu): stream capture into a CUDA graph. Scratch the ops allocate while being
+    // captured comes from memory the graph owns, so no later allocation can share it.
+    GraphSupport* graph_support() override { return this; }
+    void* alloc_staging(size_t bytes) override;
+    void free_staging(void* p) override;
+    void* capture(const std::function<void()>& issue) override;
+    void launch(void* graph) override;
+    void destroy(void* graph) override;
 
     cudaStream_t stream() const { return stream_; }
     GemmPrecision gemm_precision() const { return gemm_precision_; }
@@ -105,8 +116,18 @@ public:
     HcSplit hc_split(int64_t n, const HcParams& p) const;
     void hc_dots(float* raw, double* ss, int P, const float* H, const Weight& fn, int64_t n, const HcParams& p);
 
+    // Memory handed out while a graph is captured: chunks bumped through, freed with the graph.
+    struct CapturePool {
+        std::vector<void*> chunks;
+        size_t used = 0, cap = 0;  // in the last chunk
+        void* get(size_t bytes);
+        bool owns(const void* p) const;
+        std::vector<size_t> sizes;
+    };
+
 private:
     void release_cache();
+    CapturePool* capture_pool_ = nullptr;  // set while capturing
     void release_cublas();  // cuda_gemm_tc.cu
 
     int device_ = 0;

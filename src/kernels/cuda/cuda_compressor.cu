@@ -20,8 +20,9 @@ __global__ void compressor_kernel(CompressorArgs a) {
     const int off = a.overlap ? r : 0;
     const int n_slots = a.overlap ? 2 * r : r;
     int64_t n_new = 0;
+    const int64_t pos0 = a.pos[0];
     for (int64_t j = 0; j < a.n; ++j) {
-        const int64_t p = a.pos0 + j;
+        const int64_t p = pos0 + j;
         const int slot = off + (int)(p % r);
         const float* ape = a.ape + (p % r) * width;
         for (int h = 0; h < coff; ++h) {

@@ -1,4 +1,4 @@
-// CUDA element-wise and row-copy ops: fill, add, SwiGLU, strided row copies and gathers.
+// CUDA element-wise and row-copy ops: fill, add, SwiGLU, strided row copies, gathers and scatters.
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
@@ -43,6 +43,15 @@ __global__ void copy_rows_kernel(float* dst, int64_t dst_stride, const float* sr
     }
 }
 
+__global__ void scatter_rows_kernel(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) {
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n * cols;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = t / cols, c = t % cols;
+        const int32_t r = idx[i];
+        if (r >= 0) dst[(int64_t)r * cols + c] = src[t];
+    }
+}
+
 }  // namespace
 
 void CudaBackend::fill(float* dst, float value, int64_t n) {
@@ -77,6 +86,12 @@ void CudaBackend::copy_rows(float* dst, int64_t dst_stride, const float* src, in
 void CudaBackend::gather_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) {
     if (n * cols <= 0) return;
     copy_rows_kernel<<<grid_for(n * cols, kThreads), kThreads, 0, stream_>>>(dst, cols, src, cols, idx, n, cols);
+    CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::scatter_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) {
+    if (n * cols <= 0) return;
+    scatter_rows_kernel<<<grid_for(n * cols, kThreads), kThreads, 0, stream_>>>(dst, src, idx, n, cols);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -1,0 +1,98 @@
+// Step graphs: a small step (decode) issues the same ~30 ops per layer from one token to the next; only
+// the index lists it uploads change. StepGraphs records a step's ops through a recording Backend instead
+// of running them, keys the recording by every op's arguments (pointers, sizes, scalars; not the uploaded
+// bytes), and runs it: eagerly the first time a key is seen, then as one captured unit (a CUDA graph) that
+// is replayed whenever the key comes back, with the new uploads written where the graph reads them. A step
+// that differs in any argument gets another key, so a replay is never wrong, only missed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ops/backend.h"
+
+namespace dsv4 {
+
+// Steps of at most this many tokens are recorded (decode, small batches); larger ones run as issued.
+constexpr int64_t kMaxGraphTokens = 8;
+
+// What a backend offers for replays.
+class GraphSupport {
+public:
+    virtual ~GraphSupport() = default;
+    // Host memory the device reads when a replay runs: recorded uploads copy from here.
+    virtual void* alloc_staging(size_t bytes) = 0;
+    virtual void free_staging(void* p) = 0;
+    // Capture what `issue` sends to the backend as a replayable unit without running it; null when the
+    // backend cannot (the ops then did not run).
+    virtual void* capture(const std::function<void()>& issue) = 0;
+    virtual void launch(void* graph) = 0;
+    virtual void destroy(void* graph) = 0;  // only when no launch of it is in flight
+};
+
+// A GraphSupport for host backends: a "graph" is the recorded op list itself, replayed call by call. It
+// checks the recording machinery on the CPU: a replay runs the first recording's ops, not the current ones.
+class StoredOpsSupport final : public GraphSupport {
+public:
+    void* alloc_staging(size_t bytes) override;
+    void free_staging(void* p) override;
+    void* capture(const std::function<void()>& issue) override;
+    void launch(void* graph) override;
+    void destroy(void* graph) override;
+};
+
+struct StepGraphStats {
+    int64_t segments = 0;  // recorded runs (a step is one, or more when it downloads in the middle)
+    int64_t eager = 0;     // run op by op (first sighting of a key, or not recordable)
+    int64_t captures = 0;  // graphs captured
+    int64_t replays = 0;   // segments run by replaying a captured graph (including right after capture)
+    int64_t graphs = 0;    // graphs held now
+};
+
+class StepRecorder;
+
+class StepGraphs {
+public:
+    StepGraphs(Backend& target, GraphSupport& support);
+    ~StepGraphs();
+    StepGraphs(const StepGraphs&) = delete;
+    StepGraphs& operator=(const StepGraphs&) = delete;
+
+    // Start a step: ops issued through the returned backend are recorded; a download or synchronize through
+    // it runs what was recorded so far, end() runs the rest. Scratch it allocates lives until end().
+    Backend& begin();
+    void end();
+    bool active() const { return active_; }
+    const StepGraphStats& stats() const { return stats_; }
+
+private:
+    friend class StepRecorder;
+    struct Entry {
+        void* graph = nullptr;
+        bool capturable = true;
+        int64_t last_use = 0;
+    };
+    void flush();  // run the ops recorded so far
+    void drop_graphs();
+    void evict_one();
+
+    Backend& target_;
+    GraphSupport& support_;
+    std::unique_ptr<StepRecorder> recorder_;
+    std::unordered_map<std::string, Entry> entries_;
+    StepGraphStats stats_;
+    bool active_ = false;
+    int64_t clock_ = 0;
+    // Device scratch of the recorded steps (a stack, so a step's addresses repeat) and host staging.
+    uint8_t* arena_ = nullptr;
+    size_t arena_cap_ = 0, arena_want_ = size_t(32) << 20;
+    uint8_t* staging_ = nullptr;
+    size_t staging_cap_ = 0, staging_want_ = size_t(1) << 20;
+};
+
+}  // namespace dsv4
