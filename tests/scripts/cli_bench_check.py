@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Checks `dsv4 bench --synth tiny --json --profile`: every measurement is present and positive, the decode
 rows are at the asked depths, and the profile counts the ops one decode step must run (per layer one routed
-MoE call, per step one LM head matmul), so a profile that misses or double-counts ops fails."""
+MoE call, per step one LM head matmul), so a profile that misses or double-counts ops fails. Decode steps are
+recorded as step graphs (captured the second time a step's ops repeat, then replayed), and --skip-fill reaches a
+depth without a prefill."""
 import json
 import subprocess
 import sys
@@ -35,6 +37,21 @@ check("hc_head" in prof and prof["hc_head"]["calls"] == gen, "one hc_head per st
 check(all(row["seconds"] >= 0 for row in prof.values()), "times are non-negative")
 matmuls = sum(row["calls"] for k, row in prof.items() if k.startswith("matmul"))
 check(matmuls > 0 and matmuls % gen == 0, f"matmul calls are a whole number per step: {matmuls}")
+g = r.get("step_graphs", {})
+check(g.get("segments") == 2 * gen and g.get("replays", 0) > 0 and g["eager"] + g["replays"] == g["segments"],
+      f"the timed decode steps ran as step graphs: {g}")
+
+# --skip-fill: the depth is reached without prefilling (a 4000-token prefill would take far longer here).
+skip = subprocess.run([dsv4, "bench", "--synth", "tiny", "--prompt", "4", "--gen", "2", "--ctx", "4000", "--json",
+                       "--skip-fill", "--device", "cpu", "--threads", "2", "--no-graphs"],
+                      capture_output=True, text=True, timeout=300)
+if skip.returncode != 0:
+    failures.append(f"bench --skip-fill failed ({skip.returncode}): {skip.stderr[-1000:]}")
+else:
+    rs = json.loads(skip.stdout)
+    d = rs["decode"][0]
+    check(d["context"] == 4000 and d["tokens_per_s"] > 0 and "skipped" in d.get("fill", ""), f"skip-fill row {d}")
+    check("step_graphs" not in rs, "--no-graphs records no step")
 if failures:
     print("\n".join("FAIL " + f for f in failures))
     sys.exit(1)

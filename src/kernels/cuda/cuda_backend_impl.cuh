@@ -108,13 +108,16 @@ public:
         std::vector<void*> ptrs_;
     };
 
-    // hc_pre / hc_head (cuda_hc.cu): square-sum chunks P and D slices per token; the partial square sums
-    // ss [n, P] and the mix projection raw [n, fn.rows] = H fn^T (f32 kernels in every gemm mode).
-    struct HcSplit {
-        int P = 1, slices = 1;
+    // hc_pre / hc_head (cuda_hc.cu): the D slices per token of the finishing kernel, and the two sums it
+    // needs: partial square sums ss [n, P_ss] of each token's streams and partial mix projections
+    // raw [n, P_raw, fn.rows] (summed over P_raw in order; f32 kernels in every gemm mode).
+    struct HcDots {
+        float* raw = nullptr;
+        double* ss = nullptr;
+        int P_raw = 1, P_ss = 1;
     };
-    HcSplit hc_split(int64_t n, const HcParams& p) const;
-    void hc_dots(float* raw, double* ss, int P, const float* H, const Weight& fn, int64_t n, const HcParams& p);
+    int hc_slices(int64_t n, const HcParams& p) const;
+    HcDots hc_dots(Scratch& s, const float* H, const Weight& fn, int64_t n, const HcParams& p);
 
     // Memory handed out while a graph is captured: chunks bumped through, freed with the graph.
     struct CapturePool {

@@ -1,12 +1,13 @@
 // CUDA hyper-connection ops (mHC): hc_pre (RMS-scaled mix projection, Sinkhorn split, stream collapse),
 // hc_post (expand the sublayer output into the streams) and hc_head (final collapse).
 //
-// hc_pre and hc_head run as three launches, each spread over many blocks even for one decode token (a block
-// per token is latency-bound: one SM walking 16384 values several times took ~50 us per call):
-//   1. partial square sums of each token's flattened streams over P chunks (double, as the CPU);
-//   2. the mix projection raw[i, m] = H_i . fn_m as a plain matmul over the weight in its own type (F16,
-//      Q8_0, ...), through the decode GEMV for few tokens;
-//   3. per (token, slice of D): the RMS factor from the partials (fixed order), the Sinkhorn split (computed
+// hc_pre and hc_head spread over many blocks even for one decode token (a block per token is latency-bound:
+// one SM walking 16384 values several times took ~50 us per call):
+//   1. the sums over each token's flattened streams, in chunks: few tokens and a plain or Q8_0 weight take
+//      one kernel whose block p computes chunk p's square sums (double, as the CPU) and partial mix dots
+//      H_i . fn_m for every token and mix (fn has only hc*(2+hc) rows: a GEMV over it keeps few warps
+//      busy); otherwise square sums over chunks, then the mix projection as a plain matmul;
+//   2. per (token, slice of D): the RMS factor from the partials (fixed order), the Sinkhorn split (computed
 //      by every slice's block, so none waits for another) and the collapse of the slice. The Sinkhorn keeps
 //      comb in registers, a lane per element, when hc * hc <= 32 (row and column sums gathered by shuffles in
 //      the serial order: bit for bit numerics.h); larger hc use the shared-memory lane-per-row steps.
@@ -45,13 +46,67 @@ __global__ void __launch_bounds__(kThreads) hc_ss_kernel(double* ss, const float
     if (threadIdx.x == 0) ss[i * P + p] = t;
 }
 
-// The mixes of token i (raw dots times the RMS factor from the P partial square sums) into shared memory.
-__device__ void load_mixes(float* mixes, const float* raw, const double* ss, int P, int64_t i, int n_mix, int64_t flat,
-                           float eps) {
+// Columns of one chunk of the fused dots kernel, and the most tokens it takes.
+constexpr int kDotCols = 256;
+constexpr int kDotMaxTokens = 8;
+
+// Block p: chunk p (kDotCols columns) of every token's flattened streams H_i: ss[i, p] = its square sum
+// (double) and part[i, p, m] = its dot with fn row m.
+template <GgmlType T>
+__global__ void __launch_bounds__(kThreads) hc_dots_kernel(float* part, double* ss, const float* H, const uint8_t* fn,
+                                                           size_t row_bytes, int n_mix, int64_t flat, int n, int P,
+                                                           QuantTables tables) {
+    using D = Dq<T>;
+    __shared__ float hs[kDotMaxTokens][kDotCols];
+    const int p = blockIdx.x;
+    const int64_t c0 = (int64_t)p * kDotCols;
+    const int cols = (int)(flat - c0 < kDotCols ? flat - c0 : kDotCols);
+    for (int t = threadIdx.x; t < n * kDotCols; t += kThreads) {
+        const int i = t / kDotCols, c = t % kDotCols;
+        hs[i][c] = c < cols ? H[i * flat + c0 + c] : 0.0f;
+    }
+    __syncthreads();
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    constexpr int kWarps = kThreads / kWarp;
+    for (int i = warp; i < n; i += kWarps) {
+        double a = 0;
+        for (int c = lane; c < cols; c += kWarp) a += (double)hs[i][c] * hs[i][c];
+        a = warp_sum(a);
+        if (lane == 0) ss[(int64_t)i * P + p] = a;
+    }
+    for (int m = warp; m < n_mix; m += kWarps) {
+        const uint8_t* row = fn + (size_t)m * row_bytes;
+        float acc[kDotMaxTokens];
+#pragma unroll
+        for (int i = 0; i < kDotMaxTokens; ++i) acc[i] = 0.0f;
+        for (int c = lane; c < cols; c += kWarp) {
+            const int64_t k = c0 + c;
+            const float w = D::value(row + (k / D::kElems) * D::kBytes, (int)(k % D::kElems), tables);
+#pragma unroll
+            for (int i = 0; i < kDotMaxTokens; ++i)
+                if (i < n) acc[i] = fmaf(w, hs[i][c], acc[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < kDotMaxTokens; ++i) {
+            if (i >= n) break;
+            const float v = warp_sum(acc[i]);
+            if (lane == 0) part[((int64_t)i * P + p) * n_mix + m] = v;
+        }
+    }
+}
+
+// The mixes of token i (the raw dots summed over their P_raw partials in order, times the RMS factor from the
+// P_ss partial square sums) into shared memory.
+__device__ void load_mixes(float* mixes, const float* raw, int P_raw, const double* ss, int P_ss, int64_t i, int n_mix,
+                           int64_t flat, float eps) {
     double t = 0;
-    for (int p = 0; p < P; ++p) t += ss[i * P + p];
+    for (int p = 0; p < P_ss; ++p) t += ss[i * P_ss + p];
     const float rms = 1.0f / sqrtf((float)(t / (double)flat) + eps);
-    for (int m = threadIdx.x; m < n_mix; m += blockDim.x) mixes[m] = raw[i * n_mix + m] * rms;
+    for (int m = threadIdx.x; m < n_mix; m += blockDim.x) {
+        float v = 0.0f;
+        for (int p = 0; p < P_raw; ++p) v += raw[(i * P_raw + p) * n_mix + m];
+        mixes[m] = v * rms;
+    }
     __syncthreads();
 }
 
@@ -110,13 +165,13 @@ __device__ void hc_collapse(float* x, const float* Hi, const float* pre, int hc,
 
 // Grid (n, slices of D).
 __global__ void __launch_bounds__(kThreads) hc_pre_finish_kernel(float* x, float* post, float* comb, const float* H,
-                                                                 const float* raw, const double* ss, int P,
-                                                                 const float* scale, const float* base, HcParams p) {
+                                                                 CudaBackend::HcDots dots, const float* scale,
+                                                                 const float* base, HcParams p) {
     __shared__ float mixes[kMaxMix];
     __shared__ float pre_s[kMaxHc], post_s[kMaxHc], comb_s[kMaxHc * kMaxHc];
     const int hc = p.hc, n_mix = (2 + hc) * hc;
     const int64_t i = blockIdx.x, D = p.dim;
-    load_mixes(mixes, raw, ss, P, i, n_mix, hc * D, p.norm_eps);
+    load_mixes(mixes, dots.raw, dots.P_raw, dots.ss, dots.P_ss, i, n_mix, hc * D, p.norm_eps);
     hc_sinkhorn(mixes, scale, base, p, pre_s, post_s, comb_s);
     __syncthreads();
     if (blockIdx.y == 0) {
@@ -126,14 +181,13 @@ __global__ void __launch_bounds__(kThreads) hc_pre_finish_kernel(float* x, float
     hc_collapse(x + i * D, H + i * hc * D, pre_s, hc, D);
 }
 
-__global__ void __launch_bounds__(kThreads) hc_head_finish_kernel(float* y, const float* H, const float* raw,
-                                                                  const double* ss, int P, const float* scale,
-                                                                  const float* base, HcParams p) {
+__global__ void __launch_bounds__(kThreads) hc_head_finish_kernel(float* y, const float* H, CudaBackend::HcDots dots,
+                                                                  const float* scale, const float* base, HcParams p) {
     __shared__ float mixes[kMaxHc];
     __shared__ float pre[kMaxHc];
     const int hc = p.hc;
     const int64_t i = blockIdx.x, D = p.dim;
-    load_mixes(mixes, raw, ss, P, i, hc, hc * D, p.norm_eps);
+    load_mixes(mixes, dots.raw, dots.P_raw, dots.ss, dots.P_ss, i, hc, hc * D, p.norm_eps);
     if (threadIdx.x < hc) pre[threadIdx.x] = sigmoidf_(mixes[threadIdx.x] * scale[0] + base[threadIdx.x]) + p.hc_eps;
     __syncthreads();
     hc_collapse(y + i * D, H + i * hc * D, pre, hc, D);
@@ -163,12 +217,9 @@ void CudaBackend::hc_pre(float* x, float* post, float* comb, const float* H, con
     DSV4_CHECK(n <= INT32_MAX);
     if (n <= 0) return;
     Scratch s(*this);
-    const HcSplit sp = hc_split(n, p);
-    float* raw = s.get<float>(n * n_mix);
-    double* ss = s.get<double>(n * sp.P);
-    hc_dots(raw, ss, sp.P, H, fn, n, p);
-    hc_pre_finish_kernel<<<dim3((unsigned)n, (unsigned)sp.slices), kThreads, 0, stream_>>>(x, post, comb, H, raw, ss,
-                                                                                          sp.P, scale, base, p);
+    const HcDots dots = hc_dots(s, H, fn, n, p);
+    hc_pre_finish_kernel<<<dim3((unsigned)n, (unsigned)hc_slices(n, p)), kThreads, 0, stream_>>>(x, post, comb, H, dots,
+                                                                                                 scale, base, p);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -187,31 +238,54 @@ void CudaBackend::hc_head(float* y, const float* H, const Weight& fn, const floa
     DSV4_CHECK(n <= INT32_MAX);
     if (n <= 0) return;
     Scratch s(*this);
-    const HcSplit sp = hc_split(n, p);
-    float* raw = s.get<float>(n * p.hc);
-    double* ss = s.get<double>(n * sp.P);
-    hc_dots(raw, ss, sp.P, H, fn, n, p);
-    hc_head_finish_kernel<<<dim3((unsigned)n, (unsigned)sp.slices), kThreads, 0, stream_>>>(y, H, raw, ss, sp.P, scale,
-                                                                                           base, p);
+    const HcDots dots = hc_dots(s, H, fn, n, p);
+    hc_head_finish_kernel<<<dim3((unsigned)n, (unsigned)hc_slices(n, p)), kThreads, 0, stream_>>>(y, H, dots, scale,
+                                                                                                  base, p);
     CUDA_CHECK_LAUNCH();
 }
 
-CudaBackend::HcSplit CudaBackend::hc_split(int64_t n, const HcParams& p) const {
-    // Enough blocks for about two per SM when few tokens come; one chunk / slice per token when many do.
-    const int64_t want = 2 * (int64_t)props_.multiProcessorCount;
-    const int64_t per_token = std::clamp<int64_t>((want + n - 1) / n, 1, 32);
-    HcSplit sp;
-    sp.P = (int)std::min<int64_t>(per_token, std::max<int64_t>(1, p.hc * p.dim / (2 * kThreads)));
-    sp.slices = (int)std::min<int64_t>(per_token, std::max<int64_t>(1, p.dim / kThreads));
-    return sp;
+namespace {
+
+// Enough blocks for about two per SM when few tokens come; one per token when many do.
+int64_t per_token_blocks(int64_t n, int sms) { return std::clamp<int64_t>((2 * (int64_t)sms + n - 1) / n, 1, 32); }
+
+}  // namespace
+
+int CudaBackend::hc_slices(int64_t n, const HcParams& p) const {
+    return (int)std::min<int64_t>(per_token_blocks(n, props_.multiProcessorCount),
+                                  std::max<int64_t>(1, p.dim / kThreads));
 }
 
-void CudaBackend::hc_dots(float* raw, double* ss, int P, const float* H, const Weight& fn, int64_t n,
-                          const HcParams& p) {
-    hc_ss_kernel<<<dim3((unsigned)n, (unsigned)P), kThreads, 0, stream_>>>(ss, H, p.hc * p.dim, P);
+CudaBackend::HcDots CudaBackend::hc_dots(Scratch& s, const float* H, const Weight& fn, int64_t n, const HcParams& p) {
+    const int64_t flat = p.hc * p.dim;
+    const int n_mix = (int)fn.rows;
+    HcDots d;
+    const bool fused_type = fn.type == GgmlType::F32 || fn.type == GgmlType::F16 || fn.type == GgmlType::BF16 ||
+                            fn.type == GgmlType::Q8_0;
+    if (n <= kDotMaxTokens && fused_type) {
+        const int P = (int)((flat + kDotCols - 1) / kDotCols);
+        d.P_raw = d.P_ss = P;
+        d.raw = s.get<float>(n * P * n_mix);
+        d.ss = s.get<double>(n * P);
+        dispatch_weight_type(fn.type, [&](auto tag) {
+            constexpr GgmlType T = decltype(tag)::type;
+            if constexpr (T == GgmlType::F32 || T == GgmlType::F16 || T == GgmlType::BF16 || T == GgmlType::Q8_0) {
+                hc_dots_kernel<T><<<(unsigned)P, kThreads, 0, stream_>>>(d.raw, d.ss, H, fn.data, fn.row_bytes, n_mix,
+                                                                         flat, (int)n, P, tables_);
+            }
+        });
+        CUDA_CHECK_LAUNCH();
+        return d;
+    }
+    d.P_ss = (int)std::min<int64_t>(per_token_blocks(n, props_.multiProcessorCount),
+                                    std::max<int64_t>(1, flat / (2 * kThreads)));
+    d.raw = s.get<float>(n * n_mix);
+    d.ss = s.get<double>(n * d.P_ss);
+    hc_ss_kernel<<<dim3((unsigned)n, (unsigned)d.P_ss), kThreads, 0, stream_>>>(d.ss, H, flat, d.P_ss);
     CUDA_CHECK_LAUNCH();
     // Always the f32 kernels (never the bf16 tensor-core mode): the mixes feed a Sinkhorn and sigmoids.
-    launch_matmul(plain_matmul(fn, raw, fn.rows, H, fn.cols, n), tables_, stream_);
+    launch_matmul(plain_matmul(fn, d.raw, fn.rows, H, fn.cols, n), tables_, stream_);
+    return d;
 }
 
 }  // namespace dsv4::cuda
