@@ -74,17 +74,23 @@ __global__ void __launch_bounds__(kThreads) hc_dots_kernel(float* part, double* 
         a = warp_sum(a);
         if (lane == 0) ss[(int64_t)i * P + p] = a;
     }
+    constexpr int kPerLane = kDotCols / kWarp;  // consecutive columns of each lane: their loads go out together
     for (int m = warp; m < n_mix; m += kWarps) {
         const uint8_t* row = fn + (size_t)m * row_bytes;
+        float w[kPerLane];
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) {
+            const int c = lane * kPerLane + j;
+            const int64_t k = c0 + c;
+            w[j] = c < cols ? D::value(row + (k / D::kElems) * D::kBytes, (int)(k % D::kElems), tables) : 0.0f;
+        }
         float acc[kDotMaxTokens];
 #pragma unroll
-        for (int i = 0; i < kDotMaxTokens; ++i) acc[i] = 0.0f;
-        for (int c = lane; c < cols; c += kWarp) {
-            const int64_t k = c0 + c;
-            const float w = D::value(row + (k / D::kElems) * D::kBytes, (int)(k % D::kElems), tables);
+        for (int i = 0; i < kDotMaxTokens; ++i) {
+            acc[i] = 0.0f;
+            if (i < n)
 #pragma unroll
-            for (int i = 0; i < kDotMaxTokens; ++i)
-                if (i < n) acc[i] = fmaf(w, hs[i][c], acc[i]);
+                for (int j = 0; j < kPerLane; ++j) acc[i] = fmaf(w[j], hs[i][lane * kPerLane + j], acc[i]);
         }
 #pragma unroll
         for (int i = 0; i < kDotMaxTokens; ++i) {
@@ -99,14 +105,24 @@ __global__ void __launch_bounds__(kThreads) hc_dots_kernel(float* part, double* 
 // P_ss partial square sums) into shared memory.
 __device__ void load_mixes(float* mixes, const float* raw, int P_raw, const double* ss, int P_ss, int64_t i, int n_mix,
                            int64_t flat, float eps) {
-    double t = 0;
-    for (int p = 0; p < P_ss; ++p) t += ss[i * P_ss + p];
-    const float rms = 1.0f / sqrtf((float)(t / (double)flat) + eps);
-    for (int m = threadIdx.x; m < n_mix; m += blockDim.x) {
-        float v = 0.0f;
-        for (int p = 0; p < P_raw; ++p) v += raw[(i * P_raw + p) * n_mix + m];
-        mixes[m] = v * rms;
+    // A warp per sum: lanes take partials lane, lane + 32, ... and the warp adds them in a fixed tree order, so
+    // the P partials cost one dependent load per lane trip, not P.
+    __shared__ float rms_s;
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, n_warps = blockDim.x / kWarp;
+    if (warp == 0) {
+        double t = 0;
+        for (int p = lane; p < P_ss; p += kWarp) t += ss[i * P_ss + p];
+        t = warp_sum(t);
+        if (lane == 0) rms_s = 1.0f / sqrtf((float)(t / (double)flat) + eps);
     }
+    for (int m = warp; m < n_mix; m += n_warps) {
+        float v = 0.0f;
+        for (int p = lane; p < P_raw; p += kWarp) v += raw[(i * P_raw + p) * n_mix + m];
+        v = warp_sum(v);
+        if (lane == 0) mixes[m] = v;
+    }
+    __syncthreads();
+    for (int m = threadIdx.x; m < n_mix; m += blockDim.x) mixes[m] *= rms_s;
     __syncthreads();
 }
 

@@ -10,6 +10,43 @@ namespace dsv4::cuda {
 
 namespace {
 
+// Rows of up to kNormThreads * 4 * kNormVecs floats, 16-byte aligned: every thread loads its float4s before
+// using any (a row is one dependent load, not one per loop trip) and keeps them for the scaling pass.
+constexpr int kNormThreads = 256;
+constexpr int kNormVecs = 8;
+
+__global__ void __launch_bounds__(kNormThreads) rms_norm_vec_kernel(float* y, const float* x, const float* weight,
+                                                                    int64_t dim, int64_t stride, float eps) {
+    __shared__ double scratch[32];
+    const float4* xi = reinterpret_cast<const float4*>(x + blockIdx.x * stride);
+    float4* yi = reinterpret_cast<float4*>(y + blockIdx.x * stride);
+    const int nv = (int)(dim / 4);
+    float4 v[kNormVecs];
+#pragma unroll
+    for (int k = 0; k < kNormVecs; ++k) {
+        const int j = threadIdx.x + k * kNormThreads;
+        v[k] = j < nv ? xi[j] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    double ss = 0;
+#pragma unroll
+    for (int k = 0; k < kNormVecs; ++k)
+        ss += (double)v[k].x * v[k].x + (double)v[k].y * v[k].y + (double)v[k].z * v[k].z + (double)v[k].w * v[k].w;
+    ss = block_sum(ss, scratch);
+    const float r = 1.0f / sqrtf((float)(ss / (double)dim) + eps);
+    const float4* wv = reinterpret_cast<const float4*>(weight);
+#pragma unroll
+    for (int k = 0; k < kNormVecs; ++k) {
+        const int j = threadIdx.x + k * kNormThreads;
+        if (j >= nv) break;
+        float4 o = make_float4(__fmul_rn(v[k].x, r), __fmul_rn(v[k].y, r), __fmul_rn(v[k].z, r), __fmul_rn(v[k].w, r));
+        if (weight) {
+            const float4 w = wv[j];
+            o = make_float4(__fmul_rn(w.x, o.x), __fmul_rn(w.y, o.y), __fmul_rn(w.z, o.z), __fmul_rn(w.w, o.w));
+        }
+        yi[j] = o;
+    }
+}
+
 __global__ void rms_norm_kernel(float* y, const float* x, const float* weight, int64_t dim, int64_t stride, float eps) {
     __shared__ double scratch[32];
     const float* xi = x + blockIdx.x * stride;
@@ -86,6 +123,13 @@ void CudaBackend::rms_norm(float* y, const float* x, const float* weight, int64_
                            float eps) {
     if (n <= 0 || dim <= 0) return;
     DSV4_CHECK(n <= INT32_MAX);
+    const bool aligned = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y) |
+                           reinterpret_cast<uintptr_t>(weight)) & 15) == 0;
+    if (aligned && dim % 4 == 0 && stride % 4 == 0 && dim <= (int64_t)kNormThreads * 4 * kNormVecs) {
+        rms_norm_vec_kernel<<<(unsigned)n, kNormThreads, 0, stream_>>>(y, x, weight, dim, stride, eps);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
     const int threads = dim >= 1024 ? 256 : 128;
     rms_norm_kernel<<<(unsigned)n, threads, 0, stream_>>>(y, x, weight, dim, stride, eps);
     CUDA_CHECK_LAUNCH();
