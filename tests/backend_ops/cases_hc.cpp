@@ -250,7 +250,7 @@ void add_hc_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
         out.push_back(hc_head_case(4, 1024, n, GgmlType::Q8_0, o.seed));
     }
     out.push_back(hc_pre_case(16, 64, 3, GgmlType::F16, o.seed));
-    out.push_back(hc_pre_case(3, 64, 2, GgmlType::F32, o.seed));  // neither 2 nor 4: the lane-per-element Sinkhorn
+    out.push_back(hc_pre_case(3, 64, 2, GgmlType::F32, o.seed));  // odd stream counts
     out.push_back(hc_pre_case(5, 64, 2, GgmlType::F32, o.seed));
     out.push_back(hc_pre_case(4, 4096, 1, GgmlType::F16, o.seed));
     out.push_back(hc_head_case(4, 4096, 2, GgmlType::F16, o.seed));
