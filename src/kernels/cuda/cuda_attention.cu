@@ -344,6 +344,12 @@ void CudaBackend::attention(const AttentionArgs& a) {
     } else if (vec && a.n * ((H + 4 * kWarps - 1) / (4 * kWarps)) >= 2 * (int64_t)props_.multiProcessorCount) {
         hpw = 4;
         kernel = kernel_for<true, 4>(ne);
+    } else if (a.n * ((H + 2 * kWarps - 1) / (2 * kWarps)) < props_.multiProcessorCount) {
+        // Decode: the (query, group) blocks, even split kMaxSplits ways, leave the SMs one block of 8 warps
+        // each, stalled on one dependent chain after another (Nsight: 0.1 instructions issued per scheduler
+        // cycle). A head per warp makes twice the blocks, each warp half the chain.
+        hpw = 1;
+        kernel = vec ? kernel_for<true, 1>(ne) : kernel_for<false, 1>(ne);
     } else {
         kernel = vec ? kernel_for<true, 2>(ne) : kernel_for<false, 2>(ne);
     }

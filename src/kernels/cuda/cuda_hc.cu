@@ -126,11 +126,44 @@ __device__ void load_mixes(float* mixes, const float* raw, int P_raw, const doub
     __syncthreads();
 }
 
-// Sum over t < hc of lane (base + t)'s v, in t order (all 32 lanes call it).
+// Sum over t < hc of lane (base + t * stride)'s v, in t order (all 32 lanes call it). HC > 0: hc known at
+// compile time, so the shuffles go out together and only the adds wait on each other (the Sinkhorn is a
+// chain of these: ~40 per iteration).
+template <int HC = 0>
 __device__ __forceinline__ float ordered_sum(float v, int base, int stride, int hc) {
-    float s = 0.0f;
-    for (int t = 0; t < hc; ++t) s += __shfl_sync(0xffffffffu, v, (base + t * stride) & (kWarp - 1));
-    return s;
+    if constexpr (HC > 0) {
+        float t[HC];
+#pragma unroll
+        for (int k = 0; k < HC; ++k) t[k] = __shfl_sync(0xffffffffu, v, (base + k * stride) & (kWarp - 1));
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < HC; ++k) s += t[k];
+        return s;
+    } else {
+        float s = 0.0f;
+        for (int t = 0; t < hc; ++t) s += __shfl_sync(0xffffffffu, v, (base + t * stride) & (kWarp - 1));
+        return s;
+    }
+}
+
+// The Sinkhorn with a lane per comb element (hc * hc <= 32); HC as in ordered_sum.
+template <int HC>
+__device__ float sinkhorn_lanes(const float* mixes, const float* scale, const float* base, int hc, int iters,
+                                float eps, int l) {
+    const bool own = l < hc * hc;
+    const int j = own ? l / hc : 0, k = own ? l % hc : 0;
+    // hc_comb_init: row softmax plus eps.
+    float v = own ? mixes[2 * hc + l] * scale[2] + base[2 * hc + l] : 0.0f;
+    float m = -INFINITY;
+    for (int t = 0; t < hc; ++t) m = fmaxf(m, __shfl_sync(0xffffffffu, v, (j * hc + t) & (kWarp - 1)));
+    const float e = expf(v - m);
+    v = e / ordered_sum<HC>(e, j * hc, 1, hc) + eps;
+    v /= (ordered_sum<HC>(v, k, hc, hc) + eps);  // hc_comb_col_norm
+    for (int it = 1; it < iters; ++it) {
+        v /= (ordered_sum<HC>(v, j * hc, 1, hc) + eps);  // hc_comb_row_norm
+        v /= (ordered_sum<HC>(v, k, hc, hc) + eps);      // hc_comb_col_norm
+    }
+    return v;
 }
 
 // The Sinkhorn-normalized comb into comb_s (and pre/post), on the first warp: register path when hc*hc <= 32.
@@ -143,20 +176,9 @@ __device__ void hc_sinkhorn(const float* mixes, const float* scale, const float*
     const float eps = p.hc_eps;
     if (l < hc) hc_pre_post(mixes, scale, base, hc, eps, l, pre_s, post_s);
     if (hc * hc <= kWarp) {
-        const bool own = l < hc * hc;
-        const int j = own ? l / hc : 0, k = own ? l % hc : 0;
-        // hc_comb_init: row softmax plus eps.
-        float v = own ? mixes[2 * hc + l] * scale[2] + base[2 * hc + l] : 0.0f;
-        float m = -INFINITY;
-        for (int t = 0; t < hc; ++t) m = fmaxf(m, __shfl_sync(0xffffffffu, v, (j * hc + t) & (kWarp - 1)));
-        const float e = expf(v - m);
-        v = e / ordered_sum(e, j * hc, 1, hc) + eps;
-        v /= (ordered_sum(v, k, hc, hc) + eps);  // hc_comb_col_norm
-        for (int it = 1; it < p.sinkhorn_iters; ++it) {
-            v /= (ordered_sum(v, j * hc, 1, hc) + eps);  // hc_comb_row_norm
-            v /= (ordered_sum(v, k, hc, hc) + eps);      // hc_comb_col_norm
-        }
-        if (own) comb_s[l] = v;
+        const float v = hc == 4 ? sinkhorn_lanes<4>(mixes, scale, base, hc, p.sinkhorn_iters, eps, l)
+                                : sinkhorn_lanes<0>(mixes, scale, base, hc, p.sinkhorn_iters, eps, l);
+        if (l < hc * hc) comb_s[l] = v;
         return;
     }
     if (l < hc) hc_comb_init(comb_s, mixes, scale, base, hc, eps, l);
