@@ -334,7 +334,8 @@ void CudaBackend::attention(const AttentionArgs& a) {
     // Heads per warp: each row slice read from shared memory feeds HPW heads' FMAs, so 4 keep the shared
     // reads level with the FMAs where 2 leave them the bound, but 4 take about 220 registers (one block per
     // SM) and make half as many blocks: used when the blocks still fill the GPU twice over (prefill). Past
-    // head_dim 512 one head's registers are all that fit.
+    // head_dim 512 one head's registers are all that fit. (For decode, one head per warp at head_dim 512 made
+    // twice the blocks but measured slower on the H200: 38.8 against 28.6 us per V4-Flash call.)
     const int ne = (hd + kWarp - 1) / kWarp;
     int hpw = 2;
     AttentionKernel kernel = nullptr;
@@ -344,12 +345,6 @@ void CudaBackend::attention(const AttentionArgs& a) {
     } else if (vec && a.n * ((H + 4 * kWarps - 1) / (4 * kWarps)) >= 2 * (int64_t)props_.multiProcessorCount) {
         hpw = 4;
         kernel = kernel_for<true, 4>(ne);
-    } else if (a.n * ((H + 2 * kWarps - 1) / (2 * kWarps)) < props_.multiProcessorCount) {
-        // Decode: the (query, group) blocks, even split kMaxSplits ways, leave the SMs one block of 8 warps
-        // each, stalled on one dependent chain after another (Nsight: 0.1 instructions issued per scheduler
-        // cycle). A head per warp makes twice the blocks, each warp half the chain.
-        hpw = 1;
-        kernel = vec ? kernel_for<true, 1>(ne) : kernel_for<false, 1>(ne);
     } else {
         kernel = vec ? kernel_for<true, 2>(ne) : kernel_for<false, 2>(ne);
     }
