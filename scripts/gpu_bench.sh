@@ -3,13 +3,14 @@
 # every step with its own time limit so one slow step cannot eat the lease. Results land in $OUT:
 #   bench-decode.json   decode tok/s at 4K/32K context (+ the per-op profile), prefill of an 8K prompt (f32)
 #   bench-bf16.json     the same prefill with the tensor-core GEMMs (--gemm bf16)
-#   bench-128k.json     decode at 128K context (last: filling 128K tokens takes the longest)
+#   bench-depths.json   decode at 4K/32K/128K reached with --skip-fill (seconds, not minutes, per depth)
+#   ncu.txt             device time per kernel of one 4K decode step (Nsight Compute, graphs off)
 #   gemv.log            bench_gemv (decode GEMV and MoE at V4-Flash shapes)
 # Needs the build from scripts/gpu_build.sh (build-gpu/). STEPS picks steps (default: all).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/dsv4-out}
-STEPS=${STEPS:-"gemv decode bf16 128k"}
+STEPS=${STEPS:-"gemv decode bf16 depths ncu"}
 BIN=build-gpu/bin
 mkdir -p "$OUT"
 has() { [[ " $STEPS " == *" $1 "* ]]; }
@@ -35,6 +36,8 @@ print(f"  prefill {p['tokens']} tokens: {p['tokens_per_s']:.0f} tok/s")
 for d in r["decode"]:
     print(f"  decode ctx {d['context']}: {d['tokens_per_s']:.1f} tok/s, {d['weight_gb_per_s']:.0f} GB/s "
           f"({100 * d.get('fraction_of_peak', 0):.1f}% of peak)")
+if "step_graphs" in r:
+    print(f"  step graphs: {r['step_graphs']}")
 for row in r.get("profile", [])[:12]:
     print(f"    {row['op']:<28} {row['calls']:>6} calls {1e3 * row['seconds']:9.2f} ms")
 pp = r.get("profile_prefill")
@@ -59,8 +62,13 @@ if has bf16; then
     --gemm bf16
   summary "$OUT/bench-bf16.json"
 fi
-if has 128k; then
-  run bench-128k.json 580 "$BIN/dsv4" bench "${flash[@]}" --prompt 512 --prefill-chunk 8192 --ctx 131072 \
-    --gen 16 --gemm bf16
-  summary "$OUT/bench-128k.json"
+if has depths; then
+  run bench-depths.json 200 "$BIN/dsv4" bench "${flash[@]}" --prompt 16 --ctx 4096,32768,131072 --gen 64 --skip-fill
+  summary "$OUT/bench-depths.json"
+fi
+if has ncu; then
+  timeout 200 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv "$BIN/dsv4" bench \
+    --synth flash --device cuda --prompt 1 --ctx 4096 --gen 1 --skip-fill --no-graphs >/tmp/dsv4-ncu.csv 2>/dev/null
+  python3 scripts/ncu_step_summary.py /tmp/dsv4-ncu.csv dequant_rows >"$OUT/ncu.txt"
+  head -25 "$OUT/ncu.txt"
 fi
