@@ -1,5 +1,5 @@
 // The recording Backend of StepGraphs: each op appends its code and arguments to the key and a closure
-// calling the same op on the target to the op list.
+// calling the same op on the target to the op list (forward(), step_recorder.h).
 #include "ops/step_recorder.h"
 
 #include <algorithm>
@@ -11,12 +11,6 @@ namespace dsv4 {
 
 namespace {
 
-enum Op : uint8_t {
-    kUpload = 1, kCopy, kFill, kEmbed, kMatmul, kMatmulBatch, kRmsNorm, kHcPre, kHcPost, kHcHead, kRope, kFp8Sim,
-    kHadamard, kCompressor, kIndexerTopk, kAttention, kMoeRoute, kMoeExperts, kSwiglu, kAdd, kCopyRows,
-    kGatherRows, kScatterRows,
-};
-
 // The key lists every field of these structs; a new field must be added to put() below (this fails first).
 static_assert(sizeof(Weight) == 56 && sizeof(HcParams) == 32 && sizeof(RopeParams) == 16 &&
                   sizeof(AttentionArgs) == 104 && sizeof(CompressorArgs) == 80 && sizeof(MoeArgs) == 224,
@@ -25,7 +19,9 @@ static_assert(sizeof(Weight) == 56 && sizeof(HcParams) == 32 && sizeof(RopeParam
 constexpr size_t kArenaAlign = 256;  // the CUDA kernels' vector loads assume cudaMalloc-like alignment
 constexpr size_t kStagingAlign = 16;
 
-size_t round_up(size_t bytes, size_t align) { return (std::max<size_t>(bytes, 1) + align - 1) / align * align; }
+size_t round_up(size_t bytes, size_t align) {
+    return (std::max<size_t>(bytes, 1) + align - 1) / align * align;
+}
 
 }  // namespace
 
@@ -100,8 +96,7 @@ void StepRecorder::upload(void* dst, const void* src, size_t bytes) {
     uint8_t* s = staging_ + staging_used_;
     std::memcpy(s, src, bytes);
     staging_used_ += size;
-    key(kUpload, dst, (const void*)s, bytes);
-    record([dst, s, bytes](Backend& b) { b.upload(dst, s, bytes); });
+    forward(kUpload, &Backend::upload, dst, (const void*)s, bytes);
 }
 
 void StepRecorder::download(void* dst, const void* src, size_t bytes) {
@@ -112,16 +107,6 @@ void StepRecorder::download(void* dst, const void* src, size_t bytes) {
 void StepRecorder::synchronize() {
     g_.flush();
     t_.synchronize();
-}
-
-void StepRecorder::copy(void* dst, const void* src, size_t bytes) {
-    key(kCopy, dst, src, bytes);
-    record([=](Backend& b) { b.copy(dst, src, bytes); });
-}
-
-void StepRecorder::fill(float* dst, float value, int64_t n) {
-    key(kFill, dst, value, n);
-    record([=](Backend& b) { b.fill(dst, value, n); });
 }
 
 void StepRecorder::put(const Weight& w) {
@@ -190,16 +175,6 @@ void StepRecorder::put(const MoeArgs& a) {
     put(a.clamp);
 }
 
-void StepRecorder::embed(float* out, const Weight& w, const int32_t* ids, int64_t n) {
-    key(kEmbed, out, w, ids, n);
-    record([=](Backend& b) { b.embed(out, w, ids, n); });
-}
-
-void StepRecorder::matmul(float* y, int64_t y_stride, const float* x, int64_t x_stride, const Weight& w, int64_t n) {
-    key(kMatmul, y, y_stride, x, x_stride, w, n);
-    record([=](Backend& b) { b.matmul(y, y_stride, x, x_stride, w, n); });
-}
-
 void StepRecorder::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {
     // The jobs point at weights the caller may not keep: the closure holds copies of both.
     struct Batch {
@@ -219,101 +194,6 @@ void StepRecorder::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {
         batch->jobs.push_back(j);
     }
     record([batch, n](Backend& b) { b.matmul_batch(batch->jobs, n); });
-}
-
-void StepRecorder::rms_norm(float* y, const float* x, const float* weight, int64_t n, int64_t dim, int64_t stride,
-                            float eps) {
-    key(kRmsNorm, y, x, weight, n, dim, stride, eps);
-    record([=](Backend& b) { b.rms_norm(y, x, weight, n, dim, stride, eps); });
-}
-
-void StepRecorder::hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
-                          const float* base, int64_t n, const HcParams& p) {
-    key(kHcPre, x, post, comb, H, fn, scale, base, n, p);
-    record([=](Backend& b) { b.hc_pre(x, post, comb, H, fn, scale, base, n, p); });
-}
-
-void StepRecorder::hc_post(float* H_out, const float* x, const float* H_res, const float* post, const float* comb,
-                           int64_t n, const HcParams& p) {
-    key(kHcPost, H_out, x, H_res, post, comb, n, p);
-    record([=](Backend& b) { b.hc_post(H_out, x, H_res, post, comb, n, p); });
-}
-
-void StepRecorder::hc_head(float* y, const float* H, const Weight& fn, const float* scale, const float* base,
-                           int64_t n, const HcParams& p) {
-    key(kHcHead, y, H, fn, scale, base, n, p);
-    record([=](Backend& b) { b.hc_head(y, H, fn, scale, base, n, p); });
-}
-
-void StepRecorder::rope(float* x, int64_t n, int n_heads, int head_dim, int64_t stride, const int32_t* pos,
-                        const RopeParams& r, bool inverse) {
-    key(kRope, x, n, n_heads, head_dim, stride, pos, r, inverse);
-    record([=](Backend& b) { b.rope(x, n, n_heads, head_dim, stride, pos, r, inverse); });
-}
-
-void StepRecorder::fp8_sim(float* x, int64_t n, int64_t n_dims, int64_t stride, int block) {
-    key(kFp8Sim, x, n, n_dims, stride, block);
-    record([=](Backend& b) { b.fp8_sim(x, n, n_dims, stride, block); });
-}
-
-void StepRecorder::hadamard(float* x, int64_t n, int dim, bool fp4_sim) {
-    key(kHadamard, x, n, dim, fp4_sim);
-    record([=](Backend& b) { b.hadamard(x, n, dim, fp4_sim); });
-}
-
-void StepRecorder::compressor(const CompressorArgs& a) {
-    key(kCompressor, a);
-    record([=](Backend& b) { b.compressor(a); });
-}
-
-void StepRecorder::indexer_topk(int32_t* idx, const float* q, const float* w, const float* keys,
-                                const int32_t* n_visible, int64_t n, int n_heads, int head_dim, int top_k) {
-    key(kIndexerTopk, idx, q, w, keys, n_visible, n, n_heads, head_dim, top_k);
-    record([=](Backend& b) { b.indexer_topk(idx, q, w, keys, n_visible, n, n_heads, head_dim, top_k); });
-}
-
-void StepRecorder::attention(const AttentionArgs& a) {
-    key(kAttention, a);
-    record([=](Backend& b) { b.attention(a); });
-}
-
-void StepRecorder::moe_route(int32_t* ids, float* weights, const float* logits, const float* bias,
-                             const int32_t* tid2eid, const int32_t* tokens, int64_t n, int n_experts, int k,
-                             float scale, bool norm) {
-    key(kMoeRoute, ids, weights, logits, bias, tid2eid, tokens, n, n_experts, k, scale, norm);
-    record([=](Backend& b) { b.moe_route(ids, weights, logits, bias, tid2eid, tokens, n, n_experts, k, scale, norm); });
-}
-
-void StepRecorder::moe_experts(const MoeArgs& a) {
-    key(kMoeExperts, a);
-    record([=](Backend& b) { b.moe_experts(a); });
-}
-
-void StepRecorder::swiglu(float* h, const float* g, const float* u, int64_t n, int64_t f, int64_t gu_stride,
-                          float clamp) {
-    key(kSwiglu, h, g, u, n, f, gu_stride, clamp);
-    record([=](Backend& b) { b.swiglu(h, g, u, n, f, gu_stride, clamp); });
-}
-
-void StepRecorder::add(float* y, const float* a, const float* b_, int64_t n) {
-    key(kAdd, y, a, b_, n);
-    record([=](Backend& b) { b.add(y, a, b_, n); });
-}
-
-void StepRecorder::copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t n,
-                             int64_t cols) {
-    key(kCopyRows, dst, dst_stride, src, src_stride, n, cols);
-    record([=](Backend& b) { b.copy_rows(dst, dst_stride, src, src_stride, n, cols); });
-}
-
-void StepRecorder::gather_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) {
-    key(kGatherRows, dst, src, idx, n, cols);
-    record([=](Backend& b) { b.gather_rows(dst, src, idx, n, cols); });
-}
-
-void StepRecorder::scatter_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) {
-    key(kScatterRows, dst, src, idx, n, cols);
-    record([=](Backend& b) { b.scatter_rows(dst, src, idx, n, cols); });
 }
 
 }  // namespace dsv4

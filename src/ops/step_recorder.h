@@ -44,44 +44,102 @@ public:
     void free(void* p) override;
     void upload(void* dst, const void* src, size_t bytes) override;
     void download(void* dst, const void* src, size_t bytes) override;
-    void copy(void* dst, const void* src, size_t bytes) override;
-    void fill(float* dst, float value, int64_t n) override;
+    void copy(void* dst, const void* src, size_t bytes) override { forward(kCopy, &Backend::copy, dst, src, bytes); }
+    void fill(float* dst, float value, int64_t n) override { forward(kFill, &Backend::fill, dst, value, n); }
     void synchronize() override;
     const uint8_t* weight_data(const uint8_t* host_bytes, size_t n_bytes) override {
         return t_.weight_data(host_bytes, n_bytes);
     }
 
-    void embed(float* out, const Weight& w, const int32_t* ids, int64_t n) override;
-    void matmul(float* y, int64_t y_stride, const float* x, int64_t x_stride, const Weight& w, int64_t n) override;
+    void embed(float* out, const Weight& w, const int32_t* ids, int64_t n) override {
+        forward(kEmbed, &Backend::embed, out, w, ids, n);
+    }
+    void matmul(float* y, int64_t y_stride, const float* x, int64_t x_stride, const Weight& w, int64_t n) override {
+        forward(kMatmul, &Backend::matmul, y, y_stride, x, x_stride, w, n);
+    }
     void matmul_batch(std::span<const MatmulJob> jobs, int64_t n) override;
     void rms_norm(float* y, const float* x, const float* weight, int64_t n, int64_t dim, int64_t stride,
-                  float eps) override;
+                  float eps) override {
+        forward(kRmsNorm, &Backend::rms_norm, y, x, weight, n, dim, stride, eps);
+    }
     void hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
-                const float* base, int64_t n, const HcParams& p) override;
+                const float* base, int64_t n, const HcParams& p) override {
+        forward(kHcPre, &Backend::hc_pre, x, post, comb, H, fn, scale, base, n, p);
+    }
     void hc_post(float* H_out, const float* x, const float* H_res, const float* post, const float* comb, int64_t n,
-                 const HcParams& p) override;
+                 const HcParams& p) override {
+        forward(kHcPost, &Backend::hc_post, H_out, x, H_res, post, comb, n, p);
+    }
     void hc_head(float* y, const float* H, const Weight& fn, const float* scale, const float* base, int64_t n,
-                 const HcParams& p) override;
-    void rope(float* x, int64_t n, int n_heads, int head_dim, int64_t stride, const int32_t* pos,
-              const RopeParams& r, bool inverse) override;
-    void fp8_sim(float* x, int64_t n, int64_t n_dims, int64_t stride, int block) override;
-    void hadamard(float* x, int64_t n, int dim, bool fp4_sim) override;
-    void compressor(const CompressorArgs& a) override;
+                 const HcParams& p) override {
+        forward(kHcHead, &Backend::hc_head, y, H, fn, scale, base, n, p);
+    }
+    void rope(float* x, int64_t n, int n_heads, int head_dim, int64_t stride, const int32_t* pos, const RopeParams& r,
+              bool inverse) override {
+        forward(kRope, &Backend::rope, x, n, n_heads, head_dim, stride, pos, r, inverse);
+    }
+    void fp8_sim(float* x, int64_t n, int64_t n_dims, int64_t stride, int block) override {
+        forward(kFp8Sim, &Backend::fp8_sim, x, n, n_dims, stride, block);
+    }
+    void hadamard(float* x, int64_t n, int dim, bool fp4_sim) override {
+        forward(kHadamard, &Backend::hadamard, x, n, dim, fp4_sim);
+    }
+    void compressor(const CompressorArgs& a) override { forward(kCompressor, &Backend::compressor, a); }
     void indexer_topk(int32_t* idx, const float* q, const float* w, const float* keys, const int32_t* n_visible,
-                      int64_t n, int n_heads, int head_dim, int top_k) override;
-    void attention(const AttentionArgs& a) override;
+                      int64_t n, int n_heads, int head_dim, int top_k) override {
+        forward(kIndexerTopk, &Backend::indexer_topk, idx, q, w, keys, n_visible, n, n_heads, head_dim, top_k);
+    }
+    void attention(const AttentionArgs& a) override { forward(kAttention, &Backend::attention, a); }
     void moe_route(int32_t* ids, float* weights, const float* logits, const float* bias, const int32_t* tid2eid,
-                   const int32_t* tokens, int64_t n, int n_experts, int k, float scale, bool norm) override;
-    void moe_experts(const MoeArgs& a) override;
+                   const int32_t* tokens, int64_t n, int n_experts, int k, float scale, bool norm) override {
+        forward(kMoeRoute, &Backend::moe_route, ids, weights, logits, bias, tid2eid, tokens, n, n_experts, k, scale,
+                norm);
+    }
+    void moe_experts(const MoeArgs& a) override { forward(kMoeExperts, &Backend::moe_experts, a); }
     void swiglu(float* h, const float* g, const float* u, int64_t n, int64_t f, int64_t gu_stride,
-                float clamp) override;
-    void add(float* y, const float* a, const float* b, int64_t n) override;
+                float clamp) override {
+        forward(kSwiglu, &Backend::swiglu, h, g, u, n, f, gu_stride, clamp);
+    }
+    void add(float* y, const float* a, const float* b, int64_t n) override { forward(kAdd, &Backend::add, y, a, b, n); }
     void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t n,
-                   int64_t cols) override;
-    void gather_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) override;
-    void scatter_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) override;
+                   int64_t cols) override {
+        forward(kCopyRows, &Backend::copy_rows, dst, dst_stride, src, src_stride, n, cols);
+    }
+    void gather_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) override {
+        forward(kGatherRows, &Backend::gather_rows, dst, src, idx, n, cols);
+    }
+    void scatter_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) override {
+        forward(kScatterRows, &Backend::scatter_rows, dst, src, idx, n, cols);
+    }
 
 private:
+    // Op codes of the key.
+    enum Op : uint8_t {
+        kUpload = 1,
+        kCopy,
+        kFill,
+        kEmbed,
+        kMatmul,
+        kMatmulBatch,
+        kRmsNorm,
+        kHcPre,
+        kHcPost,
+        kHcHead,
+        kRope,
+        kFp8Sim,
+        kHadamard,
+        kCompressor,
+        kIndexerTopk,
+        kAttention,
+        kMoeRoute,
+        kMoeExperts,
+        kSwiglu,
+        kAdd,
+        kCopyRows,
+        kGatherRows,
+        kScatterRows,
+    };
+
     // The key: an op code, then each argument's bytes (structs field by field, so padding never enters).
     template <class... A>
     void key(uint8_t op, const A&... args) {
@@ -90,8 +148,8 @@ private:
     }
     template <class T>
     void put(const T& v) {
-        static_assert(std::is_trivially_copyable_v<T> && (std::is_arithmetic_v<T> || std::is_pointer_v<T> ||
-                                                           std::is_enum_v<T>));
+        static_assert(std::is_trivially_copyable_v<T> &&
+                      (std::is_arithmetic_v<T> || std::is_pointer_v<T> || std::is_enum_v<T>));
         key_.append(reinterpret_cast<const char*>(&v), sizeof(T));
     }
     void put(const Weight& w);
@@ -101,6 +159,13 @@ private:
     void put(const CompressorArgs& a);
     void put(const MoeArgs& a);
     void record(RecordedOp op) { ops_->push_back(std::move(op)); }
+    // An op recorded as called: its code and arguments into the key, a call of the same Backend method on
+    // copies of the arguments into the op list.
+    template <class Method, class... A>
+    void forward(uint8_t op, Method method, const A&... args) {
+        key(op, args...);
+        record([method, args...](Backend& b) { (b.*method)(args...); });
+    }
 
     StepGraphs& g_;
     Backend& t_;
