@@ -100,12 +100,10 @@ void StepGraphs::flush() {
     e.last_use = ++clock_;
     if (!e.graph && e.capturable) {
         e.graph = support_.capture(issue);
-        if (e.graph) {
+        if (e.graph)
             ++stats_.captures;
-            ++stats_.graphs;
-        } else {
+        else
             e.capturable = false;
-        }
     }
     if (e.graph) {
         support_.launch(e.graph);
@@ -123,7 +121,6 @@ void StepGraphs::evict_one() {
     if (victim->second.graph) {
         target_.synchronize();
         support_.destroy(victim->second.graph);
-        --stats_.graphs;
     }
     entries_.erase(victim);
 }
@@ -133,7 +130,6 @@ void StepGraphs::drop_graphs() {
     for (auto& [key, e] : entries_)
         if (e.graph) support_.destroy(e.graph);
     entries_.clear();
-    stats_.graphs = 0;
 }
 
 }  // namespace dsv4

@@ -51,7 +51,6 @@ struct StepGraphStats {
     int64_t eager = 0;     // run op by op (first sighting of a key, or not recordable)
     int64_t captures = 0;  // graphs captured
     int64_t replays = 0;   // segments run by replaying a captured graph (including right after capture)
-    int64_t graphs = 0;    // graphs held now
 };
 
 class StepRecorder;
@@ -67,7 +66,6 @@ public:
     // it runs what was recorded so far, end() runs the rest. Scratch it allocates lives until end().
     Backend& begin();
     void end();
-    bool active() const { return active_; }
     const StepGraphStats& stats() const { return stats_; }
 
 private:
