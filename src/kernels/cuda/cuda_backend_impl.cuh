@@ -121,19 +121,22 @@ public:
 
     // Memory handed out while a graph is captured: chunks bumped through, freed with the graph.
     struct CapturePool {
-        std::vector<void*> chunks;
-        size_t used = 0, cap = 0;  // in the last chunk
+        struct Chunk {
+            void* p;
+            size_t size;
+        };
+        std::vector<Chunk> chunks;
+        size_t used = 0;  // bytes handed out of the last chunk
         void* get(size_t bytes);
         bool owns(const void* p) const;
-        std::vector<size_t> sizes;
     };
 
 private:
     void release_cache();
-    CapturePool* capture_pool_ = nullptr;  // set while capturing
     void release_cublas();  // cuda_gemm_tc.cu
 
     int device_ = 0;
+    CapturePool* capture_pool_ = nullptr;  // set while a graph is captured
     cudaStream_t stream_ = nullptr;
     cudaDeviceProp props_{};
     QuantTables tables_{};

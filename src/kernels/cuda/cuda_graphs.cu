@@ -14,36 +14,37 @@ namespace {
 
 constexpr size_t kChunk = size_t(4) << 20;
 
+// A captured step and the memory its ops were given while captured, freed together.
 struct Graph {
     cudaGraphExec_t exec = nullptr;
     CudaBackend::CapturePool pool;
+    ~Graph() {
+        if (exec) CUDA_CHECK(cudaGraphExecDestroy(exec));
+        for (const auto& c : pool.chunks) CUDA_CHECK(cudaFree(c.p));
+    }
 };
 
 }  // namespace
 
 void* CudaBackend::CapturePool::get(size_t bytes) {
-    if (chunks.empty() || used + bytes > cap) {
+    if (chunks.empty() || used + bytes > chunks.back().size) {
         const size_t size = std::max(kChunk, bytes);
         void* p = nullptr;
         const cudaError_t e = cudaMalloc(&p, size);
         DSV4_CHECK_MSG(e == cudaSuccess, "out of GPU memory allocating %zu bytes for a step graph (%s)", size,
                        cudaGetErrorName(e));
-        chunks.push_back(p);
-        sizes.push_back(size);
+        chunks.push_back({p, size});
         used = 0;
-        cap = size;
     }
-    void* p = static_cast<uint8_t*>(chunks.back()) + used;
+    void* p = static_cast<uint8_t*>(chunks.back().p) + used;
     used += bytes;
     return p;
 }
 
 bool CudaBackend::CapturePool::owns(const void* p) const {
     const auto* q = static_cast<const uint8_t*>(p);
-    for (size_t i = 0; i < chunks.size(); ++i) {
-        const auto* c = static_cast<const uint8_t*>(chunks[i]);
-        if (q >= c && q < c + sizes[i]) return true;
-    }
+    for (const Chunk& c : chunks)
+        if (q >= static_cast<const uint8_t*>(c.p) && q < static_cast<const uint8_t*>(c.p) + c.size) return true;
     return false;
 }
 
@@ -66,18 +67,15 @@ void* CudaBackend::capture(const std::function<void()>& issue) {
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
     issue();
     cudaGraph_t graph = nullptr;
-    const cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+    cudaError_t e = cudaStreamEndCapture(stream_, &graph);
     capture_pool_ = nullptr;
-    if (e != cudaSuccess || !graph) {
-        (void)cudaGetLastError();
-        for (void* p : g->pool.chunks) CUDA_CHECK(cudaFree(p));
-        return nullptr;
+    if (e == cudaSuccess && graph) {
+        e = cudaGraphInstantiate(&g->exec, graph, 0);
+        CUDA_CHECK(cudaGraphDestroy(graph));
     }
-    const cudaError_t ie = cudaGraphInstantiate(&g->exec, graph, 0);
-    CUDA_CHECK(cudaGraphDestroy(graph));
-    if (ie != cudaSuccess) {
+    if (e != cudaSuccess || !g->exec) {  // g frees the pool's memory
         (void)cudaGetLastError();
-        for (void* p : g->pool.chunks) CUDA_CHECK(cudaFree(p));
+        g->exec = nullptr;
         return nullptr;
     }
     return g.release();
@@ -85,11 +83,6 @@ void* CudaBackend::capture(const std::function<void()>& issue) {
 
 void CudaBackend::launch(void* graph) { CUDA_CHECK(cudaGraphLaunch(static_cast<Graph*>(graph)->exec, stream_)); }
 
-void CudaBackend::destroy(void* graph) {
-    auto* g = static_cast<Graph*>(graph);
-    CUDA_CHECK(cudaGraphExecDestroy(g->exec));
-    for (void* p : g->pool.chunks) CUDA_CHECK(cudaFree(p));
-    delete g;
-}
+void CudaBackend::destroy(void* graph) { delete static_cast<Graph*>(graph); }
 
 }  // namespace dsv4::cuda
