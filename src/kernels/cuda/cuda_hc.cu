@@ -46,9 +46,13 @@ __global__ void __launch_bounds__(kThreads) hc_ss_kernel(double* ss, const float
     if (threadIdx.x == 0) ss[i * P + p] = t;
 }
 
-// Columns of one chunk of the fused dots kernel, and the most tokens it takes.
+// Columns of one chunk of the fused dots kernel, the most tokens it takes, and the formats it decodes (those
+// fn is stored in).
 constexpr int kDotCols = 256;
 constexpr int kDotMaxTokens = 8;
+constexpr bool dots_format(GgmlType t) {
+    return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0;
+}
 
 // Block p: chunk p (kDotCols columns) of every token's flattened streams H_i: ss[i, p] = its square sum
 // (double) and part[i, p, m] = its dot with fn row m.
@@ -300,16 +304,14 @@ CudaBackend::HcDots CudaBackend::hc_dots(Scratch& s, const float* H, const Weigh
     const int64_t flat = p.hc * p.dim;
     const int n_mix = (int)fn.rows;
     HcDots d;
-    const bool fused_type = fn.type == GgmlType::F32 || fn.type == GgmlType::F16 || fn.type == GgmlType::BF16 ||
-                            fn.type == GgmlType::Q8_0;
-    if (n <= kDotMaxTokens && fused_type) {
+    if (n <= kDotMaxTokens && dots_format(fn.type)) {
         const int P = (int)((flat + kDotCols - 1) / kDotCols);
         d.P_raw = d.P_ss = P;
         d.raw = s.get<float>(n * P * n_mix);
         d.ss = s.get<double>(n * P);
         dispatch_weight_type(fn.type, [&](auto tag) {
             constexpr GgmlType T = decltype(tag)::type;
-            if constexpr (T == GgmlType::F32 || T == GgmlType::F16 || T == GgmlType::BF16 || T == GgmlType::Q8_0) {
+            if constexpr (dots_format(T)) {
                 hc_dots_kernel<T><<<(unsigned)P, kThreads, 0, stream_>>>(d.raw, d.ss, H, fn.data, fn.row_bytes, n_mix,
                                                                          flat, (int)n, P, tables_);
             }
