@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #define CUDA_CHECK(expr)                                                                              \
     do {                                                                                              \
@@ -25,6 +26,32 @@
 namespace dsv4::cuda {
 
 constexpr int kWarp = 32;
+
+// Whether kernels written for programmatic dependent launch (they call pdl_wait() before touching what
+// earlier kernels wrote) are launched that way: DSV4_PDL=0 launches them normally, for A/B timing.
+inline bool pdl_enabled() {
+    static const bool on = [] {
+        const char* v = std::getenv("DSV4_PDL");
+        return !(v && v[0] == '0');
+    }();
+    return on;
+}
+
+// Launches kernel k as a programmatic dependent of the previous kernel in stream s (when pdl_enabled()): it
+// may start before that kernel ends and must wait for it with pdl_wait() (cuda_gemv_stream.cuh).
+template <class... P, class... A>
+void launch_pdl(void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s, A&&... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl_enabled() ? 1 : 0;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...));
+}
 
 inline unsigned ceil_div(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 

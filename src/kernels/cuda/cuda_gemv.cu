@@ -1,6 +1,8 @@
 // Decode GEMV (n <= 8 activation rows) for the formats decode reads most: Q8_0, MXFP4, Q2_K, Q3_K, Q4_K, Q6_K, IQ2_XXS
 // and F16/BF16/F32. A warp takes 2 consecutive weight rows (so each activation load serves both) and streams them
 // through its cp.async ring (cuda_gemv_stream.cuh); lanes decode units of the staged blocks (cuda_gemv_codecs.cuh).
+// For Q8_0, Q2_K and IQ2_XXS, when the caller provides scratch, the activations are first written as 8-bit
+// digits and the lanes use integer dot products (cuda_gemv_digits.cuh).
 // When the matrix has few rows, up to 4 warps of a block split the row's stages (split-K) and add their partial sums in
 // a fixed order, so enough warps stream at once to keep HBM busy.
 #include <algorithm>
@@ -20,12 +22,12 @@ using namespace gemv;
 
 constexpr int64_t kTargetWarps = 4096;  // about 32 resident warps on each of the H200's 132 SMs
 
-template <int R, int NT>
+template <int R, int NT, class X>
 struct GemvSrc {
     const uint8_t* rows[R];
-    const float* xs[NT];
+    const X* xs[NT];
     __device__ const uint8_t* row(int, int r) const { return rows[r]; }
-    __device__ const float* x(int, int t) const { return xs[t]; }
+    __device__ const X* x(int, int t) const { return xs[t]; }
 };
 
 // One launch serves a batch of matrices that share the activation row count (a layer's projections of the
@@ -37,9 +39,9 @@ struct GemvJob {
     const uint8_t* w;
     size_t row_bytes;
     int64_t M;
-    int nb;  // blocks per row
-    const float* x;
-    int64_t x_stride;
+    int nb;            // blocks per row
+    const void* x;     // activation rows of the codec's type (floats, or XDigits)
+    int64_t x_stride;  // in those units
     float* y;
     int64_t y_stride;
     int64_t group0;
@@ -52,11 +54,14 @@ struct GemvBatch {
 };
 
 // Grid: x covers the batch's row groups (R rows, wg warps each). The n <= NT activation rows are x rows 0..n-1.
-template <GgmlType T, int NT>
-__global__ void __launch_bounds__(kThreads, min_blocks<NT>()) gemv_kernel(const __grid_constant__ GemvBatch b, int wg,
+// Launched as a programmatic dependent: the first weight stages are requested before waiting for the kernel
+// that wrote x.
+template <GgmlType T, class C, int NT>
+__global__ void __launch_bounds__(kThreads, min_blocks<C, NT>()) gemv_kernel(const __grid_constant__ GemvBatch b, int wg,
                                                                           QuantTables tb) {
     constexpr int R = kRowsPerWarp;
-    __shared__ uint4 ring[kWarpsPerBlock][ring_words<T, R>()];
+    using X = typename XOf<C>::X;
+    __shared__ uint4 ring[kWarpsPerBlock][ring_words<C, R>()];
     __shared__ float partial[kWarpsPerBlock][R * NT];
     __shared__ uint32_t lut_mem[LutStorage<T>::kWords];
     const Lut lut = build_lut<T>(lut_mem, tb);
@@ -70,12 +75,12 @@ __global__ void __launch_bounds__(kThreads, min_blocks<NT>()) gemv_kernel(const 
     const bool live = g < b.groups && m0 < J.M;
     const int nt = b.n;
     if (live) {
-        GemvSrc<R, NT> src;
+        GemvSrc<R, NT, X> src;
 #pragma unroll
         for (int r = 0; r < R; ++r) src.rows[r] = J.w + (size_t)(m0 + r < J.M ? m0 + r : J.M - 1) * J.row_bytes;
 #pragma unroll
-        for (int t = 0; t < NT; ++t) src.xs[t] = J.x + (t < nt ? t : 0) * J.x_stride;
-        stream_rows<T, R, NT>(src, 1, J.nb, split, wg, nt, ring[warp], lut, [&](int, const float(&acc)[R][NT]) {
+        for (int t = 0; t < NT; ++t) src.xs[t] = static_cast<const X*>(J.x) + (t < nt ? t : 0) * J.x_stride;
+        stream_rows<C, R, NT>(src, 1, J.nb, split, wg, nt, ring[warp], lut, pdl_wait, [&](int, const float(&acc)[R][NT]) {
             if (lane == 0)
 #pragma unroll
                 for (int r = 0; r < R; ++r)
@@ -92,16 +97,62 @@ __global__ void __launch_bounds__(kThreads, min_blocks<NT>()) gemv_kernel(const 
     }
 }
 
-template <GgmlType T, int NT>
+// Activations to digits (cuda_gemv_digits.cuh): 8 lanes per block of 32 values, 4 values each.
+constexpr int kQuantLanes = 8;
+__global__ void quantize_digits_kernel(XDigits* out, const float* x, int64_t x_stride, int64_t n, int64_t nbx) {
+    pdl_trigger();  // the GEMV that reads the digits may launch and start its weight loads now
+    pdl_wait();
+    const int64_t gid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t blk = gid / kQuantLanes;
+    const int sub = (int)(gid % kQuantLanes);
+    const bool live = blk < n * nbx;
+    const int64_t row = live ? blk / nbx : 0, c = live ? blk % nbx : 0;
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (live) {
+        const float4 a = *reinterpret_cast<const float4*>(x + row * x_stride + 32 * c + 4 * sub);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+    }
+    float m = abs_max4(v);
+#pragma unroll
+    for (int o = 1; o < kQuantLanes; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float sum = sum4(v);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);  // lanes 0-3: values 0..15, lanes 4-7: 16..31
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (!live) return;
+    float scale, inv;
+    uint32_t w0 = 0, w1 = 0, w2 = 0;
+    if (digit_scale(m, scale, inv)) digits_of4(v, inv, w0, w1, w2);
+    XDigits& o = out[blk];
+    reinterpret_cast<uint32_t*>(o.a0)[sub] = w0;
+    reinterpret_cast<uint32_t*>(o.a1)[sub] = w1;
+    reinterpret_cast<uint32_t*>(o.a2)[sub] = w2;
+    if (sub == 0) o.scale = scale, o.sum16[0] = sum, o.pad = 0.0f;
+    if (sub == 4) o.sum16[1] = sum;
+}
+
+template <GgmlType T, class C, int NT>
 void launch_nt(const GemvBatch& b, int min_stages, const QuantTables& t, cudaStream_t s) {
     int wg = 1;  // warps per row group: split-K only while the rows alone leave the GPU short of warps
     while (wg < kWarpsPerBlock && 2 * wg <= min_stages && b.groups * wg < kTargetWarps) wg *= 2;
-    prefer_shared<gemv_kernel<T, NT>>();
-    gemv_kernel<T, NT><<<ceil_div(b.groups * wg, kWarpsPerBlock), kThreads, 0, s>>>(b, wg, t);
+    prefer_shared<gemv_kernel<T, C, NT>>();
+    launch_pdl(gemv_kernel<T, C, NT>, ceil_div(b.groups * wg, kWarpsPerBlock), kThreads, s, b, wg, t);
+}
+
+template <GgmlType T, class C>
+void launch_codec(const GemvBatch& b, int min_stages, const QuantTables& t, cudaStream_t s) {
+    if (b.n <= 1) {
+        launch_nt<T, C, 1>(b, min_stages, t, s);
+    } else if (b.n <= 2) {
+        launch_nt<T, C, 2>(b, min_stages, t, s);
+    } else if (b.n <= 4) {
+        launch_nt<T, C, 4>(b, min_stages, t, s);
+    } else {
+        launch_nt<T, C, 8>(b, min_stages, t, s);
+    }
 }
 
 template <GgmlType T>
-bool launch(const MatmulParams* ps, int count, const QuantTables& t, cudaStream_t s) {
+bool launch(const MatmulParams* ps, int count, const QuantTables& t, cudaStream_t s, DigitAlloc* digits) {
     using C = Codec<T>;
     constexpr int R = kRowsPerWarp;
     GemvBatch b{};
@@ -118,21 +169,65 @@ bool launch(const MatmulParams* ps, int count, const QuantTables& t, cudaStream_
         const int nb = (int)(p.K / C::kElems);
         b.job[j] = GemvJob{p.w, p.row_bytes, p.M, nb, p.x, p.x_stride, p.y, p.y_stride, b.groups};
         b.groups += (p.M + R - 1) / R;
-        min_stages = std::min(min_stages, (nb + Stage<T, R>::kBlocks - 1) / Stage<T, R>::kBlocks);
+        min_stages = std::min(min_stages, (nb + Stage<C, R>::kBlocks - 1) / Stage<C, R>::kBlocks);
     }
-    if (b.n <= 1) {
-        launch_nt<T, 1>(b, min_stages, t, s);
-    } else if (b.n <= 2) {
-        launch_nt<T, 2>(b, min_stages, t, s);
-    } else if (b.n <= 4) {
-        launch_nt<T, 4>(b, min_stages, t, s);
-    } else {
-        launch_nt<T, 8>(b, min_stages, t, s);
+    if constexpr (has_digit_codec(T)) {
+        if (digits && digits_enabled()) {
+            // The jobs' inputs are quantized once: as one span when they are 32-aligned column ranges of the
+            // same rows (one input, or the slices of a grouped projection), else each distinct input alone.
+            const float* base = ps[0].x;
+            const float* end = ps[0].x + ps[0].K;
+            bool span = true;
+            int64_t covered = 0;  // the span may hold no more values than the jobs read (no unrelated memory)
+            for (int j = 0; j < count; ++j) {
+                base = std::min(base, ps[j].x);
+                end = std::max(end, ps[j].x + ps[j].K);
+                span = span && ps[j].x_stride == ps[0].x_stride;
+                covered += ps[j].K;
+            }
+            for (int j = 0; j < count; ++j) span = span && (ps[j].x - base) % 32 == 0;
+            span = span && end - base <= covered && (b.n == 1 || end - base <= ps[0].x_stride);
+            if (span) {
+                const int64_t nbx = (end - base) / 32;
+                XDigits* q = (*digits)(b.n * nbx);
+                launch_quantize_digits(q, base, ps[0].x_stride, b.n, end - base, s);
+                for (int j = 0; j < count; ++j) {
+                    b.job[j].x = q + (ps[j].x - base) / 32;
+                    b.job[j].x_stride = nbx;
+                }
+            }
+            for (int j = 0; j < count && !span; ++j) {
+                int same = 0;
+                while (same < j && (ps[same].x != ps[j].x || ps[same].x_stride != ps[j].x_stride || ps[same].K != ps[j].K))
+                    ++same;
+                if (same == j) {
+                    const int64_t nbx = ps[j].K / 32;
+                    XDigits* q = (*digits)(b.n * nbx);
+                    launch_quantize_digits(q, ps[j].x, ps[j].x_stride, b.n, ps[j].K, s);
+                    b.job[j].x = q;
+                    b.job[j].x_stride = nbx;
+                } else {
+                    b.job[j].x = b.job[same].x;
+                    b.job[j].x_stride = b.job[same].x_stride;
+                }
+            }
+            launch_codec<T, DigitCodec<T>>(b, min_stages, t, s);
+            return true;
+        }
     }
+    launch_codec<T, C>(b, min_stages, t, s);
     return true;
 }
 
 }  // namespace
+
+bool digits_enabled() {
+    static const bool on = [] {
+        const char* v = std::getenv("DSV4_GEMV_DIGITS");
+        return !(v && std::strcmp(v, "0") == 0);
+    }();
+    return on;
+}
 
 GemvMode gemv_mode() {
     static const GemvMode mode = [] {
@@ -149,16 +244,22 @@ bool launch_gemv_staged(const MatmulParams& p, const QuantTables& t, cudaStream_
     // kernel: its rows per expert are few and known only on the device, which a warp per row suits better
     // (measured: 275 vs 425 us for V4-Flash's experts at n = 1).
     if (gemv_mode() == GemvMode::Staged || p.offsets) return launch_gemv_warp_staged(p, t, s);
-    return launch_gemv_batch(&p, 1, t, s);
+    return launch_gemv_batch(&p, 1, t, s, nullptr);
 }
 
-bool launch_gemv_batch(const MatmulParams* ps, int count, const QuantTables& t, cudaStream_t s) {
+void launch_quantize_digits(XDigits* out, const float* x, int64_t x_stride, int64_t n, int64_t K, cudaStream_t s) {
+    const int64_t nbx = K / 32;
+    if (n * nbx == 0) return;
+    launch_pdl(quantize_digits_kernel, ceil_div(n * nbx * kQuantLanes, 256), 256, s, out, x, x_stride, n, nbx);
+}
+
+bool launch_gemv_batch(const MatmulParams* ps, int count, const QuantTables& t, cudaStream_t s, DigitAlloc* digits) {
     if (count < 1 || count > kMaxJobs || gemv_mode() != GemvMode::Pipelined) return false;
     if (ps[0].n < 1 || ps[0].n > 8) return false;
     for (int j = 0; j < count; ++j)
         if (ps[j].offsets || ps[j].M == 0) return false;
     bool ok = false;
-    dispatch_codec(ps[0].type, [&](auto tag) { ok = launch<decltype(tag)::type>(ps, count, t, s); });
+    dispatch_codec(ps[0].type, [&](auto tag) { ok = launch<decltype(tag)::type>(ps, count, t, s, digits); });
     return ok;
 }
 

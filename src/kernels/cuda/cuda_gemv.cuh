@@ -3,9 +3,24 @@
 
 #include <cuda_runtime.h>
 
+#include <functional>
+
 #include "kernels/cuda/cuda_matmul.cuh"
 
 namespace dsv4::cuda {
+
+namespace gemv {
+struct XDigits;
+}
+
+// Device memory for count activation blocks as digits (cuda_gemv_digits.cuh), valid until the kernels that
+// read it have run (stream order): the caller's op scratch.
+using DigitAlloc = std::function<gemv::XDigits*(int64_t count)>;
+
+// out[i, c] = the digits of x[i, 32c .. 32c + 32) for the n rows of K values (K % 32 == 0, x rows 16-byte
+// aligned).
+void launch_quantize_digits(gemv::XDigits* out, const float* x, int64_t x_stride, int64_t n, int64_t K,
+                            cudaStream_t s);
 
 // Which decode kernels run, from DSV4_GEMV (read once per process), so one GPU run can A/B them:
 // unset: the pipelined GEMV (cuda_gemv.cu) and the MoE decode path (cuda_moe_decode.cu);
@@ -13,6 +28,10 @@ namespace dsv4::cuda {
 // "legacy": cuda_matmul.cu's one-value-per-call kernel (chosen there), MoE grouped.
 enum class GemvMode { Pipelined, Staged, Legacy };
 GemvMode gemv_mode();
+
+// Whether the formats with a digit codec (Q8_0, Q2_K, IQ2_XXS) multiply activations quantized to digits
+// (cuda_gemv_digits.cuh); DSV4_GEMV_DIGITS=0 keeps f32 activations, for A/B timing.
+bool digits_enabled();
 
 // Runs y = x W^T through the decode GEMV of gemv_mode() when it handles this case (its weight formats,
 // 16-byte aligned activation rows, a suitably aligned matrix) and returns true; returns false without
@@ -22,8 +41,9 @@ GemvMode gemv_mode();
 bool launch_gemv_staged(const MatmulParams& p, const QuantTables& t, cudaStream_t s);
 
 // A batch of 1..16 plain matmuls of one weight type over the same n <= 8 activation rows as one launch
-// (pipelined mode only); returns false, launching nothing, when any of them is not served.
-bool launch_gemv_batch(const MatmulParams* ps, int count, const QuantTables& t, cudaStream_t s);
+// (pipelined mode only); returns false, launching nothing, when any of them is not served. With digits (not
+// null), the formats that have a digit codec quantize each distinct input first and use integer dots.
+bool launch_gemv_batch(const MatmulParams* ps, int count, const QuantTables& t, cudaStream_t s, DigitAlloc* digits);
 
 // The previous staged kernel (cuda_gemv_staged.cu), same contract.
 bool launch_gemv_warp_staged(const MatmulParams& p, const QuantTables& t, cudaStream_t s);

@@ -17,6 +17,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_dequant.cuh"
 #include "kernels/cuda/cuda_gemv_codecs.cuh"
+#include "kernels/cuda/cuda_gemv_digits.cuh"
 
 namespace dsv4::cuda::gemv {
 
@@ -24,10 +25,24 @@ constexpr int kWarpsPerBlock = 4;
 constexpr int kThreads = kWarpsPerBlock * kWarp;
 constexpr int kRingStages = 3;  // cp.async ring depth: two stages in flight while one is decoded
 
-// A stage holds kBlocks = the codec's kStageBlocks blocks (about 1 KB) of each of the R rows.
-template <GgmlType T, int R>
+// The activation type a codec multiplies (float, or XDigits for the digit codecs) and how many of them one
+// weight block spans.
+template <class C>
+struct XOf {
+    using X = float;
+    static constexpr int kPerBlock = C::kElems;
+};
+template <class C>
+    requires requires { typename C::X; }
+struct XOf<C> {
+    using X = typename C::X;
+    static constexpr int kPerBlock = C::kXPerBlock;
+};
+
+// A stage holds kBlocks = the codec's kStageBlocks blocks (about 1 KB) of each of the R rows; C is Codec<T>
+// or DigitCodec<T>.
+template <class C, int R>
 struct Stage {
-    using C = Codec<T>;
     static constexpr int kBlocks = C::kStageBlocks;
     static constexpr int kBytes = kBlocks * C::kBytes;
     static constexpr int kUnits = kBlocks * C::kUnits;
@@ -44,9 +59,25 @@ struct Stage {
 constexpr int kRowsPerWarp = 2;
 
 // Shared memory of one warp's ring for R rows.
-template <GgmlType T, int R>
+template <class C, int R>
 constexpr int ring_words() {
-    return kRingStages * R * Stage<T, R>::kWords;
+    return kRingStages * R * Stage<C, R>::kWords;
+}
+
+// Programmatic dependent launch (Hopper): a kernel launched with launch_pdl may start while the kernel before
+// it in the stream is still running; pdl_wait() blocks the calling thread until that kernel has finished and
+// its writes are visible, so everything a thread does before it must not depend on (or overwrite) what the
+// previous kernels read or write. pdl_trigger() lets the next such kernel start launching. Both are no-ops
+// for a kernel launched normally.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -91,9 +122,12 @@ __device__ __forceinline__ Lut build_lut(uint32_t* mem, const QuantTables& tb) {
 
 // Minimum resident blocks per SM for __launch_bounds__: single-row kernels are held to 64 registers so that
 // 8 blocks (32 warps) fit, as their rings do (see prefer_shared); 8 activation rows keep up to 255 registers
-// (their accumulators and activations), which costs occupancy but not spills.
-template <int NT>
+// (their accumulators and activations), which costs occupancy but not spills. A codec may ask for fewer
+// single-row blocks (kMinBlocks1: the 2-bit digit codecs hold 32 weights as words and a digit half per lane,
+// and spill at 64 registers).
+template <class C, int NT>
 constexpr int min_blocks() {
+    if constexpr (NT == 1 && requires { C::kMinBlocks1; }) return C::kMinBlocks1;
     return NT == 1 ? 8 : NT == 8 ? 2 : 4;
 }
 
@@ -120,16 +154,22 @@ __device__ __forceinline__ void warp_reduce(float (&acc)[R][NT]) {
 // Streams the stages of n_items items through this warp's ring and calls done(item, acc) after each item
 // with the warp-reduced sums acc[r][t] = sum over this warp's stages of row r times activation row t (every
 // lane gets them; zeros when the warp has no stage of the item). src provides row(item, r): the first byte
-// of row r (nb blocks) and x(item, t): activation row t (for t >= nt any valid row), 16-byte aligned.
+// of row r (nb blocks) and x(item, t): activation row t (for t >= nt any valid row), 16-byte aligned, of
+// the codec's activation type (XOf<C>).
 //
 // Addresses advance by constants from stage to stage (a stage is a multiple of 16 bytes, so each row keeps
 // its offset within the 16-byte words) and from pass to pass, so the loop spends its instructions on
 // decoding rather than on address arithmetic.
-template <GgmlType T, int R, int NT, class Src, class Done>
+//
+// ready() runs once the first stages are in flight, before any activation is read: a kernel launched as a
+// programmatic dependent (pdl_wait) waits there for the kernel before it, so its weight loads overlap that
+// kernel's tail.
+template <class C, int R, int NT, class Src, class Ready, class Done>
 __device__ __forceinline__ void stream_rows(const Src& src, int n_items, int nb, int split, int wg, int nt, uint4* ring,
-                                            const Lut& lut, Done&& done) {
-    using C = Codec<T>;
-    using S = Stage<T, R>;
+                                            const Lut& lut, Ready&& ready, Done&& done) {
+    using S = Stage<C, R>;
+    using X = typename XOf<C>::X;
+    constexpr int kXPerBlock = XOf<C>::kPerBlock;
     constexpr int kStageBytes = S::kBytes;
     // Units per block divide the warp: a lane decodes the same unit (uu) of every kBlockStep-th block.
     static_assert(kWarp % C::kUnits == 0, "units per block divide the warp");
@@ -149,6 +189,7 @@ __device__ __forceinline__ void stream_rows(const Src& src, int n_items, int nb,
     };
     clear();
     if (per_item == 0) {
+        ready();
         for (int item = 0; item < n_items; ++item) done(item, acc);
         return;
     }
@@ -193,13 +234,13 @@ __device__ __forceinline__ void stream_rows(const Src& src, int n_items, int nb,
     // row r, lx[t] its activations.
     int out_item = 0, out_j = 0;
     int out_off[R];
-    const float* lx[NT];
+    const X* lx[NT];
     auto out_start = [&]() {
 #pragma unroll
         for (int r = 0; r < R; ++r)
             out_off[r] = (int)(reinterpret_cast<uintptr_t>(src.row(out_item, r)) & 15) + j0 * C::kBytes;
 #pragma unroll
-        for (int t = 0; t < NT; ++t) lx[t] = src.x(out_item, t) + (size_t)(split * S::kBlocks + j0) * C::kElems;
+        for (int t = 0; t < NT; ++t) lx[t] = src.x(out_item, t) + (size_t)(split * S::kBlocks + j0) * kXPerBlock;
     };
 
     in_start();
@@ -209,6 +250,7 @@ __device__ __forceinline__ void stream_rows(const Src& src, int n_items, int nb,
         if (i < total) issue(i);
         cp_async_commit();  // possibly empty: keeps the group count in step with the stage index
     }
+    ready();
     for (int i = 0; i < total; ++i) {
         if (i + kRingStages - 1 < total) issue(i + kRingStages - 1);
         cp_async_commit();
@@ -224,9 +266,9 @@ __device__ __forceinline__ void stream_rows(const Src& src, int n_items, int nb,
 #pragma unroll
                 for (int r = 0; r < R; ++r)
                     blk[r] = slot + r * S::kWords * 16 + out_off[r] + p * kBlockStep * C::kBytes;
-                const float* xb[NT];
+                const X* xb[NT];
 #pragma unroll
-                for (int t = 0; t < NT; ++t) xb[t] = lx[t] + p * kBlockStep * C::kElems;
+                for (int t = 0; t < NT; ++t) xb[t] = lx[t] + p * kBlockStep * kXPerBlock;
                 C::template dot<R, NT>(blk, uu, xb, nt, acc, lut);
             }
         }
@@ -239,7 +281,7 @@ __device__ __forceinline__ void stream_rows(const Src& src, int n_items, int nb,
             if (++out_item < n_items) out_start();
         } else {
 #pragma unroll
-            for (int t = 0; t < NT; ++t) lx[t] += (size_t)wg * S::kBlocks * C::kElems;
+            for (int t = 0; t < NT; ++t) lx[t] += (size_t)wg * S::kBlocks * kXPerBlock;
         }
     }
     cp_async_wait<0>();

@@ -13,6 +13,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_gemm_tc.cuh"
 #include "kernels/cuda/cuda_gemv.cuh"
+#include "kernels/cuda/cuda_gemv_digits.cuh"
 #include "kernels/cuda/cuda_matmul.cuh"
 
 namespace dsv4::cuda {
@@ -243,7 +244,16 @@ void CudaBackend::matmul(float* y, int64_t y_stride, const float* x, int64_t x_s
         matmul_tc(*this, y, y_stride, x, x_stride, w, n);
         return;
     }
-    launch_matmul(plain_matmul(w, y, y_stride, x, x_stride, n), tables_, stream_);
+    const MatmulParams p = plain_matmul(w, y, y_stride, x, x_stride, n);
+    if (n <= kGemvTokens && gemv_mode() == GemvMode::Pipelined) {  // decode: the GEMV with activation digits
+        Scratch scratch(*this);
+        DigitAlloc digits = [&](int64_t count) { return scratch.get<gemv::XDigits>(count); };
+        if (launch_gemv_batch(&p, 1, tables_, stream_, &digits)) {
+            CUDA_CHECK_LAUNCH();
+            return;
+        }
+    }
+    launch_matmul(p, tables_, stream_);
 }
 
 void CudaBackend::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {
@@ -251,6 +261,8 @@ void CudaBackend::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {
     // Decode-sized: the jobs of each weight type as one pipelined GEMV launch (up to 16 per launch); any
     // job the batch kernel does not serve, and every prefill-sized batch, runs as its own matmul.
     std::vector<bool> done(jobs.size(), false);
+    Scratch scratch(*this);
+    DigitAlloc digits = [&](int64_t count) { return scratch.get<gemv::XDigits>(count); };
     if (n <= kGemvTokens && !matmul_tc_wanted(*this, n)) {
         for (size_t a = 0; a < jobs.size(); ++a) {
             if (done[a]) continue;
@@ -263,7 +275,7 @@ void CudaBackend::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {
                 ps.push_back(plain_matmul(w, jobs[b].y, jobs[b].y_stride, jobs[b].x, jobs[b].x_stride, n));
                 which.push_back(b);
             }
-            if (ps.size() > 1 && launch_gemv_batch(ps.data(), (int)ps.size(), tables_, stream_)) {
+            if (ps.size() > 1 && launch_gemv_batch(ps.data(), (int)ps.size(), tables_, stream_, &digits)) {
                 CUDA_CHECK_LAUNCH();
                 for (size_t b : which) done[b] = true;
             }

@@ -31,10 +31,11 @@ constexpr int kGateRows = kRowsPerWarp / 2;
 constexpr int64_t kTargetWarps = 4096;
 
 struct MoeDecodeParams {
-    const float* x = nullptr;        // [n, D]
+    const void* x = nullptr;         // [n, D] floats, or [n, D / 32] XDigits for the digit codecs
     const int32_t* ids = nullptr;    // [n, k]
     const float* weights = nullptr;  // [n, k]
     float* h = nullptr;              // [n * k, F]
+    const void* hq = nullptr;        // h as the down codec reads it: h itself or [n * k, F / 32] XDigits
     float* out = nullptr;            // [n, D]
     int64_t n = 0, D = 0, F = 0;
     int k = 0, n_experts = 0;
@@ -52,20 +53,21 @@ __device__ __forceinline__ int expert_of(const MoeDecodeParams& a, int64_t pair)
     return e;
 }
 
-template <int R>
+template <int R, class X>
 struct GateUpSrc {
     const uint8_t* rows[R];  // gate rows, then up rows
-    const float* xs[1];
+    const X* xs[1];
     __device__ const uint8_t* row(int, int r) const { return rows[r]; }
-    __device__ const float* x(int, int) const { return xs[0]; }
+    __device__ const X* x(int, int) const { return xs[0]; }
 };
 
-// Grid x: (pair, row f) groups, wg warps each.
-template <GgmlType T>
-__global__ void __launch_bounds__(kThreads, min_blocks<1>())
+// Grid x: (pair, row f) groups, wg warps each. C: Codec<T> or DigitCodec<T>.
+template <GgmlType T, class C>
+__global__ void __launch_bounds__(kThreads, min_blocks<C, 1>())
     moe_gate_up_kernel(MoeDecodeParams a, int wg, QuantTables tb) {
     constexpr int R = kRowsPerWarp;
-    __shared__ uint4 ring[kWarpsPerBlock][ring_words<T, R>()];
+    using X = typename XOf<C>::X;
+    __shared__ uint4 ring[kWarpsPerBlock][ring_words<C, R>()];
     __shared__ float partial[kWarpsPerBlock][R];
     __shared__ uint32_t lut_mem[LutStorage<T>::kWords];
     const Lut lut = build_lut<T>(lut_mem, tb);
@@ -78,7 +80,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks<1>())
     const int64_t f0 = (group % per_pair) * kGateRows;
     if (live) {
         const int e = expert_of(a, pair);
-        GateUpSrc<R> src;
+        GateUpSrc<R, X> src;
         const uint8_t* g = a.gate + (size_t)e * a.F * a.gate_row;
         const uint8_t* u = a.up + (size_t)e * a.F * a.up_row;
 #pragma unroll
@@ -87,8 +89,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks<1>())
             src.rows[r] = g + (size_t)f * a.gate_row;
             src.rows[kGateRows + r] = u + (size_t)f * a.up_row;
         }
-        src.xs[0] = a.x + (pair / a.k) * a.D;
-        stream_rows<T, R, 1>(src, 1, (int)(a.D / Codec<T>::kElems), split, wg, 1, ring[warp], lut,
+        src.xs[0] = static_cast<const X*>(a.x) + (pair / a.k) * (a.D / C::kElems * XOf<C>::kPerBlock);
+        stream_rows<C, R, 1>(src, 1, (int)(a.D / C::kElems), split, wg, 1, ring[warp], lut, [] {},
                              [&](int, const float(&acc)[R][1]) {
                                  if (lane == 0)
 #pragma unroll
@@ -111,27 +113,28 @@ __global__ void __launch_bounds__(kThreads, min_blocks<1>())
     }
 }
 
-template <int R>
+template <int R, class X>
 struct DownSrc {
     const uint8_t* down = nullptr;
     size_t expert_bytes = 0, row_bytes = 0;
     int64_t d[R] = {};            // output rows (clamped into range)
     const int* expert = nullptr;  // [item]: expert of the item-th slot in summation order
     const int* pair = nullptr;    // [item]: its (token, slot) pair
-    const float* h = nullptr;
-    int64_t F = 0;
+    const X* h = nullptr;
+    int64_t h_stride = 0;  // in X
     __device__ const uint8_t* row(int item, int r) const {
         return down + (size_t)expert[item] * expert_bytes + (size_t)d[r] * row_bytes;
     }
-    __device__ const float* x(int item, int) const { return h + (int64_t)pair[item] * F; }
+    __device__ const X* x(int item, int) const { return h + (int64_t)pair[item] * h_stride; }
 };
 
 // Grid x: (token, output row pair) groups, wg warps each.
-template <GgmlType T>
-__global__ void __launch_bounds__(kThreads, min_blocks<1>())
+template <GgmlType T, class C>
+__global__ void __launch_bounds__(kThreads, min_blocks<C, 1>())
     moe_down_sum_kernel(MoeDecodeParams a, int wg, QuantTables tb) {
     constexpr int R = kRowsPerWarp;
-    __shared__ uint4 ring[kWarpsPerBlock][ring_words<T, R>()];
+    using X = typename XOf<C>::X;
+    __shared__ uint4 ring[kWarpsPerBlock][ring_words<C, R>()];
     __shared__ float partial[kWarpsPerBlock][kMaxSlots][R];
     __shared__ int expert[kWarpsPerBlock][kMaxSlots], pair[kWarpsPerBlock][kMaxSlots];
     __shared__ uint32_t lut_mem[LutStorage<T>::kWords];
@@ -157,7 +160,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks<1>())
             pair[warp][rank] = (int)p;
         }
         __syncwarp();
-        DownSrc<R> src;
+        DownSrc<R, X> src;
         src.down = a.down;
         src.row_bytes = a.down_row;
         src.expert_bytes = (size_t)a.D * a.down_row;
@@ -165,9 +168,9 @@ __global__ void __launch_bounds__(kThreads, min_blocks<1>())
         for (int r = 0; r < R; ++r) src.d[r] = d0 + r < a.D ? d0 + r : a.D - 1;
         src.expert = expert[warp];
         src.pair = pair[warp];
-        src.h = a.h;
-        src.F = a.F;
-        stream_rows<T, R, 1>(src, a.k, (int)(a.F / Codec<T>::kElems), split, wg, 1, ring[warp], lut,
+        src.h = static_cast<const X*>(a.hq);
+        src.h_stride = a.F / C::kElems * XOf<C>::kPerBlock;
+        stream_rows<C, R, 1>(src, a.k, (int)(a.F / C::kElems), split, wg, 1, ring[warp], lut, [] {},
                              [&](int item, const float(&acc)[R][1]) {
                                  if (lane == 0)
 #pragma unroll
@@ -228,6 +231,7 @@ bool moe_experts_decode(CudaBackend& b, const MoeArgs& a) {
     p.ids = a.ids;
     p.weights = a.weights;
     p.h = s.get<float>(P * F);  // 256-byte aligned: the down kernel's float4 loads of h rows (F % 8 == 0)
+    p.hq = p.h;
     p.out = a.out;
     p.n = a.n;
     p.D = D;
@@ -243,24 +247,52 @@ bool moe_experts_decode(CudaBackend& b, const MoeArgs& a) {
     p.down_row = a.down.row_bytes;
     DSV4_CHECK(a.up.n_experts == p.n_experts && a.down.n_experts == p.n_experts);
 
+    // The digit codecs (cuda_gemv_digits.cuh) read the activations as digits: x before the first kernel, h
+    // between the two.
+    const bool gate_digits = has_digit_codec(a.gate.type) && digits_enabled();
+    const bool down_digits = has_digit_codec(a.down.type) && digits_enabled();
+    if (gate_digits) {
+        XDigits* xq = s.get<XDigits>(a.n * (D / 32));
+        launch_quantize_digits(xq, a.x, D, a.n, D, b.stream());
+        p.x = xq;
+    }
     dispatch_codec(a.gate.type, [&](auto tag) {
         constexpr GgmlType T = decltype(tag)::type;
-        constexpr int R = kRowsPerWarp;
-        const int64_t groups = P * ((F + kGateRows - 1) / kGateRows);
-        const int wg =
-            warps_per_group(groups, (D / Codec<T>::kElems + Stage<T, R>::kBlocks - 1) / Stage<T, R>::kBlocks);
-        prefer_shared<moe_gate_up_kernel<T>>();
-        moe_gate_up_kernel<T><<<ceil_div(groups * wg, kWarpsPerBlock), kThreads, 0, b.stream()>>>(p, wg, b.tables());
+        auto go = [&](auto codec) {
+            using C = decltype(codec);
+            constexpr int R = kRowsPerWarp;
+            const int64_t groups = P * ((F + kGateRows - 1) / kGateRows);
+            const int wg = warps_per_group(groups, (D / C::kElems + Stage<C, R>::kBlocks - 1) / Stage<C, R>::kBlocks);
+            prefer_shared<moe_gate_up_kernel<T, C>>();
+            moe_gate_up_kernel<T, C>
+                <<<ceil_div(groups * wg, kWarpsPerBlock), kThreads, 0, b.stream()>>>(p, wg, b.tables());
+        };
+        if constexpr (has_digit_codec(T)) {
+            if (gate_digits) return go(DigitCodec<T>{});
+        }
+        go(Codec<T>{});
     });
     CUDA_CHECK_LAUNCH();
+    if (down_digits) {
+        XDigits* hq = s.get<XDigits>(P * (F / 32));
+        launch_quantize_digits(hq, p.h, F, P, F, b.stream());
+        p.hq = hq;
+    }
     dispatch_codec(a.down.type, [&](auto tag) {
         constexpr GgmlType T = decltype(tag)::type;
-        constexpr int R = kRowsPerWarp;
-        const int64_t groups = a.n * ((D + R - 1) / R);
-        const int wg =
-            warps_per_group(groups, (F / Codec<T>::kElems + Stage<T, R>::kBlocks - 1) / Stage<T, R>::kBlocks);
-        prefer_shared<moe_down_sum_kernel<T>>();
-        moe_down_sum_kernel<T><<<ceil_div(groups * wg, kWarpsPerBlock), kThreads, 0, b.stream()>>>(p, wg, b.tables());
+        auto go = [&](auto codec) {
+            using C = decltype(codec);
+            constexpr int R = kRowsPerWarp;
+            const int64_t groups = a.n * ((D + R - 1) / R);
+            const int wg = warps_per_group(groups, (F / C::kElems + Stage<C, R>::kBlocks - 1) / Stage<C, R>::kBlocks);
+            prefer_shared<moe_down_sum_kernel<T, C>>();
+            moe_down_sum_kernel<T, C>
+                <<<ceil_div(groups * wg, kWarpsPerBlock), kThreads, 0, b.stream()>>>(p, wg, b.tables());
+        };
+        if constexpr (has_digit_codec(T)) {
+            if (down_digits) return go(DigitCodec<T>{});
+        }
+        go(Codec<T>{});
     });
     CUDA_CHECK_LAUNCH();
     return true;

@@ -1,0 +1,353 @@
+// Integer inner loops of the decode GEMV for the formats whose weights are small integers times a block
+// scale (Q8_0, Q2_K, IQ2_XXS): the activations are written once per call as three 8-bit digits of a 24-bit
+// fixed-point number per 32-value block (XDigits), so a lane multiplies four weights by four digits in one
+// dp4a instead of converting every weight to a float (cuda_gemv_codecs.cuh spends ~3 instructions per value
+// on that, and the decode GEMV was bound by instruction issue, not by memory).
+//
+// Numerics. A block of 32 activations with largest magnitude m gets the scale 2^e, e = exponent(m) - 6, so
+// v = x / 2^e lies in (-128, 128) exactly (a power of two); v = a0 + a1 / 2^8 + a2 / 2^16 + err with a0 =
+// floor(v) (signed), a1, a2 unsigned and |err| <= 2^-16, i.e. |x - digits| <= m * 2^-22: the activation keeps
+// 23 of its 24 significant bits relative to its block's largest value. The products with the integer weights
+// are exact (32-bit integer sums), and a block's value is combined in f32 as scale * (s0 + (256 s1 + s2) /
+// 2^16). So the result differs from the f32 dot of the exact weights by about the rounding that dot has
+// itself; test-backend-ops holds it to the same tolerance as every matmul (tol_dot(K) against the CPU).
+// Blocks whose largest magnitude is below 2^-100 are taken as zeros (their contribution is below every
+// tolerance); a block with an infinity or NaN gets a NaN scale, so every output reading it is NaN.
+//
+// Every function is __host__ __device__ (dp4a has a portable equivalent), so the quantizer can be checked
+// on a machine without a GPU.
+#pragma once
+
+#include <cmath>
+
+#include "kernels/cuda/cuda_gemv_codecs.cuh"
+
+namespace dsv4::cuda::gemv {
+
+DSV4_GV uint32_t as_bits(float f) {
+#if defined(__CUDA_ARCH__)
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+#endif
+}
+
+// 16 bytes at any alignment: five aligned words, four funnel shifts.
+DSV4_GV void ld128_any(const uint8_t* p, uint32_t (&q)[4]) {
+    const uint32_t off = (uint32_t)(reinterpret_cast<uintptr_t>(p) & 3);
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(p - off);
+    const uint32_t sh = 8 * off;
+    uint32_t v[5];
+    DSV4_GV_UNROLL
+    for (int i = 0; i < 5; ++i) v[i] = w[i];
+    DSV4_GV_UNROLL
+    for (int i = 0; i < 4; ++i) q[i] = fshr(v[i], v[i + 1], sh);
+}
+
+// 32 activations as digits; 112 bytes, 16-byte aligned (uint4 loads of each half of a digit plane).
+struct alignas(16) XDigits {
+    int8_t a0[32];    // floor(x / scale), in [-128, 127]
+    uint8_t a1[32];   // the next 8 bits of x / scale
+    uint8_t a2[32];   // the 8 after those, rounded
+    float scale;      // 2^e (0 for a negligible block, NaN for a non-finite one)
+    float sum16[2];   // f32 sums of values 0..15 and 16..31 (for the formats with a block minimum, Q2_K)
+    float pad;
+};
+static_assert(sizeof(XDigits) == 112, "XDigits is 7 16-byte words");
+
+// ---- quantization (one block of 32 values) ----
+
+// The scale exponent of a block with largest magnitude m, as the float 2^e and its inverse 2^-e; false when
+// the block is negligible (m < 2^-100) or not finite (then the scale is NaN).
+DSV4_GV bool digit_scale(float m, float& scale, float& inv) {
+    const uint32_t E = (as_bits(m) >> 23) & 255;
+    if (E == 255) {
+        scale = as_float(0x7FC00000u);
+        inv = 0.0f;
+        return false;
+    }
+    if (E < 127 - 100) {
+        scale = 0.0f;
+        inv = 0.0f;
+        return false;
+    }
+    const int e = (int)E - 127 - 6;  // m / 2^e in [64, 128)
+    scale = as_float((uint32_t)(e + 127) << 23);
+    inv = as_float((uint32_t)(127 - e) << 23);
+    return true;
+}
+
+// The digits of v = x * 2^-e (|v| < 128).
+DSV4_GV void digits_of(float v, int8_t& a0, uint8_t& a1, uint8_t& a2) {
+    const float f0 = floorf(v);
+    float r = (v - f0) * 256.0f;  // in [0, 256]: v - f0 can round up to 1 only when v is a tiny negative
+    float f1 = floorf(r);
+    f1 = f1 > 255.0f ? 255.0f : f1;
+    float f2 = rintf((r - f1) * 256.0f);
+    f2 = f2 > 255.0f ? 255.0f : f2;
+    a0 = (int8_t)(int)f0;
+    a1 = (uint8_t)(int)f1;
+    a2 = (uint8_t)(int)f2;
+}
+
+// The digits of lane i's four values v[0..4) = x[4i .. 4i + 4) of a block, packed one byte per value into a
+// word of each plane. The quantize kernel runs this on 8 lanes per block; quantize_block on one thread.
+DSV4_GV void digits_of4(const float (&v)[4], float inv, uint32_t& w0, uint32_t& w1, uint32_t& w2) {
+    w0 = w1 = w2 = 0;
+    DSV4_GV_UNROLL
+    for (int i = 0; i < 4; ++i) {
+        int8_t a0;
+        uint8_t a1, a2;
+        digits_of(v[i] * inv, a0, a1, a2);
+        w0 |= (uint32_t)(uint8_t)a0 << (8 * i);
+        w1 |= (uint32_t)a1 << (8 * i);
+        w2 |= (uint32_t)a2 << (8 * i);
+    }
+}
+// The largest magnitude of a block from its lanes' maxima; a NaN counts as an infinity (fmaxf drops NaNs).
+DSV4_GV float abs_max4(const float (&v)[4]) {
+    float m = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+    const bool nan = v[0] != v[0] || v[1] != v[1] || v[2] != v[2] || v[3] != v[3];
+    return nan ? as_float(0x7F800000u) : m;
+}
+// A lane's share of sum16: ((v0 + v1) + v2) + v3; a half's sum is (lane 0 + lane 1) + (lane 2 + lane 3).
+DSV4_GV float sum4(const float (&v)[4]) { return ((v[0] + v[1]) + v[2]) + v[3]; }
+
+// One block on one thread, the same values the quantize kernel writes (host tests, reference).
+DSV4_GV void quantize_block(const float* x, XDigits& out) {
+    float v[8][4], part[8], m = 0.0f;
+    for (int i = 0; i < 8; ++i) {
+        for (int j = 0; j < 4; ++j) v[i][j] = x[4 * i + j];
+        m = fmaxf(m, abs_max4(v[i]));
+        part[i] = sum4(v[i]);
+    }
+    float scale, inv;
+    const bool ok = digit_scale(m, scale, inv);
+    for (int i = 0; i < 8; ++i) {
+        uint32_t w0 = 0, w1 = 0, w2 = 0;
+        if (ok) digits_of4(v[i], inv, w0, w1, w2);
+        std::memcpy(out.a0 + 4 * i, &w0, 4);
+        std::memcpy(out.a1 + 4 * i, &w1, 4);
+        std::memcpy(out.a2 + 4 * i, &w2, 4);
+    }
+    out.scale = scale;
+    out.sum16[0] = (part[0] + part[1]) + (part[2] + part[3]);
+    out.sum16[1] = (part[4] + part[5]) + (part[6] + part[7]);
+    out.pad = 0.0f;
+}
+
+// ---- integer dot products ----
+
+// sum of the four byte products of a and b plus c; S* says which operand's bytes are signed.
+template <bool SA, bool SB>
+DSV4_GV int dp4a(uint32_t a, uint32_t b, int c) {
+#if defined(__CUDA_ARCH__)
+    int d;
+    if constexpr (SA && SB)
+        asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    else if constexpr (SA)
+        asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    else if constexpr (SB)
+        asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    else
+        asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+#else
+    int s = c;
+    for (int i = 0; i < 4; ++i) {
+        const uint32_t ua = (a >> (8 * i)) & 255, ub = (b >> (8 * i)) & 255;
+        const int va = SA ? (int)(int8_t)ua : (int)ua, vb = SB ? (int)(int8_t)ub : (int)ub;
+        s += va * vb;
+    }
+    return s;
+#endif
+}
+
+// The three digit sums of W weight words (4 bytes each, signed when SW) with W words of each digit plane.
+struct DigitSums {
+    int s0 = 0, s1 = 0, s2 = 0;
+};
+template <bool SW, int W>
+DSV4_GV void digit_dot(const uint32_t (&w)[W], const uint32_t (&a0)[W], const uint32_t (&a1)[W],
+                       const uint32_t (&a2)[W], DigitSums& s) {
+    DSV4_GV_UNROLL
+    for (int i = 0; i < W; ++i) {
+        s.s0 = dp4a<SW, true>(w[i], a0[i], s.s0);
+        s.s1 = dp4a<SW, false>(w[i], a1[i], s.s1);
+        s.s2 = dp4a<SW, false>(w[i], a2[i], s.s2);
+    }
+}
+// s0 + s1 / 2^8 + s2 / 2^16 (|s1|, |s2| < 2^20 for up to 32 values, so 256 s1 + s2 fits in 32 bits).
+DSV4_GV float digit_value(const DigitSums& s) {
+    return fmaf((float)(s.s1 * 256 + s.s2), 1.0f / 65536.0f, (float)s.s0);
+}
+
+// The digits of values [16h, 16h + 16) of a block as 4 words per plane (16-byte loads on the device).
+struct XHalf {
+    uint32_t a0[4], a1[4], a2[4];
+};
+DSV4_GV uint4 ld_u4(const void* p) {
+#if defined(__CUDA_ARCH__)
+    return __ldg(reinterpret_cast<const uint4*>(p));
+#else
+    return *reinterpret_cast<const uint4*>(p);
+#endif
+}
+DSV4_GV void set4(uint32_t (&d)[4], const uint4& v) { d[0] = v.x, d[1] = v.y, d[2] = v.z, d[3] = v.w; }
+DSV4_GV XHalf load_half(const XDigits* x, int h) {
+    XHalf r;
+    set4(r.a0, ld_u4(x->a0 + 16 * h));
+    set4(r.a1, ld_u4(x->a1 + 16 * h));
+    set4(r.a2, ld_u4(x->a2 + 16 * h));
+    return r;
+}
+DSV4_GV float ld_scale(const XDigits* x) {
+#if defined(__CUDA_ARCH__)
+    return __ldg(&x->scale);
+#else
+    return x->scale;
+#endif
+}
+DSV4_GV float ld_sum16(const XDigits* x, int h) {
+#if defined(__CUDA_ARCH__)
+    return __ldg(&x->sum16[h]);
+#else
+    return x->sum16[h];
+#endif
+}
+
+// ---- the codecs: same block geometry contract as Codec<T> (cuda_gemv_codecs.cuh), activations as XDigits.
+// X / kXPerBlock: the activation type and how many of them one weight block spans.
+
+template <GgmlType T>
+struct DigitCodec;
+
+// Q8_0: unit u = values 16u..16u+15 (half the block): 4 words of int8 weights, one digit half.
+template <>
+struct DigitCodec<GgmlType::Q8_0> {
+    using X = XDigits;
+    static constexpr int kElems = 32, kBytes = 34, kUnits = 2, kAlign = 2, kStageBlocks = 32, kXPerBlock = 1;
+    template <int R, int NT>
+    DSV4_GV static void dot(const uint8_t* const (&b)[R], int u, const XDigits* const (&x)[NT], int nt,
+                            float (&acc)[R][NT], const Lut&) {
+        uint32_t w[R][4];
+        float d[R];
+        DSV4_GV_UNROLL
+        for (int r = 0; r < R; ++r) {
+            ld128_any(b[r] + 2 + 16 * u, w[r]);
+            d[r] = half_bits(ld16(b[r]));
+        }
+        DSV4_GV_UNROLL
+        for (int t = 0; t < NT; ++t) {
+            if (t < nt) {
+                const XHalf xh = load_half(x[t], u);
+                const float sx = ld_scale(x[t]);
+                DSV4_GV_UNROLL
+                for (int r = 0; r < R; ++r) {
+                    DigitSums s;
+                    digit_dot<true, 4>(w[r], xh.a0, xh.a1, xh.a2, s);
+                    acc[r][t] = fmaf(d[r] * sx, digit_value(s), acc[r][t]);
+                }
+            }
+        }
+    }
+};
+
+// IQ2_XXS: unit u = the 32 values of sub-block ib = u (4 grid entries, one scale): 8 words of signed grid
+// values (from the Lut selectors and the signed table below), one whole digit block.
+template <>
+struct DigitCodec<GgmlType::IQ2_XXS> {
+    using X = XDigits;
+    static constexpr int kElems = 256, kBytes = 66, kUnits = 8, kAlign = 2, kStageBlocks = 16, kXPerBlock = 8;
+    static constexpr int kMinBlocks1 = 6;  // 85 registers (see min_blocks)
+    // The signed grid values {8, 25, 43, -8, -25, -43} as int8 bytes 0..5 (prmt sources).
+    static constexpr uint32_t kSignedLo = 0xF82B1908u, kSignedHi = 0x0000D5E7u;
+    template <int R, int NT>
+    DSV4_GV static void dot(const uint8_t* const (&b)[R], int u, const XDigits* const (&x)[NT], int nt,
+                            float (&acc)[R][NT], const Lut& lut) {
+        uint32_t q[R][2];  // per row: the 4 grid indices, then aux (4 x 7 sign bits, 4-bit scale)
+        float db[R];
+        DSV4_GV_UNROLL
+        for (int r = 0; r < R; ++r) {
+            ld64_any(b[r] + 2 + 8 * u, q[r]);
+            db[r] = mul_rn(mul_rn(half_bits(ld16(b[r])), 0.5f + small_to_float(q[r][1] >> 28)), 0.25f);
+        }
+        DSV4_GV_UNROLL
+        for (int t = 0; t < NT; ++t) {
+            if (t < nt) {
+                const XDigits* xb = x[t] + u;
+                DigitSums s[R];
+                DSV4_GV_UNROLL
+                for (int h = 0; h < 2; ++h) {  // grid entries 2h, 2h + 1: values 16h .. 16h + 15
+                    const XHalf xh = load_half(xb, h);
+                    DSV4_GV_UNROLL
+                    for (int r = 0; r < R; ++r) {
+                        uint32_t w[4];
+                        DSV4_GV_UNROLL
+                        for (int i = 0; i < 2; ++i) {
+                            const int l = 2 * h + i;
+                            const uint32_t sel =
+                                lut.grid[(q[r][0] >> (8 * l)) & 255] + lut.sign[(q[r][1] >> (7 * l)) & 127];
+                            w[2 * i] = prmt(kSignedLo, kSignedHi, sel);
+                            w[2 * i + 1] = prmt(kSignedLo, kSignedHi, sel >> 16);
+                        }
+                        digit_dot<true, 4>(w, xh.a0, xh.a1, xh.a2, s[r]);
+                    }
+                }
+                const float sx = ld_scale(xb);
+                DSV4_GV_UNROLL
+                for (int r = 0; r < R; ++r) acc[r][t] = fmaf(db[r] * sx, digit_value(s[r]), acc[r][t]);
+            }
+        }
+    }
+};
+
+// Q2_K: unit u = (n = u >> 3, g = (u >> 1) & 3, h = u & 1): the 16 values 128n + 32g + 16h + l, l < 16, of
+// one scale byte: q = (qs[32n + 16h + l] >> 2g) & 3, w = dl q - ml with dl = d (sc & 15), ml = dmin (sc >> 4).
+// sum w x = dl sum q x - ml sum x; the digit block is 4n + g, its half h.
+template <>
+struct DigitCodec<GgmlType::Q2_K> {
+    using X = XDigits;
+    static constexpr int kElems = 256, kBytes = 84, kUnits = 16, kAlign = 4, kStageBlocks = 12, kXPerBlock = 8;
+    static constexpr int kMinBlocks1 = 6;
+    template <int R, int NT>
+    DSV4_GV static void dot(const uint8_t* const (&b)[R], int u, const XDigits* const (&x)[NT], int nt,
+                            float (&acc)[R][NT], const Lut&) {
+        const int n = u >> 3, g = (u >> 1) & 3, h = u & 1;
+        uint32_t w[R][4];
+        float dl[R], ml[R];
+        DSV4_GV_UNROLL
+        for (int r = 0; r < R; ++r) {
+            const uint8_t* qs = b[r] + 16 + 32 * n + 16 * h;
+            DSV4_GV_UNROLL
+            for (int i = 0; i < 4; ++i) w[r][i] = (ld32(qs + 4 * i) >> (2 * g)) & 0x03030303u;
+            const uint32_t sc = b[r][8 * n + 2 * g + h];
+            const uint32_t dd = ld32(b[r] + 80);
+            dl[r] = mul_rn(half_bits(dd), small_to_float(sc & 15));
+            ml[r] = mul_rn(half_bits(dd >> 16), small_to_float(sc >> 4));
+        }
+        DSV4_GV_UNROLL
+        for (int t = 0; t < NT; ++t) {
+            if (t < nt) {
+                const XDigits* xb = x[t] + 4 * n + g;
+                const XHalf xh = load_half(xb, h);
+                const float sx = ld_scale(xb), sum = ld_sum16(xb, h);
+                DSV4_GV_UNROLL
+                for (int r = 0; r < R; ++r) {
+                    DigitSums s;
+                    digit_dot<false, 4>(w[r], xh.a0, xh.a1, xh.a2, s);
+                    acc[r][t] = fmaf(dl[r] * sx, digit_value(s), fmaf(-ml[r], sum, acc[r][t]));
+                }
+            }
+        }
+    }
+};
+
+// Whether format T has a digit codec (the GEMV then quantizes its activations first).
+constexpr bool has_digit_codec(GgmlType t) {
+    return t == GgmlType::Q8_0 || t == GgmlType::IQ2_XXS || t == GgmlType::Q2_K;
+}
+
+}  // namespace dsv4::cuda::gemv

@@ -1,0 +1,136 @@
+// The activation digits of the CUDA decode GEMV (src/kernels/cuda/cuda_gemv_digits.cuh), run on the host:
+// the representation error bound the file claims, its edge cases, and the integer dot products of the Q8_0
+// and Q2_K digit codecs against f32 dots of the CPU-dequantized weights. (The GPU kernels themselves are
+// checked against the CPU backend by test-backend-ops on a CUDA machine.)
+#include <gtest/gtest.h>
+
+#if defined(DSV4_HAVE_CUDA)
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "format/ggml_type.h"
+#include "format/quant.h"
+#include "kernels/cuda/cuda_gemv_digits.cuh"
+
+namespace dsv4::cuda::gemv {
+namespace {
+
+double reconstruct(const XDigits& q, int i) {
+    return (double)q.scale * ((double)q.a0[i] + q.a1[i] / 256.0 + q.a2[i] / 65536.0);
+}
+
+TEST(GemvDigits, BlocksKeep22BitsOfTheirLargestValue) {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::uniform_int_distribution<int> ex(-90, 90);
+    for (int trial = 0; trial < 2000; ++trial) {
+        float x[32];
+        const float mag = std::ldexp(1.0f, ex(rng));
+        for (float& v : x) v = u(rng) * mag * (trial % 3 == 0 ? std::ldexp(1.0f, ex(rng) / 8) : 1.0f);
+        if (trial % 5 == 0) x[trial % 32] = -std::ldexp(1.0f, -140);  // a tiny negative next to large values
+        XDigits q;
+        quantize_block(x, q);
+        double m = 0;
+        for (float v : x) m = std::max(m, (double)std::fabs(v));
+        for (int i = 0; i < 32; ++i)
+            ASSERT_LE(std::fabs(reconstruct(q, i) - x[i]), m * std::ldexp(1.0, -22)) << "trial " << trial << " i " << i;
+        float s0 = 0, s1 = 0;
+        for (int i = 0; i < 16; ++i) s0 += x[i], s1 += x[16 + i];
+        EXPECT_NEAR(q.sum16[0], s0, 1e-5 * m * 16);
+        EXPECT_NEAR(q.sum16[1], s1, 1e-5 * m * 16);
+    }
+}
+
+TEST(GemvDigits, ExactValuesAndEdgeCases) {
+    float x[32] = {};
+    XDigits q;
+    quantize_block(x, q);  // all zeros: a zero scale, zero digits
+    EXPECT_EQ(q.scale, 0.0f);
+    for (int i = 0; i < 32; ++i) EXPECT_EQ(reconstruct(q, i), 0.0);
+
+    for (int i = 0; i < 32; ++i) x[i] = (float)(i - 16) * 0.125f;  // few bits: represented exactly
+    quantize_block(x, q);
+    for (int i = 0; i < 32; ++i) EXPECT_EQ(reconstruct(q, i), (double)x[i]) << i;
+    EXPECT_EQ(q.sum16[0], -17.0f);  // 0.125 * (-16 - 15 - ... - 1)
+    EXPECT_EQ(q.sum16[1], 15.0f);   // 0.125 * (0 + 1 + ... + 15)
+
+    x[3] = -127.99999f;  // the largest magnitude of its binade: a0 = -128 after the scaling
+    quantize_block(x, q);
+    EXPECT_LE(std::fabs(reconstruct(q, 3) - x[3]), 128.0 * std::ldexp(1.0, -22));
+
+    for (float& v : x) v = 1e-35f;  // negligible block: zeros
+    quantize_block(x, q);
+    EXPECT_EQ(q.scale, 0.0f);
+
+    x[5] = INFINITY;  // non-finite blocks poison their outputs
+    quantize_block(x, q);
+    EXPECT_TRUE(std::isnan(q.scale));
+    x[5] = NAN;
+    quantize_block(x, q);
+    EXPECT_TRUE(std::isnan(q.scale));
+}
+
+// Activations with a wide dynamic range per block, as the model's hidden states have.
+std::vector<float> activations(int64_t K, std::mt19937& rng) {
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> x((size_t)K);
+    for (int64_t i = 0; i < K; ++i) x[(size_t)i] = nd(rng) * (i % 37 == 0 ? 50.0f : 1.0f);
+    return x;
+}
+
+// One row of K weights of type T (random blocks from the CPU quantizer) times x, through DigitCodec<T>::dot
+// over every unit, against the f32 dot of the CPU-dequantized row. The bound: per value, the activation
+// error (m * 2^-22 of its block) times |w|, plus f32 rounding of the sums.
+template <GgmlType T>
+void check_codec(int64_t K, uint32_t seed) {
+    using C = DigitCodec<T>;
+    std::mt19937 rng(seed);
+    std::vector<float> wf = activations(K, rng);
+    std::vector<uint8_t> w(ggml_row_bytes(ggml_traits(T), K) + 16);
+    quantize_row(T, wf.data(), w.data(), K);
+    std::vector<float> deq((size_t)K);
+    dequantize_row(T, w.data(), deq.data(), K);
+    const std::vector<float> x = activations(K, rng);
+    std::vector<XDigits> xq((size_t)(K / 32));
+    for (int64_t b = 0; b < K / 32; ++b) quantize_block(x.data() + 32 * b, xq[(size_t)b]);
+
+    double want = 0, bound = 0;
+    for (int64_t b = 0; b < K / 32; ++b) {
+        double m = 0;
+        for (int i = 0; i < 32; ++i) m = std::max(m, (double)std::fabs(x[(size_t)(32 * b + i)]));
+        for (int i = 0; i < 32; ++i) {
+            const double wv = deq[(size_t)(32 * b + i)];
+            want += wv * x[(size_t)(32 * b + i)];
+            bound += std::fabs(wv) * (m * std::ldexp(1.0, -22) + std::fabs(x[(size_t)(32 * b + i)]) * 1e-6);
+        }
+    }
+    float acc[1][1] = {{0.0f}};
+    const Lut lut;
+    for (int64_t b = 0; b < K / C::kElems; ++b) {
+        const uint8_t* blk[1] = {w.data() + b * C::kBytes};
+        const XDigits* xb[1] = {xq.data() + b * C::kXPerBlock};
+        for (int u = 0; u < C::kUnits; ++u) C::template dot<1, 1>(blk, u, xb, 1, acc, lut);
+    }
+    EXPECT_NEAR(acc[0][0], want, bound) << ggml_type_name(T) << " K=" << K;
+    EXPECT_GT(std::fabs(want), 10 * bound);  // the check is not vacuous
+}
+
+TEST(GemvDigits, Q8_0DotMatchesTheF32Dot) {
+    for (uint32_t seed = 1; seed <= 20; ++seed) check_codec<GgmlType::Q8_0>(4096, seed);
+}
+
+TEST(GemvDigits, Q2_KDotMatchesTheF32Dot) {
+    for (uint32_t seed = 1; seed <= 20; ++seed) check_codec<GgmlType::Q2_K>(2048, seed);
+}
+
+}  // namespace
+}  // namespace dsv4::cuda::gemv
+
+#else
+
+TEST(GemvDigits, NeedsTheCudaHeaders) { GTEST_SKIP() << "built without the CUDA backend"; }
+
+#endif
