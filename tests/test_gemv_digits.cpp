@@ -131,6 +131,8 @@ TEST(GemvDigits, Q2_KDotMatchesTheF32Dot) {
 
 #else
 
-TEST(GemvDigits, NeedsTheCudaHeaders) { GTEST_SKIP() << "built without the CUDA backend"; }
+TEST(GemvDigits, NeedsTheCudaHeaders) {
+    GTEST_SKIP() << "built without the CUDA backend";
+}
 
 #endif

@@ -140,6 +140,7 @@ __host__ __device__ constexpr int lane_of_row(int r) { return 4 * (r & 7) + (r >
 template <int NE, int HPW, bool VEC>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, int splits, float2* part_ml,
                                                              float* part_o) {
+    pdl_begin();
     extern __shared__ __align__(16) float tile[];  // [kTile][head_dim]
     const int H = a.n_heads, hd = a.head_dim;
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -284,6 +285,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, in
 __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttentionArgs a, int splits,
                                                                         const float2* part_ml,
                                                                         const float* part_o) {
+    pdl_begin();
     __shared__ float w_s[kMaxSplits];
     __shared__ float inv_s;
     const int H = a.n_heads, hd = a.head_dim;
@@ -371,7 +373,7 @@ void CudaBackend::attention(const AttentionArgs& a) {
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 
     if (splits == 1) {
-        kernel<<<(unsigned)blocks, kThreads, smem, stream_>>>(a, 1, nullptr, nullptr);
+        launch_pdl(kernel, (unsigned)blocks, kThreads, smem, stream_, a, 1, nullptr, nullptr);
         CUDA_CHECK_LAUNCH();
         return;
     }
@@ -379,10 +381,10 @@ void CudaBackend::attention(const AttentionArgs& a) {
     const int64_t slots = a.n * splits * H;
     float2* part_ml = s.get<float2>(slots);
     float* part_o = s.get<float>(slots * hd);
-    kernel<<<(unsigned)(blocks * splits), kThreads, smem, stream_>>>(a, splits, part_ml, part_o);
+    launch_pdl(kernel, (unsigned)(blocks * splits), kThreads, smem, stream_, a, splits, part_ml, part_o);
     CUDA_CHECK_LAUNCH();
-    attention_merge_kernel<<<dim3((unsigned)(a.n * H), ceil_div(hd, kMergeThreads)), kMergeThreads, 0, stream_>>>(
-        a, splits, part_ml, part_o);
+    launch_pdl(attention_merge_kernel, dim3((unsigned)(a.n * H), ceil_div(hd, kMergeThreads)), kMergeThreads, 0,
+               stream_, a, splits, part_ml, part_o);
     CUDA_CHECK_LAUNCH();
 }
 

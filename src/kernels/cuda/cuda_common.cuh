@@ -27,6 +27,31 @@ namespace dsv4::cuda {
 
 constexpr int kWarp = 32;
 
+// Programmatic dependent launch (Hopper): a kernel launched with launch_pdl may start while the kernel before
+// it in the stream is still running; pdl_wait() blocks the calling thread until that kernel has finished and
+// its writes are visible, so everything a thread does before it must not depend on (or overwrite) what the
+// previous kernels read or write. pdl_trigger() lets the next such kernel start launching (its blocks then
+// take free SM slots and wait). Both are no-ops for a kernel launched normally. Every kernel launched with
+// launch_pdl calls pdl_wait() before its first access to activations (most call pdl_begin() first thing);
+// the decode GEMV requests its weights first (cuda_gemv.cu).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// The start of a kernel launched with launch_pdl that has nothing to do before its inputs are ready: wait for
+// the previous kernel, then let the next one launch (one kernel deep, so launches never pile up).
+__device__ __forceinline__ void pdl_begin() {
+    pdl_wait();
+    pdl_trigger();
+}
+
 // Whether kernels written for programmatic dependent launch (they call pdl_wait() before touching what
 // earlier kernels wrote) are launched that way: DSV4_PDL=0 launches them normally, for A/B timing.
 inline bool pdl_enabled() {
@@ -40,10 +65,11 @@ inline bool pdl_enabled() {
 // Launches kernel k as a programmatic dependent of the previous kernel in stream s (when pdl_enabled()): it
 // may start before that kernel ends and must wait for it with pdl_wait() (cuda_gemv_stream.cuh).
 template <class... P, class... A>
-void launch_pdl(void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s, A&&... args) {
+void launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;

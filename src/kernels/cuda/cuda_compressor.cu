@@ -12,6 +12,7 @@ namespace dsv4::cuda {
 namespace {
 
 __global__ void compressor_kernel(CompressorArgs a) {
+    pdl_begin();
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const int r = a.ratio, d = a.d;
     if (c >= d) return;
@@ -63,7 +64,7 @@ __global__ void compressor_kernel(CompressorArgs a) {
 void CudaBackend::compressor(const CompressorArgs& a) {
     if (a.n <= 0 || a.d <= 0) return;
     DSV4_CHECK(a.ratio > 0);
-    compressor_kernel<<<ceil_div(a.d, 128), 128, 0, stream_>>>(a);
+    launch_pdl(compressor_kernel, ceil_div(a.d, 128), 128, 0, stream_, a);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -57,8 +57,8 @@ struct GemvBatch {
 // Launched as a programmatic dependent: the first weight stages are requested before waiting for the kernel
 // that wrote x.
 template <GgmlType T, class C, int NT>
-__global__ void __launch_bounds__(kThreads, min_blocks<C, NT>()) gemv_kernel(const __grid_constant__ GemvBatch b, int wg,
-                                                                          QuantTables tb) {
+__global__ void __launch_bounds__(kThreads, min_blocks<C, NT>())
+    gemv_kernel(const __grid_constant__ GemvBatch b, int wg, QuantTables tb) {
     constexpr int R = kRowsPerWarp;
     using X = typename XOf<C>::X;
     __shared__ uint4 ring[kWarpsPerBlock][ring_words<C, R>()];
@@ -80,13 +80,14 @@ __global__ void __launch_bounds__(kThreads, min_blocks<C, NT>()) gemv_kernel(con
         for (int r = 0; r < R; ++r) src.rows[r] = J.w + (size_t)(m0 + r < J.M ? m0 + r : J.M - 1) * J.row_bytes;
 #pragma unroll
         for (int t = 0; t < NT; ++t) src.xs[t] = static_cast<const X*>(J.x) + (t < nt ? t : 0) * J.x_stride;
-        stream_rows<C, R, NT>(src, 1, J.nb, split, wg, nt, ring[warp], lut, pdl_wait, [&](int, const float(&acc)[R][NT]) {
-            if (lane == 0)
+        stream_rows<C, R, NT>(src, 1, J.nb, split, wg, nt, ring[warp], lut, pdl_begin,
+                              [&](int, const float(&acc)[R][NT]) {
+                                  if (lane == 0)
 #pragma unroll
-                for (int r = 0; r < R; ++r)
+                                      for (int r = 0; r < R; ++r)
 #pragma unroll
-                    for (int t = 0; t < NT; ++t) partial[warp][r * NT + t] = acc[r][t];
-        });
+                                          for (int t = 0; t < NT; ++t) partial[warp][r * NT + t] = acc[r][t];
+                              });
     }
     __syncthreads();
     if (live && split == 0 && lane < R * NT) {
@@ -135,7 +136,7 @@ void launch_nt(const GemvBatch& b, int min_stages, const QuantTables& t, cudaStr
     int wg = 1;  // warps per row group: split-K only while the rows alone leave the GPU short of warps
     while (wg < kWarpsPerBlock && 2 * wg <= min_stages && b.groups * wg < kTargetWarps) wg *= 2;
     prefer_shared<gemv_kernel<T, C, NT>>();
-    launch_pdl(gemv_kernel<T, C, NT>, ceil_div(b.groups * wg, kWarpsPerBlock), kThreads, s, b, wg, t);
+    launch_pdl(gemv_kernel<T, C, NT>, ceil_div(b.groups * wg, kWarpsPerBlock), kThreads, 0, s, b, wg, t);
 }
 
 template <GgmlType T, class C>
@@ -198,7 +199,8 @@ bool launch(const MatmulParams* ps, int count, const QuantTables& t, cudaStream_
             }
             for (int j = 0; j < count && !span; ++j) {
                 int same = 0;
-                while (same < j && (ps[same].x != ps[j].x || ps[same].x_stride != ps[j].x_stride || ps[same].K != ps[j].K))
+                while (same < j &&
+                       (ps[same].x != ps[j].x || ps[same].x_stride != ps[j].x_stride || ps[same].K != ps[j].K))
                     ++same;
                 if (same == j) {
                     const int64_t nbx = ps[j].K / 32;
@@ -250,7 +252,7 @@ bool launch_gemv_staged(const MatmulParams& p, const QuantTables& t, cudaStream_
 void launch_quantize_digits(XDigits* out, const float* x, int64_t x_stride, int64_t n, int64_t K, cudaStream_t s) {
     const int64_t nbx = K / 32;
     if (n * nbx == 0) return;
-    launch_pdl(quantize_digits_kernel, ceil_div(n * nbx * kQuantLanes, 256), 256, s, out, x, x_stride, n, nbx);
+    launch_pdl(quantize_digits_kernel, ceil_div(n * nbx * kQuantLanes, 256), 256, 0, s, out, x, x_stride, n, nbx);
 }
 
 bool launch_gemv_batch(const MatmulParams* ps, int count, const QuantTables& t, cudaStream_t s, DigitAlloc* digits) {

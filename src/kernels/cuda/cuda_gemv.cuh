@@ -19,8 +19,7 @@ using DigitAlloc = std::function<gemv::XDigits*(int64_t count)>;
 
 // out[i, c] = the digits of x[i, 32c .. 32c + 32) for the n rows of K values (K % 32 == 0, x rows 16-byte
 // aligned).
-void launch_quantize_digits(gemv::XDigits* out, const float* x, int64_t x_stride, int64_t n, int64_t K,
-                            cudaStream_t s);
+void launch_quantize_digits(gemv::XDigits* out, const float* x, int64_t x_stride, int64_t n, int64_t K, cudaStream_t s);
 
 // Which decode kernels run, from DSV4_GEMV (read once per process), so one GPU run can A/B them:
 // unset: the pipelined GEMV (cuda_gemv.cu) and the MoE decode path (cuda_moe_decode.cu);

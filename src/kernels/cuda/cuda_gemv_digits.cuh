@@ -48,11 +48,11 @@ DSV4_GV void ld128_any(const uint8_t* p, uint32_t (&q)[4]) {
 
 // 32 activations as digits; 112 bytes, 16-byte aligned (uint4 loads of each half of a digit plane).
 struct alignas(16) XDigits {
-    int8_t a0[32];    // floor(x / scale), in [-128, 127]
-    uint8_t a1[32];   // the next 8 bits of x / scale
-    uint8_t a2[32];   // the 8 after those, rounded
-    float scale;      // 2^e (0 for a negligible block, NaN for a non-finite one)
-    float sum16[2];   // f32 sums of values 0..15 and 16..31 (for the formats with a block minimum, Q2_K)
+    int8_t a0[32];   // floor(x / scale), in [-128, 127]
+    uint8_t a1[32];  // the next 8 bits of x / scale
+    uint8_t a2[32];  // the 8 after those, rounded
+    float scale;     // 2^e (0 for a negligible block, NaN for a non-finite one)
+    float sum16[2];  // f32 sums of values 0..15 and 16..31 (for the formats with a block minimum, Q2_K)
     float pad;
 };
 static_assert(sizeof(XDigits) == 112, "XDigits is 7 16-byte words");
@@ -113,7 +113,9 @@ DSV4_GV float abs_max4(const float (&v)[4]) {
     return nan ? as_float(0x7F800000u) : m;
 }
 // A lane's share of sum16: ((v0 + v1) + v2) + v3; a half's sum is (lane 0 + lane 1) + (lane 2 + lane 3).
-DSV4_GV float sum4(const float (&v)[4]) { return ((v[0] + v[1]) + v[2]) + v[3]; }
+DSV4_GV float sum4(const float (&v)[4]) {
+    return ((v[0] + v[1]) + v[2]) + v[3];
+}
 
 // One block on one thread, the same values the quantize kernel writes (host tests, reference).
 DSV4_GV void quantize_block(const float* x, XDigits& out) {
@@ -195,7 +197,9 @@ DSV4_GV uint4 ld_u4(const void* p) {
     return *reinterpret_cast<const uint4*>(p);
 #endif
 }
-DSV4_GV void set4(uint32_t (&d)[4], const uint4& v) { d[0] = v.x, d[1] = v.y, d[2] = v.z, d[3] = v.w; }
+DSV4_GV void set4(uint32_t (&d)[4], const uint4& v) {
+    d[0] = v.x, d[1] = v.y, d[2] = v.z, d[3] = v.w;
+}
 DSV4_GV XHalf load_half(const XDigits* x, int h) {
     XHalf r;
     set4(r.a0, ld_u4(x->a0 + 16 * h));

@@ -25,6 +25,7 @@ constexpr int kWarpsPerBlock = 4;
 constexpr int kThreads = kWarpsPerBlock * kWarp;
 constexpr int kRingStages = 3;  // cp.async ring depth: two stages in flight while one is decoded
 
+
 // The activation type a codec multiplies (float, or XDigits for the digit codecs) and how many of them one
 // weight block spans.
 template <class C>
@@ -33,7 +34,9 @@ struct XOf {
     static constexpr int kPerBlock = C::kElems;
 };
 template <class C>
-    requires requires { typename C::X; }
+requires requires {
+    typename C::X;
+}
 struct XOf<C> {
     using X = typename C::X;
     static constexpr int kPerBlock = C::kXPerBlock;
@@ -62,22 +65,6 @@ constexpr int kRowsPerWarp = 2;
 template <class C, int R>
 constexpr int ring_words() {
     return kRingStages * R * Stage<C, R>::kWords;
-}
-
-// Programmatic dependent launch (Hopper): a kernel launched with launch_pdl may start while the kernel before
-// it in the stream is still running; pdl_wait() blocks the calling thread until that kernel has finished and
-// its writes are visible, so everything a thread does before it must not depend on (or overwrite) what the
-// previous kernels read or write. pdl_trigger() lets the next such kernel start launching. Both are no-ops
-// for a kernel launched normally.
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
 }
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {

@@ -29,6 +29,7 @@ constexpr int kMaxMix = (2 + kMaxHc) * kMaxHc;
 
 // ss[i, p] = sum of H_i[j]^2 over chunk p of P (double). Grid (n, P).
 __global__ void __launch_bounds__(kThreads) hc_ss_kernel(double* ss, const float* H, int64_t flat, int P) {
+    pdl_begin();
     __shared__ double scratch[32];
     const int64_t i = blockIdx.x;
     const int p = blockIdx.y;
@@ -60,6 +61,7 @@ template <GgmlType T>
 __global__ void __launch_bounds__(kThreads) hc_dots_kernel(float* part, double* ss, const float* H, const uint8_t* fn,
                                                            size_t row_bytes, int n_mix, int64_t flat, int n, int P,
                                                            QuantTables tables) {
+    pdl_begin();
     using D = Dq<T>;
     __shared__ float hs[kDotMaxTokens][kDotCols];
     const int p = blockIdx.x;
@@ -211,6 +213,7 @@ __device__ void hc_collapse(float* x, const float* Hi, const float* pre, int hc,
 __global__ void __launch_bounds__(kThreads) hc_pre_finish_kernel(float* x, float* post, float* comb, const float* H,
                                                                  CudaBackend::HcDots dots, const float* scale,
                                                                  const float* base, HcParams p) {
+    pdl_begin();
     __shared__ float mixes[kMaxMix];
     __shared__ float pre_s[kMaxHc], post_s[kMaxHc], comb_s[kMaxHc * kMaxHc];
     const int hc = p.hc, n_mix = (2 + hc) * hc;
@@ -227,6 +230,7 @@ __global__ void __launch_bounds__(kThreads) hc_pre_finish_kernel(float* x, float
 
 __global__ void __launch_bounds__(kThreads) hc_head_finish_kernel(float* y, const float* H, CudaBackend::HcDots dots,
                                                                   const float* scale, const float* base, HcParams p) {
+    pdl_begin();
     __shared__ float mixes[kMaxHc];
     __shared__ float pre[kMaxHc];
     const int hc = p.hc;
@@ -239,6 +243,7 @@ __global__ void __launch_bounds__(kThreads) hc_head_finish_kernel(float* y, cons
 
 __global__ void hc_post_kernel(float* H_out, const float* x, const float* H_res, const float* post, const float* comb,
                                int64_t n, int hc, int64_t D) {
+    pdl_begin();
     const int64_t total = n * hc * D;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
         const int64_t d = t % D, i = t / (hc * D);
@@ -262,8 +267,8 @@ void CudaBackend::hc_pre(float* x, float* post, float* comb, const float* H, con
     if (n <= 0) return;
     Scratch s(*this);
     const HcDots dots = hc_dots(s, H, fn, n, p);
-    hc_pre_finish_kernel<<<dim3((unsigned)n, (unsigned)hc_slices(n, p)), kThreads, 0, stream_>>>(x, post, comb, H, dots,
-                                                                                                 scale, base, p);
+    launch_pdl(hc_pre_finish_kernel, dim3((unsigned)n, (unsigned)hc_slices(n, p)), kThreads, 0, stream_, x, post, comb,
+               H, dots, scale, base, p);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -271,7 +276,8 @@ void CudaBackend::hc_post(float* H_out, const float* x, const float* H_res, cons
                           int64_t n, const HcParams& p) {
     const int64_t total = n * p.hc * p.dim;
     if (total <= 0) return;
-    hc_post_kernel<<<grid_for(total, kThreads), kThreads, 0, stream_>>>(H_out, x, H_res, post, comb, n, p.hc, p.dim);
+    launch_pdl(hc_post_kernel, grid_for(total, kThreads), kThreads, 0, stream_, H_out, x, H_res, post, comb, n, p.hc,
+               p.dim);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -283,8 +289,8 @@ void CudaBackend::hc_head(float* y, const float* H, const Weight& fn, const floa
     if (n <= 0) return;
     Scratch s(*this);
     const HcDots dots = hc_dots(s, H, fn, n, p);
-    hc_head_finish_kernel<<<dim3((unsigned)n, (unsigned)hc_slices(n, p)), kThreads, 0, stream_>>>(y, H, dots, scale,
-                                                                                                  base, p);
+    launch_pdl(hc_head_finish_kernel, dim3((unsigned)n, (unsigned)hc_slices(n, p)), kThreads, 0, stream_, y, H, dots,
+               scale, base, p);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -312,8 +318,8 @@ CudaBackend::HcDots CudaBackend::hc_dots(Scratch& s, const float* H, const Weigh
         dispatch_weight_type(fn.type, [&](auto tag) {
             constexpr GgmlType T = decltype(tag)::type;
             if constexpr (dots_format(T)) {
-                hc_dots_kernel<T><<<(unsigned)P, kThreads, 0, stream_>>>(d.raw, d.ss, H, fn.data, fn.row_bytes, n_mix,
-                                                                         flat, (int)n, P, tables_);
+                launch_pdl(hc_dots_kernel<T>, (unsigned)P, kThreads, 0, stream_, d.raw, d.ss, H, fn.data, fn.row_bytes,
+                           n_mix, flat, (int)n, P, tables_);
             }
         });
         CUDA_CHECK_LAUNCH();
@@ -323,7 +329,7 @@ CudaBackend::HcDots CudaBackend::hc_dots(Scratch& s, const float* H, const Weigh
                                     std::max<int64_t>(1, flat / (2 * kThreads)));
     d.raw = s.get<float>(n * n_mix);
     d.ss = s.get<double>(n * d.P_ss);
-    hc_ss_kernel<<<dim3((unsigned)n, (unsigned)d.P_ss), kThreads, 0, stream_>>>(d.ss, H, flat, d.P_ss);
+    launch_pdl(hc_ss_kernel, dim3((unsigned)n, (unsigned)d.P_ss), kThreads, 0, stream_, d.ss, H, flat, d.P_ss);
     CUDA_CHECK_LAUNCH();
     // Always the f32 kernels (never the bf16 tensor-core mode): the mixes feed a Sinkhorn and sigmoids.
     launch_matmul(plain_matmul(fn, d.raw, fn.rows, H, fn.cols, n), tables_, stream_);

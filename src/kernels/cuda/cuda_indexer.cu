@@ -452,6 +452,7 @@ __device__ void score_keys(const ScoreArgs& a, const ScoreSmem& s, SelShared& sh
 }
 
 __global__ void __launch_bounds__(kThreads, 2) indexer_score_kernel(ScoreArgs a) {
+    pdl_begin();
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ SelShared sh;
     const ScoreSmem s = score_smem(smem_raw, a);
@@ -556,6 +557,7 @@ __device__ void select_staged(const T* items, int n, unsigned char* area, int ar
 __global__ void __launch_bounds__(kMergeThreads)
     indexer_merge_kernel(int32_t* out, const uint64_t* part, const int32_t* n_visible, int top_k, int k2, int splits,
                          int area_bytes) {
+    pdl_begin();
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ SelShared sh;
     uint64_t* sorted = reinterpret_cast<uint64_t*>(smem_raw);
@@ -615,7 +617,7 @@ void CudaBackend::indexer_topk(int32_t* idx, const float* q, const float* w, con
     a.splits = n >= slots ? 1 : (int)std::min<int64_t>((slots + n - 1) / n, 1024);
     Scratch s(*this);
     if (a.splits > 1) a.part = s.get<uint64_t>(n * a.splits * top_k);
-    indexer_score_kernel<<<dim3((unsigned)n, (unsigned)a.splits), kThreads, smem, stream_>>>(a);
+    launch_pdl(indexer_score_kernel, dim3((unsigned)n, (unsigned)a.splits), kThreads, smem, stream_, a);
     CUDA_CHECK_LAUNCH();
     if (a.splits == 1) return;
     // The merge stages candidates in whatever shared memory its output buffer and histogram leave.
@@ -627,8 +629,8 @@ void CudaBackend::indexer_topk(int32_t* idx, const float* q, const float* w, con
     if (merge_smem > 48 * 1024)
         CUDA_CHECK(
             cudaFuncSetAttribute(indexer_merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)merge_smem));
-    indexer_merge_kernel<<<(unsigned)n, kMergeThreads, merge_smem, stream_>>>(idx, a.part, n_visible, top_k, k2,
-                                                                              a.splits, area);
+    launch_pdl(indexer_merge_kernel, (unsigned)n, kMergeThreads, merge_smem, stream_, idx, a.part, n_visible, top_k, k2,
+               a.splits, area);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -10,17 +10,20 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void fill_kernel(float* dst, float value, int64_t n) {
+    pdl_begin();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         dst[i] = value;
 }
 
 __global__ void add_kernel(float* y, const float* a, const float* b, int64_t n) {
+    pdl_begin();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         y[i] = a[i] + b[i];
 }
 
 __global__ void swiglu_kernel(float* h, const float* g, const float* u, int64_t n, int64_t f, int64_t gu_stride,
                               float clamp) {
+    pdl_begin();
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n * f; t += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = t / f, j = t % f;
         float gv = g[i * gu_stride + j], uv = u[i * gu_stride + j];
@@ -35,6 +38,7 @@ __global__ void swiglu_kernel(float* h, const float* g, const float* u, int64_t 
 // Rows may come from an index list (gather) or a fixed stride.
 __global__ void copy_rows_kernel(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
                                  const int32_t* idx, int64_t n, int64_t cols) {
+    pdl_begin();
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n * cols;
          t += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = t / cols, c = t % cols;
@@ -44,6 +48,7 @@ __global__ void copy_rows_kernel(float* dst, int64_t dst_stride, const float* sr
 }
 
 __global__ void scatter_rows_kernel(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) {
+    pdl_begin();
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n * cols;
          t += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = t / cols, c = t % cols;
@@ -56,20 +61,20 @@ __global__ void scatter_rows_kernel(float* dst, const float* src, const int32_t*
 
 void CudaBackend::fill(float* dst, float value, int64_t n) {
     if (n <= 0) return;
-    fill_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_>>>(dst, value, n);
+    launch_pdl(fill_kernel, grid_for(n, kThreads), kThreads, 0, stream_, dst, value, n);
     CUDA_CHECK_LAUNCH();
 }
 
 void CudaBackend::add(float* y, const float* a, const float* b, int64_t n) {
     if (n <= 0) return;
-    add_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_>>>(y, a, b, n);
+    launch_pdl(add_kernel, grid_for(n, kThreads), kThreads, 0, stream_, y, a, b, n);
     CUDA_CHECK_LAUNCH();
 }
 
 void CudaBackend::swiglu(float* h, const float* g, const float* u, int64_t n, int64_t f, int64_t gu_stride,
                          float clamp) {
     if (n * f <= 0) return;
-    swiglu_kernel<<<grid_for(n * f, kThreads), kThreads, 0, stream_>>>(h, g, u, n, f, gu_stride, clamp);
+    launch_pdl(swiglu_kernel, grid_for(n * f, kThreads), kThreads, 0, stream_, h, g, u, n, f, gu_stride, clamp);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -78,20 +83,21 @@ void CudaBackend::copy_rows(float* dst, int64_t dst_stride, const float* src, in
     if (n * cols <= 0) return;
     // Every element is read before any is written only within a thread, so the rows must not overlap
     // (the CPU's memmove allows it; no caller of this op does it).
-    copy_rows_kernel<<<grid_for(n * cols, kThreads), kThreads, 0, stream_>>>(dst, dst_stride, src, src_stride,
-                                                                             nullptr, n, cols);
+    launch_pdl(copy_rows_kernel, grid_for(n * cols, kThreads), kThreads, 0, stream_, dst, dst_stride, src, src_stride,
+               nullptr, n, cols);
     CUDA_CHECK_LAUNCH();
 }
 
 void CudaBackend::gather_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) {
     if (n * cols <= 0) return;
-    copy_rows_kernel<<<grid_for(n * cols, kThreads), kThreads, 0, stream_>>>(dst, cols, src, cols, idx, n, cols);
+    launch_pdl(copy_rows_kernel, grid_for(n * cols, kThreads), kThreads, 0, stream_, dst, cols, src, cols, idx, n,
+               cols);
     CUDA_CHECK_LAUNCH();
 }
 
 void CudaBackend::scatter_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) {
     if (n * cols <= 0) return;
-    scatter_rows_kernel<<<grid_for(n * cols, kThreads), kThreads, 0, stream_>>>(dst, src, idx, n, cols);
+    launch_pdl(scatter_rows_kernel, grid_for(n * cols, kThreads), kThreads, 0, stream_, dst, src, idx, n, cols);
     CUDA_CHECK_LAUNCH();
 }
 

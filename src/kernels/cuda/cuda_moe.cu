@@ -26,6 +26,7 @@ template <int C>
 __global__ void moe_route_kernel(int32_t* ids, float* weights, const float* logits, const float* bias,
                                  const int32_t* tid2eid, const int32_t* tokens, int64_t n, int n_experts, int k,
                                  float scale, bool norm) {
+    pdl_begin();
     const int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / kWarp;
     const int lane = threadIdx.x % kWarp;
     if (i >= n) return;  // warp-uniform
@@ -95,6 +96,7 @@ __global__ void moe_route_kernel(int32_t* ids, float* weights, const float* logi
 // expert uses atomics, which cannot change any result: every grouped row is computed independently.
 __global__ void moe_group_kernel(const int32_t* ids, int64_t n, int k, int n_experts, int32_t* offsets, int32_t* x_rows,
                                  int32_t* pair_of_row, int32_t* sum_rows) {
+    pdl_begin();
     extern __shared__ int counts[];  // [n_experts] counts, then [n_experts] cursors
     int* cursor = counts + n_experts;
     const int64_t pairs = n * k;
@@ -151,6 +153,7 @@ __global__ void moe_group_kernel(const int32_t* ids, int64_t n, int k, int n_exp
 // h = silu(min(g, clamp)) * clamp(u) (as the swiglu op), then times the row's routing weight.
 __global__ void moe_swiglu_kernel(float* h, const float* g, const float* u, int64_t rows, int64_t f, float clamp,
                                   const float* weights, const int32_t* pair_of_row) {
+    pdl_begin();
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < rows * f; t += (int64_t)gridDim.x * blockDim.x) {
         float gv = g[t], uv = u[t];
         if (clamp > 0) {
@@ -163,6 +166,7 @@ __global__ void moe_swiglu_kernel(float* h, const float* g, const float* u, int6
 }
 
 __global__ void moe_sum_kernel(float* out, const float* y, const int32_t* sum_rows, int64_t n, int k, int64_t D) {
+    pdl_begin();
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n * D; t += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = t / D, d = t % D;
         float s = 0.0f;
@@ -182,7 +186,8 @@ void CudaBackend::moe_route(int32_t* ids, float* weights, const float* logits, c
     const int threads = 256;
     const unsigned grid = ceil_div(n * kWarp, threads);
     auto launch = [&](auto kernel) {
-        kernel<<<grid, threads, 0, stream_>>>(ids, weights, logits, bias, tid2eid, tokens, n, n_experts, k, scale, norm);
+        launch_pdl(kernel, grid, threads, 0, stream_, ids, weights, logits, bias, tid2eid, tokens, n, n_experts, k,
+                   scale, norm);
     };
     if (n_experts <= kWarp * 8) launch(moe_route_kernel<8>);
     else if (n_experts <= kWarp * 16) launch(moe_route_kernel<16>);
@@ -207,11 +212,11 @@ void CudaBackend::moe_experts(const MoeArgs& a) {
 
     const size_t smem = 2 * (size_t)E * sizeof(int);
     DSV4_CHECK_MSG(smem <= 48 * 1024, "moe_experts: %d experts exceed the grouping kernel's shared memory", E);
-    moe_group_kernel<<<1, 1024, smem, stream_>>>(a.ids, a.n, a.k, E, offsets, x_rows, pair_of_row, sum_rows);
+    launch_pdl(moe_group_kernel, 1, 1024, smem, stream_, a.ids, a.n, a.k, E, offsets, x_rows, pair_of_row, sum_rows);
     CUDA_CHECK_LAUNCH();
     if (moe_tc_wanted(*this, a)) {  // bf16 mode, prefill-sized: experts on the tensor cores (cuda_gemm_tc.cu)
         moe_experts_tc(*this, a, offsets, x_rows, pair_of_row, y);
-        moe_sum_kernel<<<grid_for(a.n * D, 256), 256, 0, stream_>>>(a.out, y, sum_rows, a.n, a.k, D);
+        launch_pdl(moe_sum_kernel, grid_for(a.n * D, 256), 256, 0, stream_, a.out, y, sum_rows, a.n, a.k, D);
         CUDA_CHECK_LAUNCH();
         return;
     }
@@ -224,10 +229,11 @@ void CudaBackend::moe_experts(const MoeArgs& a) {
     };
     grouped(a.gate, a.x, D, x_rows, g);
     grouped(a.up, a.x, D, x_rows, u);
-    moe_swiglu_kernel<<<grid_for(R * F, 256), 256, 0, stream_>>>(h, g, u, R, F, a.clamp, a.weights, pair_of_row);
+    launch_pdl(moe_swiglu_kernel, grid_for(R * F, 256), 256, 0, stream_, h, g, u, R, F, a.clamp, a.weights,
+               pair_of_row);
     CUDA_CHECK_LAUNCH();
     grouped(a.down, h, F, nullptr, y);
-    moe_sum_kernel<<<grid_for(a.n * D, 256), 256, 0, stream_>>>(a.out, y, sum_rows, a.n, a.k, D);
+    launch_pdl(moe_sum_kernel, grid_for(a.n * D, 256), 256, 0, stream_, a.out, y, sum_rows, a.n, a.k, D);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -26,8 +26,9 @@ using namespace gemv;
 
 constexpr int kMaxPairs = 64;  // n * k up to this takes the decode path
 constexpr int kMaxSlots = 32;  // k (moe_experts' own limit)
-// Rows per warp as the GEMV: gate_up streams the gate and up rows of one row f, down_sum two output rows.
-constexpr int kGateRows = kRowsPerWarp / 2;
+// Rows per warp as the GEMV: gate_up streams the gate and up rows of one row f at a time, kGateItems rows f
+// in turn; down_sum two output rows.
+constexpr int kGateItems = 4;
 constexpr int64_t kTargetWarps = 4096;
 
 struct MoeDecodeParams {
@@ -53,56 +54,65 @@ __device__ __forceinline__ int expert_of(const MoeDecodeParams& a, int64_t pair)
     return e;
 }
 
-template <int R, class X>
+// Item i of a warp: row f0 + i of the expert's gate (r = 0) and up (r = 1) matrices (clamped into range).
+template <class X>
 struct GateUpSrc {
-    const uint8_t* rows[R];  // gate rows, then up rows
+    const uint8_t *gate, *up;  // the expert's matrices
+    size_t gate_row, up_row;
+    int64_t f0, F;
     const X* xs[1];
-    __device__ const uint8_t* row(int, int r) const { return rows[r]; }
+    __device__ const uint8_t* row(int item, int r) const {
+        const int64_t f = f0 + item < F ? f0 + item : F - 1;
+        return r == 0 ? gate + (size_t)f * gate_row : up + (size_t)f * up_row;
+    }
     __device__ const X* x(int, int) const { return xs[0]; }
 };
 
-// Grid x: (pair, row f) groups, wg warps each. C: Codec<T> or DigitCodec<T>.
+// Grid x: (pair, kGateItems rows f) groups, wg warps each; a warp streams its rows' gate and up rows one
+// after the other through its ring (rows of one or two stages would otherwise leave each warp a single round
+// trip to memory). C: Codec<T> or DigitCodec<T>.
 template <GgmlType T, class C>
 __global__ void __launch_bounds__(kThreads, min_blocks<C, 1>())
     moe_gate_up_kernel(MoeDecodeParams a, int wg, QuantTables tb) {
+    pdl_begin();
     constexpr int R = kRowsPerWarp;
+    static_assert(R == 2, "a warp streams one gate row and one up row at a time");
     using X = typename XOf<C>::X;
     __shared__ uint4 ring[kWarpsPerBlock][ring_words<C, R>()];
-    __shared__ float partial[kWarpsPerBlock][R];
+    __shared__ float partial[kWarpsPerBlock][kGateItems][R];
     __shared__ uint32_t lut_mem[LutStorage<T>::kWords];
     const Lut lut = build_lut<T>(lut_mem, tb);
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-    const int64_t per_pair = (a.F + kGateRows - 1) / kGateRows;
+    const int64_t per_pair = (a.F + kGateItems - 1) / kGateItems;
     const int64_t group = (int64_t)blockIdx.x * (kWarpsPerBlock / wg) + warp / wg;
     const int split = warp % wg;
     const bool live = group < a.n * a.k * per_pair;
     const int64_t pair = live ? group / per_pair : 0;
-    const int64_t f0 = (group % per_pair) * kGateRows;
+    const int64_t f0 = (group % per_pair) * kGateItems;
     if (live) {
         const int e = expert_of(a, pair);
-        GateUpSrc<R, X> src;
-        const uint8_t* g = a.gate + (size_t)e * a.F * a.gate_row;
-        const uint8_t* u = a.up + (size_t)e * a.F * a.up_row;
-#pragma unroll
-        for (int r = 0; r < kGateRows; ++r) {
-            const int64_t f = f0 + r < a.F ? f0 + r : a.F - 1;
-            src.rows[r] = g + (size_t)f * a.gate_row;
-            src.rows[kGateRows + r] = u + (size_t)f * a.up_row;
-        }
+        GateUpSrc<X> src;
+        src.gate = a.gate + (size_t)e * a.F * a.gate_row;
+        src.up = a.up + (size_t)e * a.F * a.up_row;
+        src.gate_row = a.gate_row;
+        src.up_row = a.up_row;
+        src.f0 = f0;
+        src.F = a.F;
         src.xs[0] = static_cast<const X*>(a.x) + (pair / a.k) * (a.D / C::kElems * XOf<C>::kPerBlock);
-        stream_rows<C, R, 1>(src, 1, (int)(a.D / C::kElems), split, wg, 1, ring[warp], lut, [] {},
-                             [&](int, const float(&acc)[R][1]) {
-                                 if (lane == 0)
+        stream_rows<C, R, 1>(
+            src, kGateItems, (int)(a.D / C::kElems), split, wg, 1, ring[warp], lut, [] {},
+            [&](int item, const float(&acc)[R][1]) {
+                if (lane == 0)
 #pragma unroll
-                                     for (int r = 0; r < R; ++r) partial[warp][r] = acc[r][0];
-                             });
+                    for (int r = 0; r < R; ++r) partial[warp][item][r] = acc[r][0];
+            });
     }
     __syncthreads();
-    if (live && split == 0 && lane < kGateRows && f0 + lane < a.F) {
-        float gv = partial[warp][lane], uv = partial[warp][kGateRows + lane];
+    if (live && split == 0 && lane < kGateItems && f0 + lane < a.F) {
+        float gv = partial[warp][lane][0], uv = partial[warp][lane][1];
         for (int w = 1; w < wg; ++w) {
-            gv += partial[warp + w][lane];
-            uv += partial[warp + w][kGateRows + lane];
+            gv += partial[warp + w][lane][0];
+            uv += partial[warp + w][lane][1];
         }
         if (a.clamp > 0) {  // as the swiglu op, then the routing weight (applied before the down projection)
             gv = fminf(gv, a.clamp);
@@ -132,6 +142,7 @@ struct DownSrc {
 template <GgmlType T, class C>
 __global__ void __launch_bounds__(kThreads, min_blocks<C, 1>())
     moe_down_sum_kernel(MoeDecodeParams a, int wg, QuantTables tb) {
+    pdl_begin();
     constexpr int R = kRowsPerWarp;
     using X = typename XOf<C>::X;
     __shared__ uint4 ring[kWarpsPerBlock][ring_words<C, R>()];
@@ -170,12 +181,13 @@ __global__ void __launch_bounds__(kThreads, min_blocks<C, 1>())
         src.pair = pair[warp];
         src.h = static_cast<const X*>(a.hq);
         src.h_stride = a.F / C::kElems * XOf<C>::kPerBlock;
-        stream_rows<C, R, 1>(src, a.k, (int)(a.F / C::kElems), split, wg, 1, ring[warp], lut, [] {},
-                             [&](int item, const float(&acc)[R][1]) {
-                                 if (lane == 0)
+        stream_rows<C, R, 1>(
+            src, a.k, (int)(a.F / C::kElems), split, wg, 1, ring[warp], lut, [] {},
+            [&](int item, const float(&acc)[R][1]) {
+                if (lane == 0)
 #pragma unroll
-                                     for (int r = 0; r < R; ++r) partial[warp][item][r] = acc[r][0];
-                             });
+                    for (int r = 0; r < R; ++r) partial[warp][item][r] = acc[r][0];
+            });
     }
     __syncthreads();
     if (live && split == 0 && lane < R && d0 + lane < a.D) {
@@ -261,11 +273,11 @@ bool moe_experts_decode(CudaBackend& b, const MoeArgs& a) {
         auto go = [&](auto codec) {
             using C = decltype(codec);
             constexpr int R = kRowsPerWarp;
-            const int64_t groups = P * ((F + kGateRows - 1) / kGateRows);
+            const int64_t groups = P * ((F + kGateItems - 1) / kGateItems);
             const int wg = warps_per_group(groups, (D / C::kElems + Stage<C, R>::kBlocks - 1) / Stage<C, R>::kBlocks);
             prefer_shared<moe_gate_up_kernel<T, C>>();
-            moe_gate_up_kernel<T, C>
-                <<<ceil_div(groups * wg, kWarpsPerBlock), kThreads, 0, b.stream()>>>(p, wg, b.tables());
+            launch_pdl(moe_gate_up_kernel<T, C>, ceil_div(groups * wg, kWarpsPerBlock), kThreads, 0, b.stream(), p, wg,
+                       b.tables());
         };
         if constexpr (has_digit_codec(T)) {
             if (gate_digits) return go(DigitCodec<T>{});
@@ -286,8 +298,8 @@ bool moe_experts_decode(CudaBackend& b, const MoeArgs& a) {
             const int64_t groups = a.n * ((D + R - 1) / R);
             const int wg = warps_per_group(groups, (F / C::kElems + Stage<C, R>::kBlocks - 1) / Stage<C, R>::kBlocks);
             prefer_shared<moe_down_sum_kernel<T, C>>();
-            moe_down_sum_kernel<T, C>
-                <<<ceil_div(groups * wg, kWarpsPerBlock), kThreads, 0, b.stream()>>>(p, wg, b.tables());
+            launch_pdl(moe_down_sum_kernel<T, C>, ceil_div(groups * wg, kWarpsPerBlock), kThreads, 0, b.stream(), p, wg,
+                       b.tables());
         };
         if constexpr (has_digit_codec(T)) {
             if (down_digits) return go(DigitCodec<T>{});

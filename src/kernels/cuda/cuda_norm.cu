@@ -17,6 +17,7 @@ constexpr int kNormVecs = 8;
 
 __global__ void __launch_bounds__(kNormThreads) rms_norm_vec_kernel(float* y, const float* x, const float* weight,
                                                                     int64_t dim, int64_t stride, float eps) {
+    pdl_begin();
     __shared__ double scratch[32];
     const float4* xi = reinterpret_cast<const float4*>(x + blockIdx.x * stride);
     float4* yi = reinterpret_cast<float4*>(y + blockIdx.x * stride);
@@ -48,6 +49,7 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_vec_kernel(float* y, co
 }
 
 __global__ void rms_norm_kernel(float* y, const float* x, const float* weight, int64_t dim, int64_t stride, float eps) {
+    pdl_begin();
     __shared__ double scratch[32];
     const float* xi = x + blockIdx.x * stride;
     float* yi = y + blockIdx.x * stride;
@@ -63,6 +65,7 @@ __global__ void rms_norm_kernel(float* y, const float* x, const float* weight, i
 
 __global__ void rope_kernel(float* x, int64_t n, int n_heads, int head_dim, int64_t stride, const int32_t* pos,
                             const float* freqs, int rope_dim, bool inverse) {
+    pdl_begin();
     const int half = rope_dim / 2, off = head_dim - rope_dim;
     const int64_t total = n * n_heads * half;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
@@ -82,6 +85,7 @@ __global__ void rope_kernel(float* x, int64_t n, int n_heads, int head_dim, int6
 // One warp per block of `block` values: lanes over the values, the absolute maximum by a warp reduction
 // (exact in any order), so a decode row's few blocks are not each one thread's serial loop.
 __global__ void fp8_sim_kernel(float* x, int64_t n, int64_t blocks_per_row, int64_t stride, int block) {
+    pdl_begin();
     const int lane = threadIdx.x % kWarp;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x / kWarp);
     for (int64_t t = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / kWarp; t < n * blocks_per_row; t += warps) {
@@ -96,6 +100,7 @@ __global__ void fp8_sim_kernel(float* x, int64_t n, int64_t blocks_per_row, int6
 // One block per row: the fast Walsh-Hadamard transform in shared memory, in the CPU's butterfly order
 // (Sylvester: H_2n = [[H, H], [H, -H]]), so every value is the same sum of the same terms.
 __global__ void hadamard_kernel(float* x, int dim, float scale, bool fp4_sim) {
+    pdl_begin();
     extern __shared__ float v[];
     float* row = x + (int64_t)blockIdx.x * dim;
     for (int j = threadIdx.x; j < dim; j += blockDim.x) v[j] = row[j];
@@ -126,12 +131,12 @@ void CudaBackend::rms_norm(float* y, const float* x, const float* weight, int64_
     const bool aligned = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y) |
                            reinterpret_cast<uintptr_t>(weight)) & 15) == 0;
     if (aligned && dim % 4 == 0 && stride % 4 == 0 && dim <= (int64_t)kNormThreads * 4 * kNormVecs) {
-        rms_norm_vec_kernel<<<(unsigned)n, kNormThreads, 0, stream_>>>(y, x, weight, dim, stride, eps);
+        launch_pdl(rms_norm_vec_kernel, (unsigned)n, kNormThreads, 0, stream_, y, x, weight, dim, stride, eps);
         CUDA_CHECK_LAUNCH();
         return;
     }
     const int threads = dim >= 1024 ? 256 : 128;
-    rms_norm_kernel<<<(unsigned)n, threads, 0, stream_>>>(y, x, weight, dim, stride, eps);
+    launch_pdl(rms_norm_kernel, (unsigned)n, threads, 0, stream_, y, x, weight, dim, stride, eps);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -140,8 +145,8 @@ void CudaBackend::rope(float* x, int64_t n, int n_heads, int head_dim, int64_t s
     const int64_t total = n * n_heads * (r.rope_dim / 2);
     if (total <= 0) return;
     DSV4_CHECK(r.rope_dim <= head_dim && r.rope_dim % 2 == 0);
-    rope_kernel<<<grid_for(total, 256), 256, 0, stream_>>>(x, n, n_heads, head_dim, stride, pos, r.freqs, r.rope_dim,
-                                                           inverse);
+    launch_pdl(rope_kernel, grid_for(total, 256), 256, 0, stream_, x, n, n_heads, head_dim, stride, pos, r.freqs,
+               r.rope_dim, inverse);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -149,7 +154,7 @@ void CudaBackend::fp8_sim(float* x, int64_t n, int64_t n_dims, int64_t stride, i
     DSV4_CHECK(block > 0 && n_dims % block == 0);
     const int64_t per_row = n_dims / block;
     if (n * per_row <= 0) return;
-    fp8_sim_kernel<<<grid_for(n * per_row * kWarp, 128), 128, 0, stream_>>>(x, n, per_row, stride, block);
+    launch_pdl(fp8_sim_kernel, grid_for(n * per_row * kWarp, 128), 128, 0, stream_, x, n, per_row, stride, block);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -162,7 +167,7 @@ void CudaBackend::hadamard(float* x, int64_t n, int dim, bool fp4_sim) {
     DSV4_CHECK_MSG(smem <= 48 * 1024, "hadamard: dim %d exceeds the shared-memory row buffer", dim);
     const float scale = 1.0f / sqrtf((float)dim);
     const int threads = dim >= 512 ? 256 : (dim >= 64 ? dim / 2 : 32);
-    hadamard_kernel<<<(unsigned)n, threads, smem, stream_>>>(x, dim, scale, fp4_sim);
+    launch_pdl(hadamard_kernel, (unsigned)n, threads, smem, stream_, x, dim, scale, fp4_sim);
     CUDA_CHECK_LAUNCH();
 }
 
