@@ -63,7 +63,7 @@ inline bool pdl_enabled() {
 }
 
 // Launches kernel k as a programmatic dependent of the previous kernel in stream s (when pdl_enabled()): it
-// may start before that kernel ends and must wait for it with pdl_wait() (cuda_gemv_stream.cuh).
+// may start before that kernel ends and must wait for it with pdl_wait() (above).
 template <class... P, class... A>
 void launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
     cudaLaunchConfig_t cfg = {};

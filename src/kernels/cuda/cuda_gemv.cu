@@ -152,6 +152,49 @@ void launch_codec(const GemvBatch& b, int min_stages, const QuantTables& t, cuda
     }
 }
 
+// Points the batch's jobs at digits of their inputs, each quantized once: as one span when the inputs are
+// 32-aligned column ranges of the same rows (one input, or the slices of a grouped projection), else each
+// distinct input alone.
+void quantize_inputs(GemvBatch& b, const MatmulParams* ps, int count, DigitAlloc& digits, cudaStream_t s) {
+    const float* base = ps[0].x;
+    const float* end = ps[0].x + ps[0].K;
+    bool span = true;
+    int64_t covered = 0;  // the span may hold no more values than the jobs read (no unrelated memory)
+    for (int j = 0; j < count; ++j) {
+        base = std::min(base, ps[j].x);
+        end = std::max(end, ps[j].x + ps[j].K);
+        span = span && ps[j].x_stride == ps[0].x_stride;
+        covered += ps[j].K;
+    }
+    for (int j = 0; j < count; ++j) span = span && (ps[j].x - base) % 32 == 0;
+    span = span && end - base <= covered && (b.n == 1 || end - base <= ps[0].x_stride);
+    if (span) {
+        const int64_t nbx = (end - base) / 32;
+        XDigits* q = digits(b.n * nbx);
+        launch_quantize_digits(q, base, ps[0].x_stride, b.n, end - base, s);
+        for (int j = 0; j < count; ++j) {
+            b.job[j].x = q + (ps[j].x - base) / 32;
+            b.job[j].x_stride = nbx;
+        }
+        return;
+    }
+    for (int j = 0; j < count; ++j) {
+        int same = 0;
+        while (same < j && (ps[same].x != ps[j].x || ps[same].x_stride != ps[j].x_stride || ps[same].K != ps[j].K))
+            ++same;
+        if (same == j) {
+            const int64_t nbx = ps[j].K / 32;
+            XDigits* q = digits(b.n * nbx);
+            launch_quantize_digits(q, ps[j].x, ps[j].x_stride, b.n, ps[j].K, s);
+            b.job[j].x = q;
+            b.job[j].x_stride = nbx;
+        } else {
+            b.job[j].x = b.job[same].x;
+            b.job[j].x_stride = b.job[same].x_stride;
+        }
+    }
+}
+
 template <GgmlType T>
 bool launch(const MatmulParams* ps, int count, const QuantTables& t, cudaStream_t s, DigitAlloc* digits) {
     using C = Codec<T>;
@@ -172,52 +215,9 @@ bool launch(const MatmulParams* ps, int count, const QuantTables& t, cudaStream_
         b.groups += (p.M + R - 1) / R;
         min_stages = std::min(min_stages, (nb + Stage<C, R>::kBlocks - 1) / Stage<C, R>::kBlocks);
     }
-    if constexpr (has_digit_codec(T)) {
-        if (digits && digits_enabled()) {
-            // The jobs' inputs are quantized once: as one span when they are 32-aligned column ranges of the
-            // same rows (one input, or the slices of a grouped projection), else each distinct input alone.
-            const float* base = ps[0].x;
-            const float* end = ps[0].x + ps[0].K;
-            bool span = true;
-            int64_t covered = 0;  // the span may hold no more values than the jobs read (no unrelated memory)
-            for (int j = 0; j < count; ++j) {
-                base = std::min(base, ps[j].x);
-                end = std::max(end, ps[j].x + ps[j].K);
-                span = span && ps[j].x_stride == ps[0].x_stride;
-                covered += ps[j].K;
-            }
-            for (int j = 0; j < count; ++j) span = span && (ps[j].x - base) % 32 == 0;
-            span = span && end - base <= covered && (b.n == 1 || end - base <= ps[0].x_stride);
-            if (span) {
-                const int64_t nbx = (end - base) / 32;
-                XDigits* q = (*digits)(b.n * nbx);
-                launch_quantize_digits(q, base, ps[0].x_stride, b.n, end - base, s);
-                for (int j = 0; j < count; ++j) {
-                    b.job[j].x = q + (ps[j].x - base) / 32;
-                    b.job[j].x_stride = nbx;
-                }
-            }
-            for (int j = 0; j < count && !span; ++j) {
-                int same = 0;
-                while (same < j &&
-                       (ps[same].x != ps[j].x || ps[same].x_stride != ps[j].x_stride || ps[same].K != ps[j].K))
-                    ++same;
-                if (same == j) {
-                    const int64_t nbx = ps[j].K / 32;
-                    XDigits* q = (*digits)(b.n * nbx);
-                    launch_quantize_digits(q, ps[j].x, ps[j].x_stride, b.n, ps[j].K, s);
-                    b.job[j].x = q;
-                    b.job[j].x_stride = nbx;
-                } else {
-                    b.job[j].x = b.job[same].x;
-                    b.job[j].x_stride = b.job[same].x_stride;
-                }
-            }
-            launch_codec<T, DigitCodec<T>>(b, min_stages, t, s);
-            return true;
-        }
-    }
-    launch_codec<T, C>(b, min_stages, t, s);
+    const bool use_digits = has_digit_codec(T) && digits != nullptr && digits_enabled();
+    if (use_digits) quantize_inputs(b, ps, count, *digits, s);
+    with_codec<T>(use_digits, [&](auto codec) { launch_codec<T, decltype(codec)>(b, min_stages, t, s); });
     return true;
 }
 

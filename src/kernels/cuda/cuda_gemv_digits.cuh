@@ -21,18 +21,9 @@
 #include <cmath>
 
 #include "kernels/cuda/cuda_gemv_codecs.cuh"
+#include "ops/numerics.h"
 
 namespace dsv4::cuda::gemv {
-
-DSV4_GV uint32_t as_bits(float f) {
-#if defined(__CUDA_ARCH__)
-    return __float_as_uint(f);
-#else
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    return u;
-#endif
-}
 
 // 16 bytes at any alignment: five aligned words, four funnel shifts.
 DSV4_GV void ld128_any(const uint8_t* p, uint32_t (&q)[4]) {
@@ -62,7 +53,7 @@ static_assert(sizeof(XDigits) == 112, "XDigits is 7 16-byte words");
 // The scale exponent of a block with largest magnitude m, as the float 2^e and its inverse 2^-e; false when
 // the block is negligible (m < 2^-100) or not finite (then the scale is NaN).
 DSV4_GV bool digit_scale(float m, float& scale, float& inv) {
-    const uint32_t E = (as_bits(m) >> 23) & 255;
+    const uint32_t E = (nm_bits(m) >> 23) & 255;
     if (E == 255) {
         scale = as_float(0x7FC00000u);
         inv = 0.0f;
@@ -352,6 +343,15 @@ struct DigitCodec<GgmlType::Q2_K> {
 // Whether format T has a digit codec (the GEMV then quantizes its activations first).
 constexpr bool has_digit_codec(GgmlType t) {
     return t == GgmlType::Q8_0 || t == GgmlType::IQ2_XXS || t == GgmlType::Q2_K;
+}
+
+// Calls go(DigitCodec<T>{}) when `digits` and T has a digit codec, else go(Codec<T>{}).
+template <GgmlType T, class F>
+void with_codec(bool digits, F&& go) {
+    if constexpr (has_digit_codec(T)) {
+        if (digits) return go(DigitCodec<T>{});
+    }
+    go(Codec<T>{});
 }
 
 }  // namespace dsv4::cuda::gemv

@@ -279,10 +279,7 @@ bool moe_experts_decode(CudaBackend& b, const MoeArgs& a) {
             launch_pdl(moe_gate_up_kernel<T, C>, ceil_div(groups * wg, kWarpsPerBlock), kThreads, 0, b.stream(), p, wg,
                        b.tables());
         };
-        if constexpr (has_digit_codec(T)) {
-            if (gate_digits) return go(DigitCodec<T>{});
-        }
-        go(Codec<T>{});
+        with_codec<T>(gate_digits, go);
     });
     CUDA_CHECK_LAUNCH();
     if (down_digits) {
@@ -301,10 +298,7 @@ bool moe_experts_decode(CudaBackend& b, const MoeArgs& a) {
             launch_pdl(moe_down_sum_kernel<T, C>, ceil_div(groups * wg, kWarpsPerBlock), kThreads, 0, b.stream(), p, wg,
                        b.tables());
         };
-        if constexpr (has_digit_codec(T)) {
-            if (down_digits) return go(DigitCodec<T>{});
-        }
-        go(Codec<T>{});
+        with_codec<T>(down_digits, go);
     });
     CUDA_CHECK_LAUNCH();
     return true;
