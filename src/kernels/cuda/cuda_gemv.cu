@@ -110,7 +110,7 @@ __global__ void quantize_digits_kernel(XDigits* out, const float* x, int64_t x_s
     const int64_t row = live ? blk / nbx : 0, c = live ? blk % nbx : 0;
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (live) {
-        const float4 a = *reinterpret_cast<const float4*>(x + row * x_stride + 32 * c + 4 * sub);
+        const float4 a = *reinterpret_cast<const float4*>(x + row * x_stride + kDigitBlock * c + 4 * sub);
         v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
     }
     float m = abs_max4(v);
@@ -166,14 +166,14 @@ void quantize_inputs(GemvBatch& b, const MatmulParams* ps, int count, DigitAlloc
         span = span && ps[j].x_stride == ps[0].x_stride;
         covered += ps[j].K;
     }
-    for (int j = 0; j < count; ++j) span = span && (ps[j].x - base) % 32 == 0;
+    for (int j = 0; j < count; ++j) span = span && (ps[j].x - base) % kDigitBlock == 0;
     span = span && end - base <= covered && (b.n == 1 || end - base <= ps[0].x_stride);
     if (span) {
-        const int64_t nbx = (end - base) / 32;
+        const int64_t nbx = (end - base) / kDigitBlock;
         XDigits* q = digits(b.n * nbx);
         launch_quantize_digits(q, base, ps[0].x_stride, b.n, end - base, s);
         for (int j = 0; j < count; ++j) {
-            b.job[j].x = q + (ps[j].x - base) / 32;
+            b.job[j].x = q + (ps[j].x - base) / kDigitBlock;
             b.job[j].x_stride = nbx;
         }
         return;
@@ -183,7 +183,7 @@ void quantize_inputs(GemvBatch& b, const MatmulParams* ps, int count, DigitAlloc
         while (same < j && (ps[same].x != ps[j].x || ps[same].x_stride != ps[j].x_stride || ps[same].K != ps[j].K))
             ++same;
         if (same == j) {
-            const int64_t nbx = ps[j].K / 32;
+            const int64_t nbx = ps[j].K / kDigitBlock;
             XDigits* q = digits(b.n * nbx);
             launch_quantize_digits(q, ps[j].x, ps[j].x_stride, b.n, ps[j].K, s);
             b.job[j].x = q;
@@ -241,16 +241,16 @@ GemvMode gemv_mode() {
     return mode;
 }
 
-bool launch_gemv_staged(const MatmulParams& p, const QuantTables& t, cudaStream_t s) {
+bool launch_gemv_staged(const MatmulParams& p, const QuantTables& t, cudaStream_t s, DigitAlloc* digits) {
     // Grouped mode (experts; only when the MoE decode path is off or cannot take a case) keeps the previous
     // kernel: its rows per expert are few and known only on the device, which a warp per row suits better
     // (measured: 275 vs 425 us for V4-Flash's experts at n = 1).
     if (gemv_mode() == GemvMode::Staged || p.offsets) return launch_gemv_warp_staged(p, t, s);
-    return launch_gemv_batch(&p, 1, t, s, nullptr);
+    return launch_gemv_batch(&p, 1, t, s, digits);
 }
 
 void launch_quantize_digits(XDigits* out, const float* x, int64_t x_stride, int64_t n, int64_t K, cudaStream_t s) {
-    const int64_t nbx = K / 32;
+    const int64_t nbx = K / kDigitBlock;
     if (n * nbx == 0) return;
     launch_pdl(quantize_digits_kernel, ceil_div(n * nbx * kQuantLanes, 256), 256, 0, s, out, x, x_stride, n, nbx);
 }

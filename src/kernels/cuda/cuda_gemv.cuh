@@ -3,19 +3,9 @@
 
 #include <cuda_runtime.h>
 
-#include <functional>
-
 #include "kernels/cuda/cuda_matmul.cuh"
 
 namespace dsv4::cuda {
-
-namespace gemv {
-struct XDigits;
-}
-
-// Device memory for count activation blocks as digits (cuda_gemv_digits.cuh), valid until the kernels that
-// read it have run (stream order): the caller's op scratch.
-using DigitAlloc = std::function<gemv::XDigits*(int64_t count)>;
 
 // out[i, c] = the digits of x[i, 32c .. 32c + 32) for the n rows of K values (K % 32 == 0, x rows 16-byte
 // aligned).
@@ -37,7 +27,8 @@ bool digits_enabled();
 // launching anything otherwise, so the caller falls back to the generic kernels. The caller has already
 // decided that n is decode-sized (plain: n <= 8; grouped: few rows per expert, which the previous staged
 // kernel serves in every mode).
-bool launch_gemv_staged(const MatmulParams& p, const QuantTables& t, cudaStream_t s);
+// With digits (not null) the formats that have a digit codec quantize the input first (launch_gemv_batch).
+bool launch_gemv_staged(const MatmulParams& p, const QuantTables& t, cudaStream_t s, DigitAlloc* digits);
 
 // A batch of 1..16 plain matmuls of one weight type over the same n <= 8 activation rows as one launch
 // (pipelined mode only); returns false, launching nothing, when any of them is not served. With digits (not

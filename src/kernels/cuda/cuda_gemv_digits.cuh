@@ -37,11 +37,12 @@ DSV4_GV void ld128_any(const uint8_t* p, uint32_t (&q)[4]) {
     for (int i = 0; i < 4; ++i) q[i] = fshr(v[i], v[i + 1], sh);
 }
 
-// 32 activations as digits; 112 bytes, 16-byte aligned (uint4 loads of each half of a digit plane).
+// kDigitBlock = 32 activations as digits; 112 bytes, 16-byte aligned (uint4 loads of each half of a plane).
+constexpr int kDigitBlock = 32;
 struct alignas(16) XDigits {
-    int8_t a0[32];   // floor(x / scale), in [-128, 127]
-    uint8_t a1[32];  // the next 8 bits of x / scale
-    uint8_t a2[32];  // the 8 after those, rounded
+    int8_t a0[kDigitBlock];   // floor(x / scale), in [-128, 127]
+    uint8_t a1[kDigitBlock];  // the next 8 bits of x / scale
+    uint8_t a2[kDigitBlock];  // the 8 after those, rounded
     float scale;     // 2^e (0 for a negligible block, NaN for a non-finite one)
     float sum16[2];  // f32 sums of values 0..15 and 16..31 (for the formats with a block minimum, Q2_K)
     float pad;
@@ -198,18 +199,11 @@ DSV4_GV XHalf load_half(const XDigits* x, int h) {
     set4(r.a2, ld_u4(x->a2 + 16 * h));
     return r;
 }
-DSV4_GV float ld_scale(const XDigits* x) {
+DSV4_GV float ld_x1(const float* p) {  // as ld_x4, one value
 #if defined(__CUDA_ARCH__)
-    return __ldg(&x->scale);
+    return __ldg(p);
 #else
-    return x->scale;
-#endif
-}
-DSV4_GV float ld_sum16(const XDigits* x, int h) {
-#if defined(__CUDA_ARCH__)
-    return __ldg(&x->sum16[h]);
-#else
-    return x->sum16[h];
+    return *p;
 #endif
 }
 
@@ -238,7 +232,7 @@ struct DigitCodec<GgmlType::Q8_0> {
         for (int t = 0; t < NT; ++t) {
             if (t < nt) {
                 const XHalf xh = load_half(x[t], u);
-                const float sx = ld_scale(x[t]);
+                const float sx = ld_x1(&x[t]->scale);
                 DSV4_GV_UNROLL
                 for (int r = 0; r < R; ++r) {
                     DigitSums s;
@@ -291,7 +285,7 @@ struct DigitCodec<GgmlType::IQ2_XXS> {
                         digit_dot<true, 4>(w, xh.a0, xh.a1, xh.a2, s[r]);
                     }
                 }
-                const float sx = ld_scale(xb);
+                const float sx = ld_x1(&xb->scale);
                 DSV4_GV_UNROLL
                 for (int r = 0; r < R; ++r) acc[r][t] = fmaf(db[r] * sx, digit_value(s[r]), acc[r][t]);
             }
@@ -328,7 +322,7 @@ struct DigitCodec<GgmlType::Q2_K> {
             if (t < nt) {
                 const XDigits* xb = x[t] + 4 * n + g;
                 const XHalf xh = load_half(xb, h);
-                const float sx = ld_scale(xb), sum = ld_sum16(xb, h);
+                const float sx = ld_x1(&xb->scale), sum = ld_x1(&xb->sum16[h]);
                 DSV4_GV_UNROLL
                 for (int r = 0; r < R; ++r) {
                     DigitSums s;

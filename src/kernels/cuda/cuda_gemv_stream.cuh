@@ -25,13 +25,13 @@ constexpr int kWarpsPerBlock = 4;
 constexpr int kThreads = kWarpsPerBlock * kWarp;
 constexpr int kRingStages = 3;  // cp.async ring depth: two stages in flight while one is decoded
 
-
-// The activation type a codec multiplies (float, or XDigits for the digit codecs) and how many of them one
-// weight block spans.
+// The activation type a codec multiplies (float, or XDigits for the digit codecs), how many of them one
+// weight block spans, and row(K): how many a row of K values takes.
 template <class C>
 struct XOf {
     using X = float;
     static constexpr int kPerBlock = C::kElems;
+    static constexpr int64_t row(int64_t K) { return K / C::kElems * kPerBlock; }
 };
 template <class C>
 requires requires {
@@ -40,6 +40,7 @@ requires requires {
 struct XOf<C> {
     using X = typename C::X;
     static constexpr int kPerBlock = C::kXPerBlock;
+    static constexpr int64_t row(int64_t K) { return K / C::kElems * kPerBlock; }
 };
 
 // A stage holds kBlocks = the codec's kStageBlocks blocks (about 1 KB) of each of the R rows; C is Codec<T>

@@ -4,8 +4,6 @@
 // products are those of the exactly dequantized weight. Also embedding lookup and f32 weight copies.
 // Decode GEMV of the common quantized formats goes to the staged kernel of cuda_gemv.cu; in the bf16 GEMM
 // mode, inputs of kTcMinRows rows or more go to the tensor cores (cuda_gemm_tc.cu).
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "core/check.h"
@@ -180,7 +178,7 @@ MatmulParams plain_matmul(const Weight& w, float* y, int64_t y_stride, const flo
     return p;
 }
 
-void launch_matmul(const MatmulParams& p, const QuantTables& t, cudaStream_t s) {
+void launch_matmul(const MatmulParams& p, const QuantTables& t, cudaStream_t s, DigitAlloc* digits) {
     if (p.n == 0 || p.M == 0) return;
     const bool grouped = p.offsets != nullptr;
     const int n_experts = grouped ? p.n_experts : 1;
@@ -188,12 +186,8 @@ void launch_matmul(const MatmulParams& p, const QuantTables& t, cudaStream_t s) 
     // the host (they live on the device), so the grid covers the total and empty experts exit at once.
     const bool gemv = p.n <= (grouped ? 64 : kGemvTokens);
     // The staged GEMV (cuda_gemv.cu) serves the formats it specializes; DSV4_GEMV=legacy keeps the
-    // one-value-per-call kernel below for A/B timing. Read once: the environment does not change mid-run.
-    static const bool legacy_gemv = [] {
-        const char* v = std::getenv("DSV4_GEMV");
-        return v != nullptr && std::strcmp(v, "legacy") == 0;
-    }();
-    if (gemv && !legacy_gemv && launch_gemv_staged(p, t, s)) {
+    // one-value-per-call kernel below for A/B timing.
+    if (gemv && gemv_mode() != GemvMode::Legacy && launch_gemv_staged(p, t, s, digits)) {
         CUDA_CHECK_LAUNCH();
         return;
     }
@@ -244,16 +238,9 @@ void CudaBackend::matmul(float* y, int64_t y_stride, const float* x, int64_t x_s
         matmul_tc(*this, y, y_stride, x, x_stride, w, n);
         return;
     }
-    const MatmulParams p = plain_matmul(w, y, y_stride, x, x_stride, n);
-    if (n <= kGemvTokens && gemv_mode() == GemvMode::Pipelined) {  // decode: the GEMV with activation digits
-        Scratch scratch(*this);
-        DigitAlloc digits = [&](int64_t count) { return scratch.get<gemv::XDigits>(count); };
-        if (launch_gemv_batch(&p, 1, tables_, stream_, &digits)) {
-            CUDA_CHECK_LAUNCH();
-            return;
-        }
-    }
-    launch_matmul(p, tables_, stream_);
+    Scratch scratch(*this);  // the decode GEMV's activation digits, if it takes them
+    DigitAlloc digits = [&](int64_t count) { return scratch.get<gemv::XDigits>(count); };
+    launch_matmul(plain_matmul(w, y, y_stride, x, x_stride, n), tables_, stream_, &digits);
 }
 
 void CudaBackend::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {

@@ -5,11 +5,20 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 
 #include "kernels/cuda/cuda_dequant.cuh"
 #include "ops/backend.h"
 
 namespace dsv4::cuda {
+
+namespace gemv {
+struct XDigits;
+}
+
+// Device memory for count activation blocks as digits (cuda_gemv_digits.cuh), valid until the kernels that
+// read it have run (stream order): the caller's op scratch.
+using DigitAlloc = std::function<gemv::XDigits*(int64_t count)>;
 
 struct MatmulParams {
     const uint8_t* w = nullptr;  // expert 0's (or the only) matrix, rows of row_bytes
@@ -33,7 +42,8 @@ struct MatmulParams {
 // The parameters of a plain (non-grouped) y = x W^T over n rows.
 MatmulParams plain_matmul(const Weight& w, float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t n);
 
-void launch_matmul(const MatmulParams& p, const QuantTables& t, cudaStream_t s);
+// digits: scratch for the decode GEMV's activation digits (null: f32 activations everywhere).
+void launch_matmul(const MatmulParams& p, const QuantTables& t, cudaStream_t s, DigitAlloc* digits = nullptr);
 
 // Grouped matmul over an expert stack w (MoE): rows [offsets[e], offsets[e+1]) of the n grouped rows use
 // expert e; row r reads x row x_rows[r] (r when null) and writes y row r (y rows of w.rows floats).

@@ -32,11 +32,11 @@ constexpr int kGateItems = 4;
 constexpr int64_t kTargetWarps = 4096;
 
 struct MoeDecodeParams {
-    const void* x = nullptr;         // [n, D] floats, or [n, D / 32] XDigits for the digit codecs
+    const void* x = nullptr;         // [n, D] floats, or [n, D / kDigitBlock] XDigits for the digit codecs
     const int32_t* ids = nullptr;    // [n, k]
     const float* weights = nullptr;  // [n, k]
     float* h = nullptr;              // [n * k, F]
-    const void* hq = nullptr;        // h as the down codec reads it: h itself or [n * k, F / 32] XDigits
+    const void* hq = nullptr;        // h as the down codec reads it: h itself or [n * k, F / kDigitBlock] XDigits
     float* out = nullptr;            // [n, D]
     int64_t n = 0, D = 0, F = 0;
     int k = 0, n_experts = 0;
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks<C, 1>())
         src.up_row = a.up_row;
         src.f0 = f0;
         src.F = a.F;
-        src.xs[0] = static_cast<const X*>(a.x) + (pair / a.k) * (a.D / C::kElems * XOf<C>::kPerBlock);
+        src.xs[0] = static_cast<const X*>(a.x) + (pair / a.k) * XOf<C>::row(a.D);
         stream_rows<C, R, 1>(
             src, kGateItems, (int)(a.D / C::kElems), split, wg, 1, ring[warp], lut, [] {},
             [&](int item, const float(&acc)[R][1]) {
@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks<C, 1>())
         src.expert = expert[warp];
         src.pair = pair[warp];
         src.h = static_cast<const X*>(a.hq);
-        src.h_stride = a.F / C::kElems * XOf<C>::kPerBlock;
+        src.h_stride = XOf<C>::row(a.F);
         stream_rows<C, R, 1>(
             src, a.k, (int)(a.F / C::kElems), split, wg, 1, ring[warp], lut, [] {},
             [&](int item, const float(&acc)[R][1]) {
@@ -264,7 +264,7 @@ bool moe_experts_decode(CudaBackend& b, const MoeArgs& a) {
     const bool gate_digits = has_digit_codec(a.gate.type) && digits_enabled();
     const bool down_digits = has_digit_codec(a.down.type) && digits_enabled();
     if (gate_digits) {
-        XDigits* xq = s.get<XDigits>(a.n * (D / 32));
+        XDigits* xq = s.get<XDigits>(a.n * (D / kDigitBlock));
         launch_quantize_digits(xq, a.x, D, a.n, D, b.stream());
         p.x = xq;
     }
@@ -283,7 +283,7 @@ bool moe_experts_decode(CudaBackend& b, const MoeArgs& a) {
     });
     CUDA_CHECK_LAUNCH();
     if (down_digits) {
-        XDigits* hq = s.get<XDigits>(P * (F / 32));
+        XDigits* hq = s.get<XDigits>(P * (F / kDigitBlock));
         launch_quantize_digits(hq, p.h, F, P, F, b.stream());
         p.hq = hq;
     }
