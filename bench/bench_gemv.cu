@@ -135,9 +135,15 @@ public:
             auto* y = static_cast<float*>(b_.alloc((size_t)(n * groups * M) * sizeof(float)));
             owned_.push_back(y);
             const double s = time([&](int i) {
+                // One batch of the groups, as the model runs its grouped projection.
                 const Weight& w = ws[(size_t)i % ws.size()];
-                for (int g = 0; g < groups; ++g)
-                    b_.matmul(y + g * M, groups * M, x + g * K, groups * K, w.row_range(g * M, M), n);
+                std::vector<Weight> parts((size_t)groups);
+                std::vector<MatmulJob> jobs((size_t)groups);
+                for (int g = 0; g < groups; ++g) {
+                    parts[(size_t)g] = w.row_range(g * M, M);
+                    jobs[(size_t)g] = {y + g * M, groups * M, x + g * K, groups * K, &parts[(size_t)g]};
+                }
+                b_.matmul_batch(jobs, n);
             });
             std::string shape = std::to_string(M) + "x" + std::to_string(K);
             if (groups > 1) shape = std::to_string(groups) + "x" + shape;

@@ -192,6 +192,12 @@ DSV4_GV uint4 ld_u4(const void* p) {
 DSV4_GV void set4(uint32_t (&d)[4], const uint4& v) {
     d[0] = v.x, d[1] = v.y, d[2] = v.z, d[3] = v.w;
 }
+// A whole digit plane of a block (32 bytes) as 8 words.
+DSV4_GV void load_plane(const void* plane, uint32_t (&d)[8]) {
+    const uint4 lo = ld_u4(plane), hi = ld_u4(static_cast<const uint8_t*>(plane) + 16);
+    d[0] = lo.x, d[1] = lo.y, d[2] = lo.z, d[3] = lo.w;
+    d[4] = hi.x, d[5] = hi.y, d[6] = hi.z, d[7] = hi.w;
+}
 DSV4_GV XHalf load_half(const XDigits* x, int h) {
     XHalf r;
     set4(r.a0, ld_u4(x->a0 + 16 * h));
@@ -213,32 +219,55 @@ DSV4_GV float ld_x1(const float* p) {  // as ld_x4, one value
 template <GgmlType T>
 struct DigitCodec;
 
-// Q8_0: unit u = values 16u..16u+15 (half the block): 4 words of int8 weights, one digit half.
+// 32 bytes at any 2-byte-aligned address: nine aligned words, eight funnel shifts.
+DSV4_GV void ld256_a2(const uint8_t* p, uint32_t (&q)[8]) {
+    const uint32_t off = (uint32_t)(reinterpret_cast<uintptr_t>(p) & 3);
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(p - off);
+    const uint32_t sh = 8 * off;
+    uint32_t v[9];
+    DSV4_GV_UNROLL
+    for (int i = 0; i < 9; ++i) v[i] = w[i];
+    DSV4_GV_UNROLL
+    for (int i = 0; i < 8; ++i) q[i] = fshr(v[i], v[i + 1], sh);
+}
+
+// Q8_0: unit = the whole block: 8 words of int8 weights (one 9-word load where two half-block units took
+// two 5-word loads), the block's three digit planes one after the other (8 words each, so only one plane
+// is held at a time), one combination per block and row.
 template <>
 struct DigitCodec<GgmlType::Q8_0> {
     using X = XDigits;
-    static constexpr int kElems = 32, kBytes = 34, kUnits = 2, kAlign = 2, kStageBlocks = 32, kXPerBlock = 1;
+    static constexpr int kElems = 32, kBytes = 34, kUnits = 1, kAlign = 2, kStageBlocks = 32, kXPerBlock = 1;
     template <int R, int NT>
-    DSV4_GV static void dot(const uint8_t* const (&b)[R], int u, const XDigits* const (&x)[NT], int nt,
+    DSV4_GV static void dot(const uint8_t* const (&b)[R], int, const XDigits* const (&x)[NT], int nt,
                             float (&acc)[R][NT], const Lut&) {
-        uint32_t w[R][4];
+        uint32_t w[R][8];
         float d[R];
         DSV4_GV_UNROLL
         for (int r = 0; r < R; ++r) {
-            ld128_any(b[r] + 2 + 16 * u, w[r]);
+            ld256_a2(b[r] + 2, w[r]);
             d[r] = half_bits(ld16(b[r]));
         }
         DSV4_GV_UNROLL
         for (int t = 0; t < NT; ++t) {
             if (t < nt) {
-                const XHalf xh = load_half(x[t], u);
+                DigitSums s[R];
+                uint32_t a[8];
+                load_plane(x[t]->a0, a);
+                DSV4_GV_UNROLL
+                for (int r = 0; r < R; ++r) DSV4_GV_UNROLL
+                for (int i = 0; i < 8; ++i) s[r].s0 = dp4a<true, true>(w[r][i], a[i], s[r].s0);
+                load_plane(x[t]->a1, a);
+                DSV4_GV_UNROLL
+                for (int r = 0; r < R; ++r) DSV4_GV_UNROLL
+                for (int i = 0; i < 8; ++i) s[r].s1 = dp4a<true, false>(w[r][i], a[i], s[r].s1);
+                load_plane(x[t]->a2, a);
+                DSV4_GV_UNROLL
+                for (int r = 0; r < R; ++r) DSV4_GV_UNROLL
+                for (int i = 0; i < 8; ++i) s[r].s2 = dp4a<true, false>(w[r][i], a[i], s[r].s2);
                 const float sx = ld_x1(&x[t]->scale);
                 DSV4_GV_UNROLL
-                for (int r = 0; r < R; ++r) {
-                    DigitSums s;
-                    digit_dot<true, 4>(w[r], xh.a0, xh.a1, xh.a2, s);
-                    acc[r][t] = fmaf(d[r] * sx, digit_value(s), acc[r][t]);
-                }
+                for (int r = 0; r < R; ++r) acc[r][t] = fmaf(d[r] * sx, digit_value(s[r]), acc[r][t]);
             }
         }
     }
