@@ -172,7 +172,7 @@ void add_elementwise_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
         }
 
     for (int64_t n : {1, 7, 83})
-        for (int dim : {32, 64, 128, 512, 2048})
+        for (int dim : {32, 64, 128, 512, 1024, 2048})
             for (bool fp4 : {false, true}) {
                 const std::string shape = dims({{"n", n}, {"dim", dim}, {"fp4", fp4}});
                 Rng rng(case_seed(seed, "hadamard" + shape));

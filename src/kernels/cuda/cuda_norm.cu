@@ -122,6 +122,55 @@ __global__ void hadamard_kernel(float* x, int dim, float scale, bool fp4_sim) {
     for (int j = threadIdx.x; j < dim; j += blockDim.x) row[j] = v[j];
 }
 
+// One warp per row for dim = 32 V (V a power of two up to 32): lane l holds values [l V, l V + V) in
+// registers, butterflies shorter than V stay in the lane and the longer ones pair lane l with l ^ (len / V)
+// through a shuffle. Each butterfly is the CPU's a + c, a - c, so every value is bit for bit the same; the
+// FP4 blocks of 32 values span 32 / V lanes, whose largest magnitude is a shuffle reduction (fmaxf is exact
+// and order-free). A block per row spent most of its ~8 us on barriers and one thread per FP4 block.
+template <int V>
+__global__ void hadamard_warp_kernel(float* x, int64_t n, float scale, bool fp4_sim) {
+    pdl_begin();
+    const int lane = threadIdx.x % kWarp;
+    const int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / kWarp;
+    if (i >= n) return;  // warp-uniform
+    float* row = x + i * (kWarp * V) + lane * V;
+    float v[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] = row[j];
+#pragma unroll
+    for (int len = 1; len < V; len <<= 1)
+#pragma unroll
+        for (int p = 0; p < V / 2; ++p) {
+            const int s = (p / len) * 2 * len + p % len;
+            const float a = v[s], c = v[s + len];
+            v[s] = a + c;
+            v[s + len] = a - c;
+        }
+#pragma unroll
+    for (int m = 1; m < kWarp; m <<= 1) {  // len = m V
+        const bool upper = lane & m;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+            const float o = __shfl_xor_sync(0xffffffffu, v[j], m);
+            v[j] = upper ? o - v[j] : v[j] + o;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] *= scale;
+    if (fp4_sim) {
+        float amax = 0.0f;
+#pragma unroll
+        for (int j = 0; j < V; ++j) amax = fmaxf(amax, fabsf(v[j]));
+#pragma unroll
+        for (int m = 1; m < kWarp / V; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+        const float sc = fake_quant_scale(amax, true);
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[j] = fake_quant_value(v[j], sc, true);
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) row[j] = v[j];
+}
+
 }  // namespace
 
 void CudaBackend::rms_norm(float* y, const float* x, const float* weight, int64_t n, int64_t dim, int64_t stride,
@@ -166,6 +215,34 @@ void CudaBackend::hadamard(float* x, int64_t n, int dim, bool fp4_sim) {
     const size_t smem = (size_t)dim * sizeof(float);
     DSV4_CHECK_MSG(smem <= 48 * 1024, "hadamard: dim %d exceeds the shared-memory row buffer", dim);
     const float scale = 1.0f / sqrtf((float)dim);
+    if (dim >= kWarp && dim <= 32 * kWarp) {  // a warp per row, 4 rows per block
+        constexpr int kRows = 4;
+        auto go = [&](auto kernel) {
+            launch_pdl(kernel, ceil_div(n, kRows), kRows * kWarp, 0, stream_, x, n, scale, fp4_sim);
+        };
+        switch (dim / kWarp) {
+            case 1:
+                go(hadamard_warp_kernel<1>);
+                break;
+            case 2:
+                go(hadamard_warp_kernel<2>);
+                break;
+            case 4:
+                go(hadamard_warp_kernel<4>);
+                break;
+            case 8:
+                go(hadamard_warp_kernel<8>);
+                break;
+            case 16:
+                go(hadamard_warp_kernel<16>);
+                break;
+            default:
+                go(hadamard_warp_kernel<32>);
+                break;
+        }
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
     const int threads = dim >= 512 ? 256 : (dim >= 64 ? dim / 2 : 32);
     launch_pdl(hadamard_kernel, (unsigned)n, threads, smem, stream_, x, dim, scale, fp4_sim);
     CUDA_CHECK_LAUNCH();
