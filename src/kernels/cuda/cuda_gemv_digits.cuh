@@ -25,16 +25,17 @@
 
 namespace dsv4::cuda::gemv {
 
-// 16 bytes at any alignment: five aligned words, four funnel shifts.
-DSV4_GV void ld128_any(const uint8_t* p, uint32_t (&q)[4]) {
+// 4N bytes at any alignment: N + 1 aligned words, N funnel shifts.
+template <int N>
+DSV4_GV void ld_words_any(const uint8_t* p, uint32_t (&q)[N]) {
     const uint32_t off = (uint32_t)(reinterpret_cast<uintptr_t>(p) & 3);
     const uint32_t* w = reinterpret_cast<const uint32_t*>(p - off);
     const uint32_t sh = 8 * off;
-    uint32_t v[5];
+    uint32_t v[N + 1];
     DSV4_GV_UNROLL
-    for (int i = 0; i < 5; ++i) v[i] = w[i];
+    for (int i = 0; i <= N; ++i) v[i] = w[i];
     DSV4_GV_UNROLL
-    for (int i = 0; i < 4; ++i) q[i] = fshr(v[i], v[i + 1], sh);
+    for (int i = 0; i < N; ++i) q[i] = fshr(v[i], v[i + 1], sh);
 }
 
 // kDigitBlock = 32 activations as digits; 112 bytes, 16-byte aligned (uint4 loads of each half of a plane).
@@ -219,18 +220,6 @@ DSV4_GV float ld_x1(const float* p) {  // as ld_x4, one value
 template <GgmlType T>
 struct DigitCodec;
 
-// 32 bytes at any 2-byte-aligned address: nine aligned words, eight funnel shifts.
-DSV4_GV void ld256_a2(const uint8_t* p, uint32_t (&q)[8]) {
-    const uint32_t off = (uint32_t)(reinterpret_cast<uintptr_t>(p) & 3);
-    const uint32_t* w = reinterpret_cast<const uint32_t*>(p - off);
-    const uint32_t sh = 8 * off;
-    uint32_t v[9];
-    DSV4_GV_UNROLL
-    for (int i = 0; i < 9; ++i) v[i] = w[i];
-    DSV4_GV_UNROLL
-    for (int i = 0; i < 8; ++i) q[i] = fshr(v[i], v[i + 1], sh);
-}
-
 // Q8_0: unit = the whole block: 8 words of int8 weights (one 9-word load where two half-block units took
 // two 5-word loads), the block's three digit planes one after the other (8 words each, so only one plane
 // is held at a time), one combination per block and row.
@@ -245,7 +234,7 @@ struct DigitCodec<GgmlType::Q8_0> {
         float d[R];
         DSV4_GV_UNROLL
         for (int r = 0; r < R; ++r) {
-            ld256_a2(b[r] + 2, w[r]);
+            ld_words_any(b[r] + 2, w[r]);
             d[r] = half_bits(ld16(b[r]));
         }
         DSV4_GV_UNROLL
