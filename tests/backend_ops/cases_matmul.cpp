@@ -188,6 +188,14 @@ void add_matmul_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
         for (int g = 0; g < 8; ++g) groups.push_back({q8, 256, 64, 256 * g, 64 * g});
         out.push_back(matmul_batch_case(groups, n, 8 * 256, 8 * 64, o.seed));
     }
+    // A one-job GEMV with at least 8 row groups (2 rows each) per resident warp runs on the persistent grid
+    // (the LM head's form on a GPU): 100001 rows of 3 blocks (an odd last group), 1 and 3 activation rows,
+    // a format with activation digits and one without.
+    for (int64_t n : {1, 3})
+        for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K}) {
+            const int64_t K = cols_for(t, 3, 769);
+            out.push_back(matmul_case(t, n, K, 100001, K, 100001 + 3, false, o.seed));
+        }
     if (o.perf) {
         // V4-Flash decode: wo_a's 8 groups (4096 x 1024 each, Q8_0) as one batch.
         std::vector<BatchJobSpec> groups;

@@ -45,6 +45,13 @@ struct GemvJob {
     float* y;
     int64_t y_stride;
     int64_t group0;
+    // Row m (past the last row: the last, so a group's spare rows read valid memory), activation row t of the
+    // codec's type X (t >= nt: row 0).
+    __device__ const uint8_t* row(int64_t m) const { return w + (size_t)(m < M ? m : M - 1) * row_bytes; }
+    template <class X>
+    __device__ const X* x_row(int t, int nt) const {
+        return static_cast<const X*>(x) + (t < nt ? t : 0) * x_stride;
+    }
 };
 struct GemvBatch {
     GemvJob job[kMaxJobs];
@@ -53,35 +60,23 @@ struct GemvBatch {
     int64_t groups;
 };
 
-// The row groups a warp of the persistent grid takes: group gi, gi + slots, ... of the batch (all jobs with
-// the same blocks per row). Item i of the warp is the i-th of them.
+// The row groups a warp of the persistent grid takes (a one-job batch): group gi, gi + slots, ...; item i of
+// the warp is the i-th of them.
 template <int R, class X>
-struct BatchSrc {
-    const GemvBatch* b;
+struct PersistentSrc {
+    const GemvJob* J;
     int64_t gi, slots;
     int nt;
-    __device__ int job_of(int64_t g) const {
-        int j = 0;
-        while (j + 1 < b->count && g >= b->job[j + 1].group0) ++j;
-        return j;
-    }
-    __device__ const uint8_t* row(int item, int r) const {
-        const int64_t g = gi + item * slots;
-        const GemvJob& J = b->job[job_of(g)];
-        const int64_t m = (g - J.group0) * R + r;
-        return J.w + (size_t)(m < J.M ? m : J.M - 1) * J.row_bytes;
-    }
-    __device__ const X* x(int item, int t) const {
-        const GemvJob& J = b->job[job_of(gi + item * slots)];
-        return static_cast<const X*>(J.x) + (t < nt ? t : 0) * J.x_stride;
-    }
+    __device__ int64_t m0(int item) const { return (gi + item * slots) * R; }
+    __device__ const uint8_t* row(int item, int r) const { return J->row(m0(item) + r); }
+    __device__ const X* x(int, int t) const { return J->x_row<X>(t, nt); }
 };
 
 // Grid: x covers the batch's row groups (R rows, wg warps each). The n <= NT activation rows are x rows 0..n-1.
 // Launched as a programmatic dependent: the first weight stages are requested before waiting for the kernel
-// that wrote x. slots > 0: the persistent form (wg = 1, all jobs with the same blocks per row): the grid is
-// one wave of slots warps and warp gi streams row groups gi, gi + slots, ... through its ring without a
-// break (the LM head: 3.5 against 3.2 TB/s with a block per 4 row groups).
+// that wrote x. slots > 0: the persistent form (wg = 1, one job): the grid is one wave of slots warps and warp gi
+// streams row groups gi, gi + slots, ... through its ring without a break (the LM head: 3.5 against 3.2 TB/s with a
+// block per 4 row groups).
 template <GgmlType T, class C, int NT>
 __global__ void __launch_bounds__(kThreads, min_blocks<C, NT>())
     gemv_kernel(const __grid_constant__ GemvBatch b, int wg, int64_t slots, QuantTables tb) {
@@ -94,13 +89,12 @@ __global__ void __launch_bounds__(kThreads, min_blocks<C, NT>())
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
     const int nt = b.n;
     if (slots > 0) {
-        const BatchSrc<R, X> src{&b, (int64_t)blockIdx.x * kWarpsPerBlock + warp, slots, nt};
+        const GemvJob& J = b.job[0];
+        const PersistentSrc<R, X> src{&J, (int64_t)blockIdx.x * kWarpsPerBlock + warp, slots, nt};
         const int n_items = src.gi < b.groups ? (int)((b.groups - src.gi + slots - 1) / slots) : 0;
-        stream_rows<C, R, NT>(src, n_items, b.job[0].nb, 0, 1, nt, ring[warp], lut, pdl_begin,
+        stream_rows<C, R, NT>(src, n_items, J.nb, 0, 1, nt, ring[warp], lut, pdl_begin,
                               [&](int item, const float(&acc)[R][NT]) {
-                                  const int64_t g = src.gi + item * slots;
-                                  const GemvJob& J = b.job[src.job_of(g)];
-                                  const int64_t m0 = (g - J.group0) * R;
+                                  const int64_t m0 = src.m0(item);
 #pragma unroll
                                   for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -120,9 +114,9 @@ __global__ void __launch_bounds__(kThreads, min_blocks<C, NT>())
     if (live) {
         GemvSrc<R, NT, X> src;
 #pragma unroll
-        for (int r = 0; r < R; ++r) src.rows[r] = J.w + (size_t)(m0 + r < J.M ? m0 + r : J.M - 1) * J.row_bytes;
+        for (int r = 0; r < R; ++r) src.rows[r] = J.row(m0 + r);
 #pragma unroll
-        for (int t = 0; t < NT; ++t) src.xs[t] = static_cast<const X*>(J.x) + (t < nt ? t : 0) * J.x_stride;
+        for (int t = 0; t < NT; ++t) src.xs[t] = J.x_row<X>(t, nt);
         stream_rows<C, R, NT>(src, 1, J.nb, split, wg, nt, ring[warp], lut, pdl_begin,
                               [&](int, const float(&acc)[R][NT]) {
                                   if (lane == 0)
@@ -200,13 +194,13 @@ bool persistent_enabled() {
 }
 
 template <GgmlType T, class C, int NT>
-void launch_nt(const GemvBatch& b, int min_stages, bool same_nb, const QuantTables& t, cudaStream_t s) {
+void launch_nt(const GemvBatch& b, int min_stages, const QuantTables& t, cudaStream_t s) {
     constexpr auto K = gemv_kernel<T, C, NT>;
     prefer_shared<K>();
     int wg = 1;  // warps per row group: split-K only while the rows alone leave the GPU short of warps
     while (wg < kWarpsPerBlock && 2 * wg <= min_stages && b.groups * wg < kTargetWarps) wg *= 2;
     const int64_t resident = resident_warps<K>();
-    if (wg == 1 && same_nb && b.groups >= kPersistentGroups * resident && persistent_enabled()) {
+    if (wg == 1 && b.count == 1 && b.groups >= kPersistentGroups * resident && persistent_enabled()) {
         // One wave, every warp the same number of row groups (to within one).
         const int64_t per_warp = (b.groups + resident - 1) / resident;
         const int64_t slots = (b.groups + per_warp - 1) / per_warp;
@@ -217,15 +211,15 @@ void launch_nt(const GemvBatch& b, int min_stages, bool same_nb, const QuantTabl
 }
 
 template <GgmlType T, class C>
-void launch_codec(const GemvBatch& b, int min_stages, bool same_nb, const QuantTables& t, cudaStream_t s) {
+void launch_codec(const GemvBatch& b, int min_stages, const QuantTables& t, cudaStream_t s) {
     if (b.n <= 1) {
-        launch_nt<T, C, 1>(b, min_stages, same_nb, t, s);
+        launch_nt<T, C, 1>(b, min_stages, t, s);
     } else if (b.n <= 2) {
-        launch_nt<T, C, 2>(b, min_stages, same_nb, t, s);
+        launch_nt<T, C, 2>(b, min_stages, t, s);
     } else if (b.n <= 4) {
-        launch_nt<T, C, 4>(b, min_stages, same_nb, t, s);
+        launch_nt<T, C, 4>(b, min_stages, t, s);
     } else {
-        launch_nt<T, C, 8>(b, min_stages, same_nb, t, s);
+        launch_nt<T, C, 8>(b, min_stages, t, s);
     }
 }
 
@@ -280,7 +274,6 @@ bool launch(const MatmulParams* ps, int count, const QuantTables& t, cudaStream_
     b.count = count;
     b.n = (int)ps[0].n;
     int min_stages = INT32_MAX;
-    bool same_nb = true;
     for (int j = 0; j < count; ++j) {
         const MatmulParams& p = ps[j];
         // Codec loads assume each block's alignment (kAlign) and whole blocks; float4 activation loads need
@@ -291,12 +284,11 @@ bool launch(const MatmulParams* ps, int count, const QuantTables& t, cudaStream_
         const int nb = (int)(p.K / C::kElems);
         b.job[j] = GemvJob{p.w, p.row_bytes, p.M, nb, p.x, p.x_stride, p.y, p.y_stride, b.groups};
         b.groups += (p.M + R - 1) / R;
-        same_nb = same_nb && nb == b.job[0].nb;
         min_stages = std::min(min_stages, (nb + Stage<C, R>::kBlocks - 1) / Stage<C, R>::kBlocks);
     }
     const bool use_digits = has_digit_codec(T) && digits != nullptr && digits_enabled();
     if (use_digits) quantize_inputs(b, ps, count, *digits, s);
-    with_codec<T>(use_digits, [&](auto codec) { launch_codec<T, decltype(codec)>(b, min_stages, same_nb, t, s); });
+    with_codec<T>(use_digits, [&](auto codec) { launch_codec<T, decltype(codec)>(b, min_stages, t, s); });
     return true;
 }
 

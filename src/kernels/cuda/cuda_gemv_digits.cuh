@@ -199,6 +199,15 @@ DSV4_GV void load_plane(const void* plane, uint32_t (&d)[8]) {
     d[0] = lo.x, d[1] = lo.y, d[2] = lo.z, d[3] = lo.w;
     d[4] = hi.x, d[5] = hi.y, d[6] = hi.z, d[7] = hi.w;
 }
+// sum[r] += row r's 8 signed weight words times one digit plane (32 bytes; signed digits when SX: a0).
+template <bool SX, int R>
+DSV4_GV void plane_dot(const uint32_t (&w)[R][8], const void* plane, int (&sum)[R]) {
+    uint32_t a[8];
+    load_plane(plane, a);
+    DSV4_GV_UNROLL
+    for (int r = 0; r < R; ++r) DSV4_GV_UNROLL
+    for (int i = 0; i < 8; ++i) sum[r] = dp4a<true, SX>(w[r][i], a[i], sum[r]);
+}
 DSV4_GV XHalf load_half(const XDigits* x, int h) {
     XHalf r;
     set4(r.a0, ld_u4(x->a0 + 16 * h));
@@ -240,23 +249,14 @@ struct DigitCodec<GgmlType::Q8_0> {
         DSV4_GV_UNROLL
         for (int t = 0; t < NT; ++t) {
             if (t < nt) {
-                DigitSums s[R];
-                uint32_t a[8];
-                load_plane(x[t]->a0, a);
-                DSV4_GV_UNROLL
-                for (int r = 0; r < R; ++r) DSV4_GV_UNROLL
-                for (int i = 0; i < 8; ++i) s[r].s0 = dp4a<true, true>(w[r][i], a[i], s[r].s0);
-                load_plane(x[t]->a1, a);
-                DSV4_GV_UNROLL
-                for (int r = 0; r < R; ++r) DSV4_GV_UNROLL
-                for (int i = 0; i < 8; ++i) s[r].s1 = dp4a<true, false>(w[r][i], a[i], s[r].s1);
-                load_plane(x[t]->a2, a);
-                DSV4_GV_UNROLL
-                for (int r = 0; r < R; ++r) DSV4_GV_UNROLL
-                for (int i = 0; i < 8; ++i) s[r].s2 = dp4a<true, false>(w[r][i], a[i], s[r].s2);
+                int s0[R] = {}, s1[R] = {}, s2[R] = {};
+                plane_dot<true>(w, x[t]->a0, s0);
+                plane_dot<false>(w, x[t]->a1, s1);
+                plane_dot<false>(w, x[t]->a2, s2);
                 const float sx = ld_x1(&x[t]->scale);
                 DSV4_GV_UNROLL
-                for (int r = 0; r < R; ++r) acc[r][t] = fmaf(d[r] * sx, digit_value(s[r]), acc[r][t]);
+                for (int r = 0; r < R; ++r)
+                    acc[r][t] = fmaf(d[r] * sx, digit_value(DigitSums{s0[r], s1[r], s2[r]}), acc[r][t]);
             }
         }
     }

@@ -212,37 +212,20 @@ void CudaBackend::hadamard(float* x, int64_t n, int dim, bool fp4_sim) {
     DSV4_CHECK(!fp4_sim || dim % 32 == 0);
     if (n <= 0) return;
     DSV4_CHECK(n <= INT32_MAX);
-    const size_t smem = (size_t)dim * sizeof(float);
-    DSV4_CHECK_MSG(smem <= 48 * 1024, "hadamard: dim %d exceeds the shared-memory row buffer", dim);
     const float scale = 1.0f / sqrtf((float)dim);
-    if (dim >= kWarp && dim <= 32 * kWarp) {  // a warp per row, 4 rows per block
+    if (dim >= kWarp && dim <= 32 * kWarp) {  // a warp per row (V = dim / 32 values per lane), 4 rows per block
+        using Kernel = void (*)(float*, int64_t, float, bool);
+        static constexpr Kernel kByLog2V[] = {hadamard_warp_kernel<1>,  hadamard_warp_kernel<2>,
+                                              hadamard_warp_kernel<4>,  hadamard_warp_kernel<8>,
+                                              hadamard_warp_kernel<16>, hadamard_warp_kernel<32>};
         constexpr int kRows = 4;
-        auto go = [&](auto kernel) {
-            launch_pdl(kernel, ceil_div(n, kRows), kRows * kWarp, 0, stream_, x, n, scale, fp4_sim);
-        };
-        switch (dim / kWarp) {
-            case 1:
-                go(hadamard_warp_kernel<1>);
-                break;
-            case 2:
-                go(hadamard_warp_kernel<2>);
-                break;
-            case 4:
-                go(hadamard_warp_kernel<4>);
-                break;
-            case 8:
-                go(hadamard_warp_kernel<8>);
-                break;
-            case 16:
-                go(hadamard_warp_kernel<16>);
-                break;
-            default:
-                go(hadamard_warp_kernel<32>);
-                break;
-        }
+        launch_pdl(kByLog2V[__builtin_ctz((unsigned)(dim / kWarp))], ceil_div(n, kRows), kRows * kWarp, 0, stream_, x,
+                   n, scale, fp4_sim);
         CUDA_CHECK_LAUNCH();
         return;
     }
+    const size_t smem = (size_t)dim * sizeof(float);
+    DSV4_CHECK_MSG(smem <= 48 * 1024, "hadamard: dim %d exceeds the shared-memory row buffer", dim);
     const int threads = dim >= 512 ? 256 : (dim >= 64 ? dim / 2 : 32);
     launch_pdl(hadamard_kernel, (unsigned)n, threads, smem, stream_, x, dim, scale, fp4_sim);
     CUDA_CHECK_LAUNCH();
