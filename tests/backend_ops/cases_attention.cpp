@@ -14,15 +14,27 @@ namespace {
 
 enum class Comp { none, idx, count };
 
+// Tolerance of the CUDA tensor-core attention (bf16 mode, cuda_attention_tc.cu) on these inputs (uniform in
+// [-1, 1], scale 1/sqrt(hd)), as a squared relative error, with u = 2^-8 the bf16 roundoff (variance u^2/3 per
+// rounding). The output is a weighted average of rows: (a) each row value rounded: u^2/3; (b) each weight
+// rounded, the denominator summing the rounded weights: o moves by sum w_r eta_r (v_r - o), about u^2/3
+// (2u^2/3 taken, for the o^2 part); (c) the scores: q and the row rounded, s = scale sum q_k k_k gets an
+// absolute error of variance 2u^2/3 * scale^2 hd E[q^2] E[k^2] = 2u^2/3 * 1/9, which moves o by that times
+// E[(v - o)^2] / E[v^2] ~ 1: 2u^2/27. Sum: (1 + 2/27) u^2; bound 8x that.
+constexpr double kTolBf16Attention = 8.0 * (1.0 + 2.0 / 27.0) * kUb2;
+
 CaseGen attention_case(int64_t n, int H, int hd, int n_win, Comp comp, int n_comp, bool sinks, bool empty_row,
-                       bool perf_only, uint64_t seed) {
+                       bool perf_only, uint64_t seed, Mode mode = Mode::F32) {
     return [=]() {
         Case c;
         c.op = "attention";
         char buf[160];
-        std::snprintf(buf, sizeof buf, "n=%lld H=%d hd=%d win=%d comp=%s/%d%s%s", (long long)n, H, hd, n_win,
-                      comp == Comp::none ? "none" : comp == Comp::idx ? "idx" : "count", n_comp, sinks ? " sinks" : "",
-                      empty_row ? " empty-row" : "");
+        std::snprintf(buf, sizeof buf, "%sn=%lld H=%d hd=%d win=%d comp=%s/%d%s%s", mode == Mode::BF16 ? "bf16 " : "",
+                      (long long)n, H, hd, n_win,
+                      comp == Comp::none  ? "none"
+                      : comp == Comp::idx ? "idx"
+                                          : "count",
+                      n_comp, sinks ? " sinks" : "", empty_row ? " empty-row" : "");
         c.shape = buf;
         c.perf_only = perf_only;
         Rng rng(case_seed(seed, c.op + c.shape));
@@ -44,8 +56,8 @@ CaseGen attention_case(int64_t n, int H, int hd, int n_win, Comp comp, int n_com
         }
         const int L = n_win + (comp == Comp::none ? 0 : n_comp);
         // hd-term score dots, one exp per row, an L-term weighted sum and its normalization.
-        c.tol = tol_dot(hd) + kTolTransc + tol_dot(L);
-        c.ref_tol = c.tol;
+        c.ref_tol = tol_dot(hd) + kTolTransc + tol_dot(L);
+        c.tol = c.ref_tol + (mode == Mode::BF16 ? kTolBf16Attention : 0.0);
         c.bytes = 4.0 * (2 * n * H * hd + (double)n * L * hd);
         c.make = [=](Backend& b) {
             Instance in;
@@ -71,7 +83,10 @@ CaseGen attention_case(int64_t n, int H, int hd, int n_win, Comp comp, int n_com
                     a.comp_count = d.i32(*ccount);
                 }
             }
-            in.run = [&b, a]() { b.attention(a); };
+            in.run = [&b, a, mode]() {
+                const ScopedMode scope(b, mode);
+                b.attention(a);
+            };
             in.read = [&d, a, n, H, hd]() { return Arrays{d.get(a.out, n * H * hd)}; };
             return in;
         };
@@ -340,6 +355,16 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(attention_case(1, 8, 1024, 32, Comp::idx, 64, true, false, false, s));
     out.push_back(attention_case(200, 3, 1024, 16, Comp::count, 50, true, true, false, s));
     out.push_back(attention_case(3, 4, 1021, 16, Comp::idx, 40, true, true, false, s));
+    // The bf16 mode's tensor-core kernel (prefill: 16 queries or more; head_dim 64, 128, 256, 512): one and
+    // several m-tiles of 16 heads, heads past H in the last tile and in a second head group, skipped entries,
+    // tiles with no valid entry, an empty query, sinks; head_dims it does not take fall back to the f32 kernel.
+    out.push_back(attention_case(20, 16, 128, 32, Comp::idx, 40, true, false, false, s, Mode::BF16));
+    out.push_back(attention_case(17, 8, 64, 16, Comp::count, 30, false, true, false, s, Mode::BF16));
+    out.push_back(attention_case(24, 20, 256, 16, Comp::idx, 64, true, true, false, s, Mode::BF16));
+    out.push_back(attention_case(16, 64, 512, 64, Comp::idx, 64, true, true, false, s, Mode::BF16));
+    out.push_back(attention_case(18, 70, 128, 40, Comp::none, 0, true, false, false, s, Mode::BF16));
+    out.push_back(attention_case(33, 4, 64, 0, Comp::idx, 100, false, true, false, s, Mode::BF16));
+    out.push_back(attention_case(16, 12, 83, 16, Comp::count, 50, true, true, false, s, Mode::BF16));
     out.push_back(indexer_case(1, 4, 64, 83, 8, false, false, s));
     out.push_back(indexer_case(7, 16, 64, 769, 16, false, false, s));
     out.push_back(indexer_case(7, 16, 128, 3000, 512, false, false, s));
@@ -371,6 +396,16 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
                                     std::tuple{4, 64, 300, 5}, std::tuple{128, 64, 300, 1}, std::tuple{128, 83, 127, 2},
                                     std::tuple{8, 64, 5, 20}})
         out.push_back(compressor_case(ratio, d, n1, n2, s));
+    // The CUDA kernel's parallel path (calls of 64 tokens or more; entries pooled at once, then the state
+    // rewritten): both calls parallel, the second starting mid-block so its first entry reads the old state
+    // (with overlap, the previous block too) and ending mid-block with stale rows left; exactly 64 tokens on
+    // block boundaries; a V4-size prefill chunk then a serial decode call; a serial call then a parallel one;
+    // a parallel call completing no block (ratio 128).
+    for (auto [ratio, d, n1, n2] :
+         {std::tuple{4, 83, 301, 203}, std::tuple{4, 64, 64, 64}, std::tuple{128, 64, 300, 300},
+          std::tuple{128, 83, 1000, 130}, std::tuple{8, 64, 70, 200}, std::tuple{4, 512, 4093, 7},
+          std::tuple{4, 83, 13, 150}, std::tuple{128, 64, 130, 100}})
+        out.push_back(compressor_case(ratio, d, n1, n2, s));
     if (o.perf) {
         // V4-Flash-like decode and prefill attention (64 heads of 512, 128 window + 512 selected entries; up
         // to a 2048-token prefill chunk) and the indexer over a 128K context (32K compressed keys) and in a
@@ -378,6 +413,7 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
         out.push_back(attention_case(1, 64, 512, 128, Comp::idx, 512, true, false, true, s));
         out.push_back(attention_case(64, 64, 512, 128, Comp::idx, 512, true, false, true, s));
         out.push_back(attention_case(2048, 64, 512, 128, Comp::idx, 512, true, false, true, s));
+        out.push_back(attention_case(2048, 64, 512, 128, Comp::idx, 512, true, false, true, s, Mode::BF16));
         out.push_back(indexer_case(1, 64, 128, 32768, 512, false, true, s));
         out.push_back(indexer_case(8, 64, 128, 32768, 2048, false, true, s));
         out.push_back(indexer_case(512, 64, 128, 2048, 512, false, true, s));  // prefill: a block per query

@@ -9,9 +9,6 @@
 #include <numeric>
 
 #include "harness.h"
-#if defined(DSV4_HAVE_CUDA)
-#include "kernels/cuda/cuda_backend.h"
-#endif
 
 namespace dsv4::backend_ops {
 
@@ -25,8 +22,6 @@ namespace {
 // to the sum, has the same variance whatever K: NMSE ~ 2u^2/3 (~1.0e-5). (The worst case over adversarial
 // inputs grows like u sqrt(K) relative to |w||x|; random inputs sit at the expectation.) Bound: 8x that,
 // 16u^2/3 = 8.1e-5, plus the f32 accumulation's own bound. cuBLAS accumulates in f32.
-constexpr double kUb = 1.0 / 256.0;
-constexpr double kUb2 = kUb * kUb;
 constexpr double kTolBf16Dot = 16.0 / 3.0 * kUb2;
 // moe_experts chains two such products: g and u each carry 2u^2/3; h = silu(g) u scales g's squared
 // relative error by E[(g silu'(g))^2] / E[silu(g)^2], at most 1.46 for zero-mean normal g of any spread (the
@@ -34,38 +29,6 @@ constexpr double kTolBf16Dot = 16.0 / 3.0 * kUb2;
 // the down weight (+u^2/3): ~2.3u^2 per expert output, which the weighted sum over k experts keeps.
 // Bound: 8x that, 18.4u^2 = 2.8e-4.
 constexpr double kTolBf16Moe = 18.4 * kUb2;
-
-enum class Mode { F32, BF16 };
-const char* mode_name(Mode m) { return m == Mode::BF16 ? "bf16" : "f32"; }
-
-// Puts a CUDA backend in `mode` for the lifetime of the object (the op runs inside it, also when timed)
-// and restores its previous mode; does nothing on the CPU backend.
-class ScopedMode {
-public:
-    ScopedMode(Backend& b, Mode mode) : b_(b) {
-#if defined(DSV4_HAVE_CUDA)
-        if (const auto old = cuda_gemm_precision(b)) {
-            restore_ = *old == GemmPrecision::BF16 ? Mode::BF16 : Mode::F32;
-            set_cuda_gemm_precision(b, mode == Mode::BF16 ? GemmPrecision::BF16 : GemmPrecision::F32);
-            active_ = true;
-        }
-#else
-        (void)mode;
-#endif
-    }
-    ~ScopedMode() {
-#if defined(DSV4_HAVE_CUDA)
-        if (active_) set_cuda_gemm_precision(b_, restore_ == Mode::BF16 ? GemmPrecision::BF16 : GemmPrecision::F32);
-#endif
-    }
-    ScopedMode(const ScopedMode&) = delete;
-    ScopedMode& operator=(const ScopedMode&) = delete;
-
-private:
-    Backend& b_;
-    Mode restore_ = Mode::F32;
-    bool active_ = false;
-};
 
 CaseGen matmul_case(Mode mode, GgmlType t, int64_t n, int64_t K, int64_t M, int64_t xs, int64_t ys, bool perf_only,
                     uint64_t seed) {

@@ -9,8 +9,29 @@
 
 #include "core/fp16.h"
 #include "format/quant.h"
+#if defined(DSV4_HAVE_CUDA)
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 namespace dsv4::backend_ops {
+
+ScopedMode::ScopedMode(Backend& b, Mode mode) : b_(b) {
+#if defined(DSV4_HAVE_CUDA)
+    if (const auto old = cuda_gemm_precision(b)) {
+        restore_ = *old == GemmPrecision::BF16 ? Mode::BF16 : Mode::F32;
+        set_cuda_gemm_precision(b, mode == Mode::BF16 ? GemmPrecision::BF16 : GemmPrecision::F32);
+        active_ = true;
+    }
+#else
+    (void)mode;
+#endif
+}
+
+ScopedMode::~ScopedMode() {
+#if defined(DSV4_HAVE_CUDA)
+    if (active_) set_cuda_gemm_precision(b_, restore_ == Mode::BF16 ? GemmPrecision::BF16 : GemmPrecision::F32);
+#endif
+}
 
 float* Dev::f32(const std::vector<float>& host) {
     void* p = b_.alloc(std::max<size_t>(host.size(), 1) * sizeof(float));

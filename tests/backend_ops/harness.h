@@ -118,6 +118,32 @@ std::vector<GgmlType> weight_types();
 // 256-value formats; for plain types `plain` itself.
 int64_t cols_for(GgmlType t, int blocks, int64_t plain);
 
+// The CUDA backend's GEMM mode a case runs in (GemmPrecision in kernels/cuda/cuda_backend.h): F32 is the
+// exact path every other case uses; BF16 sends prefill-sized matmuls, expert passes and attention calls to
+// the tensor cores.
+enum class Mode { F32, BF16 };
+// Unit roundoff of bf16 (8 significant bits, to nearest): the tensor-core tolerances are multiples of kUb2.
+constexpr double kUb = 1.0 / 256.0;  // 2^-8
+constexpr double kUb2 = kUb * kUb;
+inline const char* mode_name(Mode m) {
+    return m == Mode::BF16 ? "bf16" : "f32";
+}
+
+// Puts a CUDA backend in `mode` for the lifetime of the object (the op runs inside it, also when timed)
+// and restores its previous mode; does nothing on the CPU backend.
+class ScopedMode {
+public:
+    ScopedMode(Backend& b, Mode mode);
+    ~ScopedMode();
+    ScopedMode(const ScopedMode&) = delete;
+    ScopedMode& operator=(const ScopedMode&) = delete;
+
+private:
+    Backend& b_;
+    Mode restore_ = Mode::F32;
+    bool active_ = false;
+};
+
 // Cases are built one at a time by generators (inputs can be large in --perf mode, so only the running
 // case holds its buffers). Builders, one per op family (cases_*.cpp), append generators.
 using CaseGen = std::function<Case()>;

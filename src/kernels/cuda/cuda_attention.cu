@@ -22,6 +22,8 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "kernels/cuda/cuda_attention_rows.cuh"
+#include "kernels/cuda/cuda_attention_tc.cuh"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -36,32 +38,6 @@ constexpr int kMaxHeadDim = 1024;     // 32 values per lane per head
 constexpr int kMaxSplits = kWarp;     // the merge kernel reduces a query's splits in one warp
 constexpr int kMinSplitEntries = 16;  // fewer entries per split would be mostly fixed cost
 constexpr int kMergeThreads = 128;
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-
-// The KV row behind logical entry e of query i (window entries first, then compressed), or null when the
-// entry is skipped (-1) or past `end`.
-__device__ __forceinline__ const float* entry_row(const AttentionArgs& a, int64_t i, int e, int end) {
-    if (e >= end) return nullptr;
-    if (e < a.n_win) {
-        const int32_t w = a.win_idx[i * a.n_win + e];
-        return w >= 0 ? a.kv_win + (int64_t)w * a.head_dim : nullptr;
-    }
-    const int c = e - a.n_win;
-    if (a.comp_idx) {
-        const int32_t w = a.comp_idx[i * a.n_comp + c];
-        return w >= 0 ? a.kv_comp + (int64_t)w * a.head_dim : nullptr;
-    }
-    return a.kv_comp + (int64_t)c * a.head_dim;
-}
 
 // A lane's NE values of a head_dim vector (dims past hd read as 0, never touched): with VEC, value e is dim
 // 128 (e / 4) + 4 lane + e % 4, so a warp reads 512 contiguous bytes per float4; otherwise dim 32 e + lane.
@@ -156,7 +132,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, in
     for (int k = 0; k < HPW; ++k) h[k] = g * G + warp + kWarps * k;
     const bool active = h[0] < H;  // h[0] is the warp's lowest head
 
-    const int total = a.n_win + (a.kv_comp ? (a.comp_idx ? a.n_comp : a.comp_count[i]) : 0);
+    const int total = entry_count(a, i);
     const int per = (total + splits - 1) / splits;
     const int begin = (int)min((int64_t)total, (int64_t)split * per);
     const int end = min(total, begin + per);
@@ -332,6 +308,7 @@ void CudaBackend::attention(const AttentionArgs& a) {
     if (a.n <= 0 || a.n_heads <= 0) return;
     const int H = a.n_heads, hd = a.head_dim;
     DSV4_CHECK_MSG(hd > 0 && hd <= kMaxHeadDim, "attention: head_dim %d is outside (0, %d]", hd, kMaxHeadDim);
+    if (attention_tc(*this, a)) return;  // bf16 mode, prefill-sized calls
     const bool vec = hd % 4 == 0 && aligned16(a.q) && aligned16(a.out) && aligned16(a.kv_win) && aligned16(a.kv_comp);
     // Heads per warp: each row slice read from shared memory feeds HPW heads' FMAs, so 4 keep the shared
     // reads level with the FMAs where 2 leave them the bound, but 4 take about 220 registers (one block per

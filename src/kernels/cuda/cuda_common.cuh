@@ -52,6 +52,33 @@ __device__ __forceinline__ void pdl_begin() {
     pdl_trigger();
 }
 
+// Asynchronous global -> shared copies (cp.async): 16 bytes bypassing L1 (.cg), or 4 bytes through it (.ca);
+// commit closes a group of copies, wait<N> blocks until at most N groups of this thread are in flight.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+// As cp_async16, but copies nothing and zero-fills the 16 bytes when !valid (gmem must still be a valid
+// address expression; it is not read).
+__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool valid) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
 // Whether kernels written for programmatic dependent launch (they call pdl_wait() before touching what
 // earlier kernels wrote) are launched that way: DSV4_PDL=0 launches them normally, for A/B timing.
 inline bool pdl_enabled() {

@@ -1,8 +1,12 @@
 // CUDA KV compressor: each token's projections go into the partial-block state; when a block of `ratio`
 // tokens completes, an entry is pooled with a per-channel softmax over the block's slots (with overlap, the
-// previous block's first channel half joins the current block's second half). Tokens are sequential, but
-// every step touches only the columns of its own channel c (c and d + c), so one thread per channel runs
-// the whole token loop without synchronizing with any other.
+// previous block's first channel half joins the current block's second half).
+//
+// Two paths give the same bits. A short call (decode) runs the token loop serially, one thread per channel:
+// every step touches only the columns of its own channel c (c and d + c), so no thread waits for another.
+// A long call (prefill) has only d threads' worth of that loop, so it pools every completed entry at once
+// instead (a thread per entry and channel, reading each slot from the inputs or from the state as it was at
+// the start of the call), then a second kernel writes the state the token loop would have left.
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
@@ -10,6 +14,43 @@
 namespace dsv4::cuda {
 
 namespace {
+
+// Calls of fewer tokens take the serial path: for decode (1..8 tokens) and short chunks its n steps per
+// thread are few and it is one launch, where the parallel path always pays two. From 64 tokens on, a call
+// completes at least 16 entries at ratio 4 (16 x d threads) while the serial loop grows with n. 64 is a
+// judgment between those, not a measured crossover (the serial loop took 7 ms at n = 4096, d = 512).
+constexpr int64_t kParallelMinTokens = 64;
+
+// One pooled entry of channel c: the max score over the slots, then exp(score - max) and the weighted
+// values summed in slot order. Slots: with overlap, [0, r) is the previous block read at column c and
+// [r, 2r) the current block at column d + c; without, [0, r) is the current block at column c. Both paths
+// call this with their own slot reader (score(s, col), value(s, col)), so their entries match bit for bit.
+template <class Slots>
+__device__ __forceinline__ float pool_entry(const Slots& slots, int r, int d, int c, bool overlap) {
+    const int n_slots = overlap ? 2 * r : r;
+    float m = -INFINITY;
+    for (int s = 0; s < n_slots; ++s) {
+        const int64_t col = (overlap && s >= r) ? d + c : c;
+        m = fmaxf(m, slots.score(s, col));
+    }
+    float sum = 0, acc = 0;
+    for (int s = 0; s < n_slots; ++s) {
+        const int64_t col = (overlap && s >= r) ? d + c : c;
+        const float w = expf(slots.score(s, col) - m);
+        sum += w;
+        acc = __fadd_rn(acc, __fmul_rn(w, slots.value(s, col)));
+    }
+    return acc / sum;
+}
+
+// The serial path's slots: the state rows themselves (slot s = row s).
+struct StateSlots {
+    const float* kv;
+    const float* sc;
+    int64_t width;
+    __device__ float score(int s, int64_t col) const { return sc[s * width + col]; }
+    __device__ float value(int s, int64_t col) const { return kv[s * width + col]; }
+};
 
 __global__ void compressor_kernel(CompressorArgs a) {
     pdl_begin();
@@ -19,7 +60,7 @@ __global__ void compressor_kernel(CompressorArgs a) {
     const int coff = a.overlap ? 2 : 1;
     const int64_t width = (int64_t)coff * d;
     const int off = a.overlap ? r : 0;
-    const int n_slots = a.overlap ? 2 * r : r;
+    const StateSlots slots{a.state_kv, a.state_sc, width};
     int64_t n_new = 0;
     const int64_t pos0 = a.pos[0];
     for (int64_t j = 0; j < a.n; ++j) {
@@ -32,20 +73,7 @@ __global__ void compressor_kernel(CompressorArgs a) {
             a.state_sc[slot * width + col] = a.score[j * width + col] + ape[col];
         }
         if ((p + 1) % r != 0) continue;
-        // slots: overlap -> previous block rows [0, r) channel c, current rows [r, 2r) channel d + c
-        float m = -INFINITY;
-        for (int s = 0; s < n_slots; ++s) {
-            const int64_t col = (a.overlap && s >= r) ? d + c : c;
-            m = fmaxf(m, a.state_sc[s * width + col]);
-        }
-        float sum = 0, acc = 0;
-        for (int s = 0; s < n_slots; ++s) {
-            const int64_t col = (a.overlap && s >= r) ? d + c : c;
-            const float w = expf(a.state_sc[s * width + col] - m);
-            sum += w;
-            acc = __fadd_rn(acc, __fmul_rn(w, a.state_kv[s * width + col]));
-        }
-        a.out_entries[n_new * d + c] = acc / sum;
+        a.out_entries[n_new * d + c] = pool_entry(slots, r, d, c, a.overlap);
         ++n_new;
         if (a.overlap) {
             // The current block becomes the previous one (this thread's columns only).
@@ -59,12 +87,106 @@ __global__ void compressor_kernel(CompressorArgs a) {
     }
 }
 
+// The parallel path's slots of one completing block: slot s holds token base + s (base = the block's first
+// token, or the previous block's with overlap). A token of this call comes from the inputs (score plus ape,
+// the same single add the serial path stores); an earlier one from the state at the start of the call,
+// where the tokens of pos0's block sit in rows off + k and, with overlap, those of the block before in rows k
+// (k = the token's slot in its block). Only the first completing block, pos0's, reaches back that far.
+struct CallSlots {
+    const float *in_kv, *in_sc, *ape, *state_kv, *state_sc;
+    int64_t width, pos0, base, cur;  // cur: the first token of pos0's block
+    int r, off;
+    // Where token base + s's element of column col lies. Its slot in its block, p % r, is taken from s: block
+    // 0's previous slots stand for negative tokens (rows [0, r) then hold the state's initial values).
+    __device__ const float* at(int s, int64_t col, const float* in, const float* state) const {
+        const int64_t p = base + s;
+        if (p >= pos0) return in + (p - pos0) * width + col;
+        const int k = s < r ? s : s - r;
+        return state + (p >= cur ? off + k : k) * width + col;
+    }
+    __device__ float score(int s, int64_t col) const {
+        const float x = *at(s, col, in_sc, state_sc);
+        return base + s >= pos0 ? x + ape[(s < r ? s : s - r) * width + col] : x;
+    }
+    __device__ float value(int s, int64_t col) const { return *at(s, col, in_kv, state_kv); }
+};
+
+// A block per (completed entry, channel group), grid sized for the most entries n tokens can complete;
+// blocks past this call's count exit. Block B completes when its last token B*r + r - 1 lies in
+// [pos0, pos0 + n); the first that can is pos0's own block, so entry e is block pos0/r + e.
+__global__ void compressor_entries_kernel(CompressorArgs a) {
+    pdl_begin();
+    const int c = blockIdx.y * blockDim.x + threadIdx.x;
+    const int r = a.ratio, d = a.d;
+    if (c >= d) return;
+    const int64_t pos0 = a.pos[0];
+    const int64_t first = pos0 / r, e = blockIdx.x;
+    if (e >= (pos0 + a.n) / r - first) return;
+    const int coff = a.overlap ? 2 : 1, off = a.overlap ? r : 0;
+    const int64_t width = (int64_t)coff * d;
+    const int64_t base = (first + e - (a.overlap ? 1 : 0)) * r;  // slot 0's token
+    const CallSlots slots{a.kv, a.score, a.ape, a.state_kv, a.state_sc, width, pos0, base, first * r, r, off};
+    a.out_entries[e * d + c] = pool_entry(slots, r, d, c, a.overlap);
+}
+
+// The state the token loop leaves, a thread per (slot s, column) (launched after the entries kernel, which
+// reads the old state). Row off + s holds the latest token of slot s before pos0 + n when that token is in
+// this call, else keeps its old value; that may be a completed block's token, left stale by the serial loop,
+// and so it is here. With overlap, rows [0, r) are the last block completed in this call, taken from the
+// inputs or, for its tokens before pos0, from the old rows r + s; without a completed block they stay. The
+// same thread reads old row r + s and writes both rows, so no other thread overwrites what it reads.
+__global__ void compressor_state_kernel(CompressorArgs a) {
+    pdl_begin();
+    const int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int s = blockIdx.y, r = a.ratio;
+    const int coff = a.overlap ? 2 : 1;
+    const int64_t width = (int64_t)coff * a.d;
+    if (col >= width) return;
+    const int64_t pos0 = a.pos[0], end = pos0 + a.n;
+    const int off = a.overlap ? r : 0;
+    const float* ape = a.ape + s * width + col;
+    float* cur_kv = a.state_kv + (off + s) * width + col;
+    float* cur_sc = a.state_sc + (off + s) * width + col;
+    if (a.overlap) {
+        const int64_t last_block = end / r - 1;
+        if (last_block >= pos0 / r) {
+            const int64_t p = last_block * r + s;
+            float kv, sc;
+            if (p >= pos0) {
+                kv = a.kv[(p - pos0) * width + col];
+                sc = a.score[(p - pos0) * width + col] + *ape;
+            } else {
+                kv = *cur_kv;
+                sc = *cur_sc;
+            }
+            a.state_kv[s * width + col] = kv;
+            a.state_sc[s * width + col] = sc;
+        }
+    }
+    int64_t p = (end - 1) / r * r + s;  // the latest token of slot s before end
+    if (p >= end) p -= r;
+    if (p >= pos0) {
+        *cur_kv = a.kv[(p - pos0) * width + col];
+        *cur_sc = a.score[(p - pos0) * width + col] + *ape;
+    }
+}
+
 }  // namespace
 
 void CudaBackend::compressor(const CompressorArgs& a) {
     if (a.n <= 0 || a.d <= 0) return;
     DSV4_CHECK(a.ratio > 0);
-    launch_pdl(compressor_kernel, ceil_div(a.d, 128), 128, 0, stream_, a);
+    if (a.n < kParallelMinTokens) {
+        launch_pdl(compressor_kernel, ceil_div(a.d, 128), 128, 0, stream_, a);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
+    // n consecutive tokens complete at most ceil(n / ratio) blocks, whatever pos0 is.
+    const int64_t max_entries = (a.n + a.ratio - 1) / a.ratio;
+    const int64_t width = (int64_t)(a.overlap ? 2 : 1) * a.d;
+    launch_pdl(compressor_entries_kernel, dim3((unsigned)max_entries, ceil_div(a.d, 128)), 128, 0, stream_, a);
+    CUDA_CHECK_LAUNCH();
+    launch_pdl(compressor_state_kernel, dim3(ceil_div(width, 128), (unsigned)a.ratio), 128, 0, stream_, a);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -279,18 +279,6 @@ __device__ void write_sorted(uint64_t* buf, SelShared& sh, int32_t* out, int top
     for (int j = threadIdx.x; j < top_k; j += blockDim.x) out[j] = j < count ? key_index(buf[j]) : -1;
 }
 
-__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool valid) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
 struct ScoreArgs {
     int32_t* out;    // final lists (one split)
     uint64_t* part;  // scratch (several splits): n x splits x top_k keys, or raw score bits

@@ -1,0 +1,33 @@
+// The KV rows of sparse attention (AttentionArgs in ops/backend.h), shared by the f32 kernels
+// (cuda_attention.cu) and the tensor-core prefill kernel (cuda_attention_tc.cu).
+#pragma once
+
+#include <cstdint>
+
+#include "ops/backend.h"
+
+namespace dsv4::cuda {
+
+// How many entries query i has: the window, then the compressed entries (a fixed count with index lists,
+// comp_count[i] without).
+__device__ __forceinline__ int entry_count(const AttentionArgs& a, int64_t i) {
+    return a.n_win + (a.kv_comp ? (a.comp_idx ? a.n_comp : a.comp_count[i]) : 0);
+}
+
+// The KV row behind logical entry e of query i (window entries first, then compressed), or null when the
+// entry is skipped (-1) or past `end`.
+__device__ __forceinline__ const float* entry_row(const AttentionArgs& a, int64_t i, int e, int end) {
+    if (e >= end) return nullptr;
+    if (e < a.n_win) {
+        const int32_t w = a.win_idx[i * a.n_win + e];
+        return w >= 0 ? a.kv_win + (int64_t)w * a.head_dim : nullptr;
+    }
+    const int c = e - a.n_win;
+    if (a.comp_idx) {
+        const int32_t w = a.comp_idx[i * a.n_comp + c];
+        return w >= 0 ? a.kv_comp + (int64_t)w * a.head_dim : nullptr;
+    }
+    return a.kv_comp + (int64_t)c * a.head_dim;
+}
+
+}  // namespace dsv4::cuda
