@@ -113,6 +113,11 @@ struct Dq<GgmlType::Q8_0> {  // d(2) qs(32)
     __device__ static float value(const uint8_t* b, int i, const QuantTables&) {
         return __fmul_rn((float)(int8_t)b[2 + i], ld_f16(b));
     }
+    __device__ static void group8(const uint8_t* b, int i0, float* v, const QuantTables&) {
+        const float d = ld_f16(b);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __fmul_rn((float)(int8_t)b[2 + i0 + j], d);
+    }
 };
 template <>
 struct Dq<GgmlType::Q8_1> {  // d(2) s(2) qs(32)
@@ -149,6 +154,16 @@ struct Dq<GgmlType::Q2_K> {  // scales(16) qs(64) d(2) dmin(2)
         const float ml = __fmul_rn(ld_f16(b + 82), (float)(sc >> 4));
         const int q = (b[16 + 32 * n + 16 * half + l] >> (2 * group)) & 3;
         return __fsub_rn(__fmul_rn(dl, (float)q), ml);
+    }
+    // Values [i0, i0 + 8) (i0 a multiple of 8): one scale byte and 8 quant bytes, as value() computes them.
+    __device__ static void group8(const uint8_t* b, int i0, float* v, const QuantTables&) {
+        const int n = i0 / 128, r = i0 % 128, group = r / 32, half = (r % 32) / 16, l0 = r % 16;
+        const uint8_t sc = b[8 * n + 2 * group + half];
+        const float dl = __fmul_rn(ld_f16(b + 80), (float)(sc & 0x0F));
+        const float ml = __fmul_rn(ld_f16(b + 82), (float)(sc >> 4));
+        const uint8_t* qs = b + 16 + 32 * n + 16 * half + l0;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __fsub_rn(__fmul_rn(dl, (float)((qs[j] >> (2 * group)) & 3)), ml);
     }
 };
 template <>
@@ -239,6 +254,20 @@ struct Dq<GgmlType::IQ2_XXS> {  // d(2) qs(64): per 32 values 4 grid bytes + u32
         const float db = __fmul_rn(__fmul_rn(ld_f16(b), 0.5f + (float)(aux >> 28)), 0.25f);
         const uint32_t signs = t.signs[(aux >> (7 * l)) & 127];
         return __fmul_rn(__fmul_rn(db, grid_val(t.iq2xxs[p[l]], j)), sign_of(signs, j));
+    }
+    // Values [i0, i0 + 8): one grid entry, one sign byte, one scale (multiplying by -1 is an exact negation).
+    __device__ static void group8(const uint8_t* b, int i0, float* v, const QuantTables& t) {
+        const int ib = i0 / 32, l = (i0 % 32) / 8;
+        const uint8_t* p = b + 2 + 8 * ib;
+        const uint32_t aux = ld_u32(p + 4);
+        const float db = __fmul_rn(__fmul_rn(ld_f16(b), 0.5f + (float)(aux >> 28)), 0.25f);
+        const uint32_t signs = t.signs[(aux >> (7 * l)) & 127];
+        const uint64_t grid = t.iq2xxs[p[l]];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const float x = __fmul_rn(db, grid_val(grid, j));
+            v[j] = (signs >> j) & 1 ? -x : x;
+        }
     }
 };
 template <>
@@ -373,8 +402,12 @@ __device__ __forceinline__ void decode8(const uint8_t* row, int64_t g, int64_t K
         constexpr int kGroups = D::kElems / 8;
         const uint8_t* b = row + (g / kGroups) * D::kBytes;
         const int i0 = (int)(g % kGroups) * 8;
+        if constexpr (requires { D::group8(b, i0, v, t); }) {
+            D::group8(b, i0, v, t);  // the same values, the per-group parts computed once
+        } else {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = D::value(b, i0 + j, t);
+            for (int j = 0; j < 8; ++j) v[j] = D::value(b, i0 + j, t);
+        }
     }
 }
 

@@ -9,8 +9,6 @@
 // expert with kTcMinRows rows or more gets its own GEMMs (gate and up stacked into one), the others run
 // together through the f32 grouped kernels, as in the f32 mode, on a compacted grouping of their rows.
 // Nothing is cached across calls: the scratch comes from the backend's caching allocator.
-#include "kernels/cuda/cuda_gemm_tc.cuh"
-
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -24,7 +22,9 @@
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_gemm_tc.cuh"
 #include "kernels/cuda/cuda_matmul.cuh"
+#include "kernels/cuda/cuda_moe_tc.cuh"
 
 #define CUBLAS_CHECK(expr)                                                                                    \
     do {                                                                                                      \
@@ -255,6 +255,15 @@ void matmul_tc(CudaBackend& b, float* y, int64_t y_stride, const float* x, int64
     }
 }
 
+// DSV4_MOE_DECODE_ON_LOAD=0 keeps the per-expert decode + cuBLAS path (A/B of speed and accuracy).
+bool moe_tc_decode_on_load() {
+    static const bool on = [] {
+        const char* v = std::getenv("DSV4_MOE_DECODE_ON_LOAD");
+        return !(v && v[0] == '0');
+    }();
+    return on;
+}
+
 bool moe_tc_wanted(const CudaBackend& b, const MoeArgs& a) {
     const int64_t pairs = a.n * a.k;
     return b.gemm_precision() == GemmPrecision::BF16 &&
@@ -291,6 +300,23 @@ void moe_experts_tc(CudaBackend& b, const MoeArgs& a, const int32_t* offsets, co
 
     cudaStream_t st = b.stream();
     const int64_t Dp = pad8(D), Fp = pad8(F);
+    if (moe_tc_kernels_fit(b, a) && moe_tc_decode_on_load()) {
+        // Every big expert in two launches, the weights decoded as they are loaded (cuda_moe_tc.cu).
+        std::vector<MoeTcTile> tiles;
+        for (int e : big)
+            for (int32_t r = off[e]; r < off[e + 1]; r += kMoeTcTileRows)
+                tiles.push_back({e, r, std::min<int32_t>(kMoeTcTileRows, off[e + 1] - r)});
+        DSV4_CHECK(tiles.size() <= (size_t)INT_MAX);
+        MoeTcTile* tiles_d = s.get<MoeTcTile>((int64_t)tiles.size());
+        b.upload(tiles_d, tiles.data(), tiles.size() * sizeof(MoeTcTile));
+        const int64_t rows = off[E];
+        bf16* xb = s.get<bf16>(rows * Dp);
+        bf16* hb = s.get<bf16>(rows * Fp);
+        launch_rows_to_bf16(xb, Dp, a.x, D, x_rows, rows, D, st);
+        moe_tc_gate_up(b, a, tiles_d, (int)tiles.size(), xb, Dp, hb, Fp, pair_of_row);
+        moe_tc_down(b, a, tiles_d, (int)tiles.size(), hb, Fp, y);
+        return;
+    }
     bf16* xb = s.get<bf16>(max_rows * Dp);  // the expert's rows of x
     bf16* wgu = s.get<bf16>(2 * F * Dp);    // gate rows, then up rows: one GEMM gives both
     bf16* wd = s.get<bf16>(D * Fp);

@@ -1,0 +1,33 @@
+// Grouped expert GEMMs that decode the quantized weights on load (the bf16 GEMM mode's prefill MoE). See
+// cuda_moe_tc.cu; cuda_gemm_tc.cu's moe_experts_tc drives them.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "ops/backend.h"
+
+namespace dsv4::cuda {
+
+class CudaBackend;
+
+// Up to kMoeTcTileRows consecutive grouped rows [row0, row0 + rows) of one expert.
+struct MoeTcTile {
+    int32_t expert, row0, rows;
+};
+// Rows of a tile.
+constexpr int kMoeTcTileRows = 128;
+
+// True when a's stacks suit the kernels: gate and up of one block format (and down of one) whose blocks tile
+// 256 values, down [D, F], and their shared memory fits b's device.
+bool moe_tc_kernels_fit(const CudaBackend& b, const MoeArgs& a);
+// h [row, 0:F] (bf16, ldh) = bf16(swiglu(x_row . gate, x_row . up) * weights[pair_of_row[row]]) for the rows
+// of the n_tiles tiles (device array); xb: the grouped rows' activations as bf16 (ldx >= D, zeros past D).
+void moe_tc_gate_up(CudaBackend& b, const MoeArgs& a, const MoeTcTile* tiles, int n_tiles, const __nv_bfloat16* xb,
+                    int64_t ldx, __nv_bfloat16* h, int64_t ldh, const int32_t* pair_of_row);
+// y [row, 0:D] (f32, rows D apart) = h_row . down for the same tiles.
+void moe_tc_down(CudaBackend& b, const MoeArgs& a, const MoeTcTile* tiles, int n_tiles, const __nv_bfloat16* hb,
+                 int64_t ldh, float* y);
+
+}  // namespace dsv4::cuda
