@@ -3,10 +3,11 @@
 //
 // hc_pre and hc_head spread over many blocks even for one decode token (a block per token is latency-bound:
 // one SM walking 16384 values several times took ~50 us per call):
-//   1. the sums over each token's flattened streams, in chunks: few tokens and a plain or Q8_0 weight take
-//      one kernel whose block p computes chunk p's square sums (double, as the CPU) and partial mix dots
-//      H_i . fn_m for every token and mix (fn has only hc*(2+hc) rows: a GEMV over it keeps few warps
-//      busy); otherwise square sums over chunks, then the mix projection as a plain matmul;
+//   1. the sums over each token's flattened streams, in chunks: with a plain or Q8_0 weight one kernel whose
+//      block (p, q) computes chunk p's square sums (double, as the CPU) and partial mix dots H_i . fn_m for
+//      tokens 8q..8q+7 and every mix (fn has only hc*(2+hc) rows: a GEMV over it keeps few warps busy, and
+//      as a matmul its 24 rows left the f32 tile kernel at ~1.5 ms per 4096-token V4-Flash call, where this
+//      kernel reads H once); other formats: square sums over chunks, then the mix projection as a matmul;
 //   2. per (token, slice of D): the RMS factor from the partials (fixed order), the Sinkhorn split (computed
 //      by every slice's block, so none waits for another) and the collapse of the slice. The Sinkhorn keeps
 //      comb in registers, a lane per element, when hc * hc <= 32 (row and column sums gathered by shuffles in
@@ -47,7 +48,7 @@ __global__ void __launch_bounds__(kThreads) hc_ss_kernel(double* ss, const float
     if (threadIdx.x == 0) ss[i * P + p] = t;
 }
 
-// Columns of one chunk of the fused dots kernel, the most tokens it takes, and the formats it decodes (those
+// Columns of one chunk of the fused dots kernel, the tokens a block takes, and the formats it decodes (those
 // fn is stored in).
 constexpr int kDotCols = 256;
 constexpr int kDotMaxTokens = 8;
@@ -55,15 +56,20 @@ constexpr bool dots_format(GgmlType t) {
     return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0;
 }
 
-// Block p: chunk p (kDotCols columns) of every token's flattened streams H_i: ss[i, p] = its square sum
-// (double) and part[i, p, m] = its dot with fn row m.
+// Block (p, q): chunk p (kDotCols columns) of the flattened streams H_i of tokens i in [kDotMaxTokens q, +
+// kDotMaxTokens): ss[i, p] = its square sum (double) and part[i, p, m] = its dot with fn row m.
 template <GgmlType T>
-__global__ void __launch_bounds__(kThreads) hc_dots_kernel(float* part, double* ss, const float* H, const uint8_t* fn,
-                                                           size_t row_bytes, int n_mix, int64_t flat, int n, int P,
-                                                           QuantTables tables) {
+__global__ void __launch_bounds__(kThreads)
+    hc_dots_kernel(float* part, double* ss, const float* H, const uint8_t* fn, size_t row_bytes, int n_mix,
+                   int64_t flat, int64_t n_all, int P, QuantTables tables) {
     pdl_begin();
     using D = Dq<T>;
     __shared__ float hs[kDotMaxTokens][kDotCols];
+    const int64_t i0 = (int64_t)blockIdx.y * kDotMaxTokens;
+    const int n = (int)min((int64_t)kDotMaxTokens, n_all - i0);
+    H += i0 * flat;
+    ss += i0 * P;
+    part += i0 * P * n_mix;
     const int p = blockIdx.x;
     const int64_t c0 = (int64_t)p * kDotCols;
     const int cols = (int)(flat - c0 < kDotCols ? flat - c0 : kDotCols);
@@ -241,18 +247,20 @@ __global__ void __launch_bounds__(kThreads) hc_head_finish_kernel(float* y, cons
     hc_collapse(y + i * D, H + i * hc * D, pre, hc, D);
 }
 
+// Block (stream row i hc + k, slice y of D): no per-element index division (64-bit divisions made the flat
+// form 4x slower than its memory traffic on prefill chunks).
 __global__ void hc_post_kernel(float* H_out, const float* x, const float* H_res, const float* post, const float* comb,
-                               int64_t n, int hc, int64_t D) {
+                               int hc, int64_t D) {
     pdl_begin();
-    const int64_t total = n * hc * D;
-    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t d = t % D, i = t / (hc * D);
-        const int k = (int)((t / D) % hc);
-        const float* R = H_res + i * hc * D;
-        const float* c = comb + i * hc * hc;
+    const int64_t ik = blockIdx.x, i = ik / hc;
+    const int k = (int)(ik % hc);
+    const float* R = H_res + i * hc * D;
+    const float* c = comb + i * hc * hc;
+    const float pk = post[ik];
+    for (int64_t d = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; d < D; d += (int64_t)gridDim.y * blockDim.x) {
         float s = 0;  // the j-sum first, then the post term (reference order)
         for (int j = 0; j < hc; ++j) s = __fadd_rn(s, __fmul_rn(c[j * hc + k], R[j * D + d]));
-        H_out[t] = __fadd_rn(__fmul_rn(post[i * hc + k], x[i * D + d]), s);
+        H_out[ik * D + d] = __fadd_rn(__fmul_rn(pk, x[i * D + d]), s);
     }
 }
 
@@ -274,10 +282,11 @@ void CudaBackend::hc_pre(float* x, float* post, float* comb, const float* H, con
 
 void CudaBackend::hc_post(float* H_out, const float* x, const float* H_res, const float* post, const float* comb,
                           int64_t n, const HcParams& p) {
-    const int64_t total = n * p.hc * p.dim;
-    if (total <= 0) return;
-    launch_pdl(hc_post_kernel, grid_for(total, kThreads), kThreads, 0, stream_, H_out, x, H_res, post, comb, n, p.hc,
-               p.dim);
+    if (n <= 0 || p.hc <= 0 || p.dim <= 0) return;
+    DSV4_CHECK(n * p.hc <= INT32_MAX);
+    const unsigned slices = (unsigned)std::min<int64_t>(ceil_div(p.dim, kThreads), 65535);
+    launch_pdl(hc_post_kernel, dim3((unsigned)(n * p.hc), slices), kThreads, 0, stream_, H_out, x, H_res, post, comb,
+               p.hc, p.dim);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -310,7 +319,7 @@ CudaBackend::HcDots CudaBackend::hc_dots(Scratch& s, const float* H, const Weigh
     const int64_t flat = p.hc * p.dim;
     const int n_mix = (int)fn.rows;
     HcDots d;
-    if (n <= kDotMaxTokens && dots_format(fn.type)) {
+    if (dots_format(fn.type)) {
         const int P = (int)((flat + kDotCols - 1) / kDotCols);
         d.P_raw = d.P_ss = P;
         d.raw = s.get<float>(n * P * n_mix);
@@ -318,8 +327,8 @@ CudaBackend::HcDots CudaBackend::hc_dots(Scratch& s, const float* H, const Weigh
         dispatch_weight_type(fn.type, [&](auto tag) {
             constexpr GgmlType T = decltype(tag)::type;
             if constexpr (dots_format(T)) {
-                launch_pdl(hc_dots_kernel<T>, (unsigned)P, kThreads, 0, stream_, d.raw, d.ss, H, fn.data, fn.row_bytes,
-                           n_mix, flat, (int)n, P, tables_);
+                launch_pdl(hc_dots_kernel<T>, dim3((unsigned)P, ceil_div(n, kDotMaxTokens)), kThreads, 0, stream_,
+                           d.raw, d.ss, H, fn.data, fn.row_bytes, n_mix, flat, n, P, tables_);
             }
         });
         CUDA_CHECK_LAUNCH();
