@@ -32,6 +32,7 @@
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_gemm_tc.cuh"
+#include "kernels/cuda/cuda_mma.cuh"
 
 namespace dsv4::cuda {
 
@@ -49,25 +50,11 @@ __device__ __forceinline__ int col_entry(int c) {
     return (int)((0x57463120u >> (4 * c)) & 15u);
 }
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-}
-
 __device__ __forceinline__ float bf16_lo(uint32_t v) {
     return __uint_as_float(v << 16);
 }
 __device__ __forceinline__ float bf16_hi(uint32_t v) {
     return __uint_as_float(v & 0xffff0000u);
-}
-
-// d += A B for one m16n8k16 tile: A 16x16 bf16 (row-major fragments a0..a3), B 16x8 bf16 (b0, b1), f32 d.
-__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // Barrier of the two warps (64 threads) of m-tile mt; id 0 is __syncthreads'.

@@ -79,6 +79,15 @@ __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
+// silu(min(g, clamp)) * clamp(u, -clamp, clamp), the swiglu op's formula (no clamp when clamp == 0).
+__device__ __forceinline__ float swiglu_value(float g, float u, float clamp) {
+    if (clamp > 0) {
+        g = fminf(g, clamp);
+        u = fminf(fmaxf(u, -clamp), clamp);
+    }
+    return g / (1.0f + expf(-g)) * u;
+}
+
 // Whether kernels written for programmatic dependent launch (they call pdl_wait() before touching what
 // earlier kernels wrote) are launched that way: DSV4_PDL=0 launches them normally, for A/B timing.
 inline bool pdl_enabled() {

@@ -113,11 +113,6 @@ struct Dq<GgmlType::Q8_0> {  // d(2) qs(32)
     __device__ static float value(const uint8_t* b, int i, const QuantTables&) {
         return __fmul_rn((float)(int8_t)b[2 + i], ld_f16(b));
     }
-    __device__ static void group8(const uint8_t* b, int i0, float* v, const QuantTables&) {
-        const float d = ld_f16(b);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = __fmul_rn((float)(int8_t)b[2 + i0 + j], d);
-    }
 };
 template <>
 struct Dq<GgmlType::Q8_1> {  // d(2) s(2) qs(32)
@@ -154,16 +149,6 @@ struct Dq<GgmlType::Q2_K> {  // scales(16) qs(64) d(2) dmin(2)
         const float ml = __fmul_rn(ld_f16(b + 82), (float)(sc >> 4));
         const int q = (b[16 + 32 * n + 16 * half + l] >> (2 * group)) & 3;
         return __fsub_rn(__fmul_rn(dl, (float)q), ml);
-    }
-    // Values [i0, i0 + 8) (i0 a multiple of 8): one scale byte and 8 quant bytes, as value() computes them.
-    __device__ static void group8(const uint8_t* b, int i0, float* v, const QuantTables&) {
-        const int n = i0 / 128, r = i0 % 128, group = r / 32, half = (r % 32) / 16, l0 = r % 16;
-        const uint8_t sc = b[8 * n + 2 * group + half];
-        const float dl = __fmul_rn(ld_f16(b + 80), (float)(sc & 0x0F));
-        const float ml = __fmul_rn(ld_f16(b + 82), (float)(sc >> 4));
-        const uint8_t* qs = b + 16 + 32 * n + 16 * half + l0;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = __fsub_rn(__fmul_rn(dl, (float)((qs[j] >> (2 * group)) & 3)), ml);
     }
 };
 template <>
@@ -254,20 +239,6 @@ struct Dq<GgmlType::IQ2_XXS> {  // d(2) qs(64): per 32 values 4 grid bytes + u32
         const float db = __fmul_rn(__fmul_rn(ld_f16(b), 0.5f + (float)(aux >> 28)), 0.25f);
         const uint32_t signs = t.signs[(aux >> (7 * l)) & 127];
         return __fmul_rn(__fmul_rn(db, grid_val(t.iq2xxs[p[l]], j)), sign_of(signs, j));
-    }
-    // Values [i0, i0 + 8): one grid entry, one sign byte, one scale (multiplying by -1 is an exact negation).
-    __device__ static void group8(const uint8_t* b, int i0, float* v, const QuantTables& t) {
-        const int ib = i0 / 32, l = (i0 % 32) / 8;
-        const uint8_t* p = b + 2 + 8 * ib;
-        const uint32_t aux = ld_u32(p + 4);
-        const float db = __fmul_rn(__fmul_rn(ld_f16(b), 0.5f + (float)(aux >> 28)), 0.25f);
-        const uint32_t signs = t.signs[(aux >> (7 * l)) & 127];
-        const uint64_t grid = t.iq2xxs[p[l]];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const float x = __fmul_rn(db, grid_val(grid, j));
-            v[j] = (signs >> j) & 1 ? -x : x;
-        }
     }
 };
 template <>
@@ -387,6 +358,110 @@ struct Dq<GgmlType::TQ2_0> {  // qs(64) d(2)
     }
 };
 
+// The 8 values of group gi (values 8 gi .. 8 gi + 7) of block b, each bit-identical to Dq<T>::value(b, 8 gi + j)
+// (decode8 below and the staged GEMV decode through it):
+// the specializations below derive the group's scale and table entries once instead of once per value.
+template <GgmlType T>
+struct Group8 {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables& t) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = Dq<T>::value(b, 8 * gi + j, t);
+    }
+};
+template <>
+struct Group8<GgmlType::Q8_0> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables&) {
+        const float d = ld_f16(b);
+        const uint8_t* q = b + 2 + 8 * gi;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __fmul_rn((float)(int8_t)q[j], d);
+    }
+};
+template <>
+struct Group8<GgmlType::MXFP4> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables& t) {
+        const float d = e8m0_half(b[0]);
+        const uint8_t* q = b + 1 + 8 * (gi & 1);
+        const bool high = gi >= 2;  // values 16..31 are the high nibbles
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __fmul_rn((float)t.mxfp4[high ? q[j] >> 4 : q[j] & 0x0F], d);
+    }
+};
+template <>
+struct Group8<GgmlType::Q2_K> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables&) {
+        const int n = gi / 16, group = (gi % 16) / 4, half = (gi % 4) / 2, l0 = (gi % 2) * 8;
+        const uint8_t sc = b[8 * n + 2 * group + half];
+        const float dl = __fmul_rn(ld_f16(b + 80), (float)(sc & 0x0F));
+        const float ml = __fmul_rn(ld_f16(b + 82), (float)(sc >> 4));
+        const uint8_t* q = b + 16 + 32 * n + 16 * half + l0;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __fsub_rn(__fmul_rn(dl, (float)((q[j] >> (2 * group)) & 3)), ml);
+    }
+};
+template <>
+struct Group8<GgmlType::Q3_K> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables&) {
+        const int n = gi / 16, group = (gi % 16) / 4, half = (gi % 4) / 2, l0 = (gi % 2) * 8;
+        const int js = 8 * n + 2 * group + half;  // scale index
+        const uint8_t* sp = b + 96;
+        const int low = js < 8 ? (sp[js] & 0x0F) : (sp[js - 8] >> 4);
+        const int high = (sp[8 + js % 4] >> (2 * (js / 4))) & 3;
+        const int sc = (int)(int8_t)(uint8_t)(low | (high << 4));
+        const float dl = __fmul_rn(ld_f16(b + 108), (float)(sc - 32));
+        const int o = 16 * half + l0;
+        const uint8_t* hm = b + o;
+        const uint8_t* q = b + 32 + 32 * n + o;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int hbit = (hm[j] >> (4 * n + group)) & 1;
+            v[j] = __fmul_rn(dl, (float)(((q[j] >> (2 * group)) & 3) - (hbit ? 0 : 4)));
+        }
+    }
+};
+template <>
+struct Group8<GgmlType::Q4_K> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables&) {
+        const int c = gi / 8, w0 = (gi % 8) * 8, sub = 2 * c + (w0 >= 32);
+        int sc, m;
+        k4_scale_min(sub, b + 4, &sc, &m);
+        const float d1 = __fmul_rn(ld_f16(b), (float)sc), m1 = __fmul_rn(ld_f16(b + 2), (float)m);
+        const uint8_t* q = b + 16 + 32 * c + (w0 % 32);
+        const bool high = w0 >= 32;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __fsub_rn(__fmul_rn(d1, (float)(high ? q[j] >> 4 : q[j] & 0x0F)), m1);
+    }
+};
+template <>
+struct Group8<GgmlType::Q6_K> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables&) {
+        const int n = gi / 16, k = (gi % 16) / 4, l0 = (gi % 4) * 8;
+        const uint8_t* ql = b + 64 * n + ((k & 1) ? 32 : 0) + l0;
+        const uint8_t* qh = b + 128 + 32 * n + l0;
+        const int8_t sc = (int8_t)b[192 + 8 * n + l0 / 16 + 2 * k];
+        const float d = __fmul_rn(ld_f16(b + 208), (float)sc);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int lo = ql[j];
+            const int q = ((k < 2 ? (lo & 0x0F) : (lo >> 4)) | (((qh[j] >> (2 * k)) & 3) << 4)) - 32;
+            v[j] = __fmul_rn(d, (float)q);
+        }
+    }
+};
+template <>
+struct Group8<GgmlType::IQ2_XXS> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables& t) {
+        const int ib = gi / 4, l = gi % 4;
+        const uint8_t* p = b + 2 + 8 * ib;
+        const uint32_t aux = ld_u32(p + 4);
+        const float db = __fmul_rn(__fmul_rn(ld_f16(b), 0.5f + (float)(aux >> 28)), 0.25f);
+        const uint32_t signs = t.signs[(aux >> (7 * l)) & 127];
+        const uint64_t e = t.iq2xxs[p[l]];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(__fmul_rn(db, grid_val(e, j)), sign_of(signs, j));
+    }
+};
+
 // Values [8g, 8g+8) of a row of K values (K a multiple of the block size for block formats; plain types
 // may end mid-group, the missing values read as 0).
 template <GgmlType T>
@@ -401,13 +476,7 @@ __device__ __forceinline__ void decode8(const uint8_t* row, int64_t g, int64_t K
     } else {
         constexpr int kGroups = D::kElems / 8;
         const uint8_t* b = row + (g / kGroups) * D::kBytes;
-        const int i0 = (int)(g % kGroups) * 8;
-        if constexpr (requires { D::group8(b, i0, v, t); }) {
-            D::group8(b, i0, v, t);  // the same values, the per-group parts computed once
-        } else {
-#pragma unroll
-            for (int j = 0; j < 8; ++j) v[j] = D::value(b, i0 + j, t);
-        }
+        Group8<T>::decode(b, (int)(g % kGroups), v, t);
     }
 }
 

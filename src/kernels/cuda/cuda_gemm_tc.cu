@@ -96,15 +96,6 @@ __global__ void rows_to_bf16_kernel(bf16* out, int64_t ld, const float* x, int64
     }
 }
 
-// silu(min(g, clamp)) * clamp(u, -clamp, clamp), the swiglu op's formula (no clamp when clamp == 0).
-__device__ __forceinline__ float swiglu_value(float g, float u, float clamp) {
-    if (clamp > 0) {
-        g = fminf(g, clamp);
-        u = fminf(fmaxf(u, -clamp), clamp);
-    }
-    return g / (1.0f + expf(-g)) * u;
-}
-
 // One tensor-core expert's SwiGLU: gu [m, 2F] holds gate | up per row; h [m, ld] = bf16(swiglu * routing
 // weight), zeros in [F, ld).
 __global__ void swiglu_bf16_kernel(bf16* h, int64_t ld, const float* gu, int64_t m, int64_t F, float clamp,

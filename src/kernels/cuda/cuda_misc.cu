@@ -26,12 +26,7 @@ __global__ void swiglu_kernel(float* h, const float* g, const float* u, int64_t 
     pdl_begin();
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n * f; t += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = t / f, j = t % f;
-        float gv = g[i * gu_stride + j], uv = u[i * gu_stride + j];
-        if (clamp > 0) {
-            gv = fminf(gv, clamp);
-            uv = fminf(fmaxf(uv, -clamp), clamp);
-        }
-        h[t] = gv / (1.0f + expf(-gv)) * uv;
+        h[t] = swiglu_value(g[i * gu_stride + j], u[i * gu_stride + j], clamp);
     }
 }
 

@@ -1,7 +1,8 @@
 // The routed experts of a prefill chunk on tensor cores (the bf16 GEMM mode), decoding the quantized weights
 // as they are loaded: two grouped GEMM kernels over every expert with kTcMinRows rows or more.
 //
-// Why: decoding each expert's weight into a bf16 scratch matrix for cuBLAS (cuda_gemm_tc.cu's dense path)
+// Why: decoding each expert's weight into a bf16 scratch matrix for cuBLAS (the per-expert path cuda_gemm_tc.cu
+// keeps for the formats these kernels do not take, and for A/B)
 // writes and reads back ~4 bytes per weight value, ~26 GB per V4-Flash layer with all 256 experts active, and
 // takes 7 launches per expert; the 2-bit weights themselves are ~1.7 GB. Here a block decodes the weight tile
 // it needs straight into shared memory (the exact decoders of cuda_dequant.cuh, rounded to bf16) and
@@ -22,6 +23,7 @@
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_dequant.cuh"
+#include "kernels/cuda/cuda_mma.cuh"
 #include "kernels/cuda/cuda_moe_tc.cuh"
 
 namespace dsv4::cuda {
@@ -30,33 +32,6 @@ namespace {
 
 constexpr int kBM = kMoeTcTileRows, kBN = 64, kBK = 64, kThreads = 256;
 constexpr int kLd = kBK + 8;  // bf16 per shared row
-
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* p) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
-
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ float swiglu_of(float g, float u, float clamp) {
-    if (clamp > 0) {
-        g = fminf(g, clamp);
-        u = fminf(fmaxf(u, -clamp), clamp);
-    }
-    return g / (1.0f + expf(-g)) * u;
-}
 
 struct Stack {
     const uint8_t* data;  // expert 0's first row
@@ -186,7 +161,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                 for (int i = 0; i < 8; ++i) v[i] = 0.0f;
             }
             *reinterpret_cast<uint4*>(ws + j * kLd + 8 * q) =
-                make_uint4(pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7]));
+                make_uint4(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]), pack_bf16(v[4], v[5]), pack_bf16(v[6], v[7]));
         }
         __syncthreads();
 
@@ -207,8 +182,8 @@ __global__ void __launch_bounds__(kThreads, 2)
                                        ((lane / 8) % 2) * 8);
 #pragma unroll
                     for (int mi = 0; mi < 2; ++mi) {
-                        mma16816(acc[s][mi][2 * p], a[mi], b[0], b[1]);
-                        mma16816(acc[s][mi][2 * p + 1], a[mi], b[2], b[3]);
+                        mma_bf16(acc[s][mi][2 * p], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b[0], b[1]);
+                        mma_bf16(acc[s][mi][2 * p + 1], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b[2], b[3]);
                     }
                 }
         }
@@ -234,8 +209,8 @@ __global__ void __launch_bounds__(kThreads, 2)
                 if constexpr (GATE_UP) {
                     const float u0 = acc[kSets - 1][mi][ni][2 * h], u1 = acc[kSets - 1][mi][ni][2 * h + 1];
                     __nv_bfloat16* o = static_cast<__nv_bfloat16*>(out) + grow * ldo + col;
-                    o[0] = __float2bfloat16_rn(swiglu_of(v0, u0, clamp) * wgt);
-                    if (col + 1 < N) o[1] = __float2bfloat16_rn(swiglu_of(v1, u1, clamp) * wgt);
+                    o[0] = __float2bfloat16_rn(swiglu_value(v0, u0, clamp) * wgt);
+                    if (col + 1 < N) o[1] = __float2bfloat16_rn(swiglu_value(v1, u1, clamp) * wgt);
                 } else {
                     float* o = static_cast<float*>(out) + grow * ldo + col;
                     o[0] = v0;
