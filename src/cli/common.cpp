@@ -13,10 +13,11 @@ void add_device_options(CLI::App& app, DeviceOptions& d) {
     app.add_option("--device", d.device, "compute device: auto, cpu or cuda")
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     app.add_option("-t,--threads", d.threads, "CPU threads (default: all cores)");
-    app.add_option("--gemm", d.gemm,
-                   "CUDA only: matmul precision. bf16 runs prefill-sized matmuls and experts on the tensor cores "
-                   "with bf16 inputs, as the official model does; f32 is exact and reproduces the f32 reference "
-                   "to ~1e-6. Default: $DSV4_GEMM if set, else f32. The CPU backend ignores it (always f32)")
+    app.add_option(
+           "--gemm", d.gemm,
+           "CUDA only: matmul precision. bf16 runs prefill-sized matmuls, experts and attention on the "
+           "tensor cores with bf16 inputs, as the official model does; f32 is exact and reproduces the f32 reference "
+           "to ~1e-6. Default: $DSV4_GEMM if set, else f32. The CPU backend ignores it (always f32)")
         ->check(CLI::IsMember({"f32", "bf16"}));
 }
 

@@ -14,8 +14,9 @@ namespace dsv4 {
 // - F32: every product in f32 on CUDA cores, the weight decoded exactly: reproduces the CPU oracle to f32
 //   summation order (the exact-mode golden checks run this way).
 // - BF16: inputs of 16 rows or more go to the tensor cores: the weight is decoded to bf16, the activations
-//   are rounded to bf16, and cuBLAS multiplies them with f32 accumulation (the official model's own
-//   numerics: it runs bf16 activations and weights). Fewer rows (decode) keep the f32 kernels.
+//   are rounded to bf16, and cuBLAS (dense matmuls) or the decode-on-load expert kernels multiply them with
+//   f32 accumulation (the official model's own numerics: it runs bf16 activations and weights); attention
+//   calls of 16 queries or more run their two products in bf16 too. Fewer rows (decode) keep the f32 kernels.
 enum class GemmPrecision { F32, BF16 };
 
 struct CudaOptions {
