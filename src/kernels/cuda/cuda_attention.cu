@@ -300,8 +300,6 @@ AttentionKernel kernel_for(int ne) {
     return attention_kernel<16, HPW, VEC>;
 }
 
-bool aligned16(const void* p) { return ((uintptr_t)p & 15) == 0; }
-
 }  // namespace
 
 void CudaBackend::attention(const AttentionArgs& a) {
@@ -309,7 +307,7 @@ void CudaBackend::attention(const AttentionArgs& a) {
     const int H = a.n_heads, hd = a.head_dim;
     DSV4_CHECK_MSG(hd > 0 && hd <= kMaxHeadDim, "attention: head_dim %d is outside (0, %d]", hd, kMaxHeadDim);
     if (attention_tc(*this, a)) return;  // bf16 mode, prefill-sized calls
-    const bool vec = hd % 4 == 0 && aligned16(a.q) && aligned16(a.out) && aligned16(a.kv_win) && aligned16(a.kv_comp);
+    const bool vec = hd % 4 == 0 && rows_aligned16(a);
     // Heads per warp: each row slice read from shared memory feeds HPW heads' FMAs, so 4 keep the shared
     // reads level with the FMAs where 2 leave them the bound, but 4 take about 220 registers (one block per
     // SM) and make half as many blocks: used when the blocks still fill the GPU twice over (prefill). Past

@@ -239,10 +239,6 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) attention_tc_kernel(Atten
     }
 }
 
-bool aligned16(const void* p) {
-    return ((uintptr_t)p & 15) == 0;
-}
-
 template <int HD>
 bool launch_tc(CudaBackend& b, const AttentionArgs& a) {
     const int mtiles = (int)std::min<int64_t>(kMaxMTiles, (a.n_heads + 15) / 16);
@@ -257,10 +253,7 @@ bool launch_tc(CudaBackend& b, const AttentionArgs& a) {
 
 // DSV4_ATTENTION_TC=0 keeps the f32 kernel in the bf16 mode too (A/B of speed and accuracy).
 bool tc_enabled() {
-    static const bool on = [] {
-        const char* v = std::getenv("DSV4_ATTENTION_TC");
-        return !(v && v[0] == '0');
-    }();
+    static const bool on = env_switch_on("DSV4_ATTENTION_TC");
     return on;
 }
 
@@ -268,7 +261,7 @@ bool tc_enabled() {
 
 bool attention_tc(CudaBackend& b, const AttentionArgs& a) {
     if (b.gemm_precision() != GemmPrecision::BF16 || a.n < kTcMinRows || a.n_heads <= 0 || !tc_enabled()) return false;
-    if (!aligned16(a.q) || !aligned16(a.out) || !aligned16(a.kv_win) || !aligned16(a.kv_comp)) return false;
+    if (!rows_aligned16(a)) return false;
     switch (a.head_dim) {
         case 64:
             return launch_tc<64>(b, a);

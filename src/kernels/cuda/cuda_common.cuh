@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <utility>
 
 #define CUDA_CHECK(expr)                                                                              \
@@ -88,13 +89,17 @@ __device__ __forceinline__ float swiglu_value(float g, float u, float clamp) {
     return g / (1.0f + expf(-g)) * u;
 }
 
+// The A/B switches of the backend's kernel choices: on unless the environment variable `name` is "0". Each
+// caller keeps the answer in a static, so the variable is read once.
+inline bool env_switch_on(const char* name) {
+    const char* v = std::getenv(name);
+    return !(v && std::strcmp(v, "0") == 0);
+}
+
 // Whether kernels written for programmatic dependent launch (they call pdl_wait() before touching what
 // earlier kernels wrote) are launched that way: DSV4_PDL=0 launches them normally, for A/B timing.
 inline bool pdl_enabled() {
-    static const bool on = [] {
-        const char* v = std::getenv("DSV4_PDL");
-        return !(v && v[0] == '0');
-    }();
+    static const bool on = env_switch_on("DSV4_PDL");
     return on;
 }
 

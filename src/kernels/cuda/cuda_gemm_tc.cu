@@ -248,10 +248,7 @@ void matmul_tc(CudaBackend& b, float* y, int64_t y_stride, const float* x, int64
 
 // DSV4_MOE_DECODE_ON_LOAD=0 keeps the per-expert decode + cuBLAS path (A/B of speed and accuracy).
 bool moe_tc_decode_on_load() {
-    static const bool on = [] {
-        const char* v = std::getenv("DSV4_MOE_DECODE_ON_LOAD");
-        return !(v && v[0] == '0');
-    }();
+    static const bool on = env_switch_on("DSV4_MOE_DECODE_ON_LOAD");
     return on;
 }
 

@@ -186,10 +186,7 @@ int64_t resident_warps() {
 constexpr int64_t kPersistentGroups = 8;
 
 bool persistent_enabled() {
-    static const bool on = [] {
-        const char* v = std::getenv("DSV4_GEMV_PERSISTENT");
-        return !(v && std::strcmp(v, "0") == 0);
-    }();
+    static const bool on = env_switch_on("DSV4_GEMV_PERSISTENT");
     return on;
 }
 
@@ -295,10 +292,7 @@ bool launch(const MatmulParams* ps, int count, const QuantTables& t, cudaStream_
 }  // namespace
 
 bool digits_enabled() {
-    static const bool on = [] {
-        const char* v = std::getenv("DSV4_GEMV_DIGITS");
-        return !(v && std::strcmp(v, "0") == 0);
-    }();
+    static const bool on = env_switch_on("DSV4_GEMV_DIGITS");
     return on;
 }
 

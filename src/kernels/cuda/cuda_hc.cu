@@ -51,22 +51,22 @@ __global__ void __launch_bounds__(kThreads) hc_ss_kernel(double* ss, const float
 // Columns of one chunk of the fused dots kernel, the tokens a block takes, and the formats it decodes (those
 // fn is stored in).
 constexpr int kDotCols = 256;
-constexpr int kDotMaxTokens = 8;
+constexpr int kDotTokens = 8;
 constexpr bool dots_format(GgmlType t) {
     return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0;
 }
 
-// Block (p, q): chunk p (kDotCols columns) of the flattened streams H_i of tokens i in [kDotMaxTokens q, +
-// kDotMaxTokens): ss[i, p] = its square sum (double) and part[i, p, m] = its dot with fn row m.
+// Block (p, q): chunk p (kDotCols columns) of the flattened streams H_i of tokens i in [kDotTokens q, +
+// kDotTokens): ss[i, p] = its square sum (double) and part[i, p, m] = its dot with fn row m.
 template <GgmlType T>
 __global__ void __launch_bounds__(kThreads)
     hc_dots_kernel(float* part, double* ss, const float* H, const uint8_t* fn, size_t row_bytes, int n_mix,
                    int64_t flat, int64_t n_all, int P, QuantTables tables) {
     pdl_begin();
     using D = Dq<T>;
-    __shared__ float hs[kDotMaxTokens][kDotCols];
-    const int64_t i0 = (int64_t)blockIdx.y * kDotMaxTokens;
-    const int n = (int)min((int64_t)kDotMaxTokens, n_all - i0);
+    __shared__ float hs[kDotTokens][kDotCols];
+    const int64_t i0 = (int64_t)blockIdx.y * kDotTokens;
+    const int n = (int)min((int64_t)kDotTokens, n_all - i0);
     H += i0 * flat;
     ss += i0 * P;
     part += i0 * P * n_mix;
@@ -96,16 +96,16 @@ __global__ void __launch_bounds__(kThreads)
             const int64_t k = c0 + c;
             w[j] = c < cols ? D::value(row + (k / D::kElems) * D::kBytes, (int)(k % D::kElems), tables) : 0.0f;
         }
-        float acc[kDotMaxTokens];
+        float acc[kDotTokens];
 #pragma unroll
-        for (int i = 0; i < kDotMaxTokens; ++i) {
+        for (int i = 0; i < kDotTokens; ++i) {
             acc[i] = 0.0f;
             if (i < n)
 #pragma unroll
                 for (int j = 0; j < kPerLane; ++j) acc[i] = fmaf(w[j], hs[i][lane * kPerLane + j], acc[i]);
         }
 #pragma unroll
-        for (int i = 0; i < kDotMaxTokens; ++i) {
+        for (int i = 0; i < kDotTokens; ++i) {
             if (i >= n) break;
             const float v = warp_sum(acc[i]);
             if (lane == 0) part[((int64_t)i * P + p) * n_mix + m] = v;
@@ -327,7 +327,7 @@ CudaBackend::HcDots CudaBackend::hc_dots(Scratch& s, const float* H, const Weigh
         dispatch_weight_type(fn.type, [&](auto tag) {
             constexpr GgmlType T = decltype(tag)::type;
             if constexpr (dots_format(T)) {
-                launch_pdl(hc_dots_kernel<T>, dim3((unsigned)P, ceil_div(n, kDotMaxTokens)), kThreads, 0, stream_,
+                launch_pdl(hc_dots_kernel<T>, dim3((unsigned)P, ceil_div(n, kDotTokens)), kThreads, 0, stream_,
                            d.raw, d.ss, H, fn.data, fn.row_bytes, n_mix, flat, n, P, tables_);
             }
         });

@@ -216,10 +216,7 @@ bool fits(const Weight& w) {
 }
 
 bool decode_enabled() {
-    static const bool on = [] {
-        const char* v = std::getenv("DSV4_MOE_DECODE");
-        return !(v && std::strcmp(v, "0") == 0);
-    }();
+    static const bool on = env_switch_on("DSV4_MOE_DECODE");
     return on && gemv_mode() == GemvMode::Pipelined;
 }
 

@@ -49,6 +49,7 @@ struct MoeTcLayout {
     static constexpr int kStageBytes = kStageK / D::kElems * D::kBytes;
     // 16-byte words of one row's raw stage: the data, the partial word before it, and a spare word.
     static constexpr int kSlotWords = (kStageBytes + 15) / 16 + 1;
+    // Two stages of raw rows, and each row's offset in its slot (an int per row and stage).
     static constexpr size_t kRawBytes = (size_t)2 * kWRows * (kSlotWords * 16 + sizeof(int));
     static constexpr size_t kXBytes = (size_t)2 * kBM * kLd * 2;
     static constexpr size_t kWBytes = (size_t)kWRows * kLd * 2;
