@@ -87,11 +87,12 @@ std::string dims(std::initializer_list<std::pair<const char*, long long>> kv) {
 
 void add_elementwise_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     const uint64_t seed = o.seed;
+    // dims 7, 83, 769: the scalar kernel; 512 and 4096 (16-byte aligned rows): a warp and a block per row.
     for (int64_t n : {1, 7, 83})
-        for (int64_t dim : {7, 83, 769})
+        for (int64_t dim : {7, 83, 769, 512, 4096})
             for (int variant = 0; variant < 2; ++variant) {
                 const bool weighted = variant == 0;
-                const int64_t stride = dim + (variant ? 5 : 0);
+                const int64_t stride = dim + (variant ? (dim % 4 ? 5 : 4) : 0);
                 const std::string shape = dims({{"n", n}, {"dim", dim}, {"stride", stride}, {"weight", weighted}});
                 Rng rng(case_seed(seed, "rms_norm" + shape));
                 const std::vector<float> x = rng.vec(n * stride, -3, 3), w = rng.vec(dim, 0.5f, 1.5f);

@@ -254,6 +254,8 @@ void add_hc_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(hc_pre_case(5, 64, 2, GgmlType::F32, o.seed));
     out.push_back(hc_pre_case(4, 4096, 1, GgmlType::F16, o.seed));
     out.push_back(hc_head_case(4, 4096, 2, GgmlType::F16, o.seed));
+    // hc_post's stream kernel (hc = 4, D a multiple of 4): few tokens (several slices each) and many.
+    for (int64_t n : {1, 7, 300}) out.push_back(hc_post_case(4, 1024, n, o.seed));
     if (o.perf)
         for (int64_t n : {1, 128}) {  // V4-Flash width
             out.push_back(hc_pre_case(4, 4096, n, GgmlType::F32, o.seed));

@@ -8,7 +8,12 @@
 #include <cstdio>
 #include <numeric>
 
+#include "core/check.h"
+#include "core/fp16.h"
 #include "harness.h"
+#if defined(DSV4_HAVE_CUDA)
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 namespace dsv4::backend_ops {
 
@@ -136,6 +141,48 @@ CaseGen experts_case(Mode mode, GgmlType tg, GgmlType td, int64_t n, int E, int 
     };
 }
 
+// The bf16 decoders of the tensor-core paths (cuda_dequant_bf16.cuh) with `run` values per thread: bit-identical
+// (tol 0) to the CPU codec's value rounded to bf16 to nearest even, which is what the CPU instance returns;
+// the CUDA instance reads the decoders' output through a test hook.
+CaseGen weight_bf16_case(GgmlType t, int run, int64_t M, int64_t K, uint64_t seed) {
+    return [=]() {
+        Case c;
+        c.op = "weight_bf16";
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "%s run=%d M=%lld K=%lld", std::string(ggml_type_name(t)).c_str(), run,
+                      (long long)M, (long long)K);
+        c.shape = buf;
+        Rng rng(case_seed(seed, c.op + c.shape));
+        auto w = std::make_shared<std::vector<uint8_t>>(random_weight(t, M, K, rng));
+        c.make = [=](Backend& b) {
+            Instance in;
+            in.dev = std::make_unique<Dev>(b);
+            const Weight wt = make_weight(b, t, *w, M, K, 1);
+            auto got = std::make_shared<Array>();
+            in.run = [&b, wt, got, t, w, run, M, K]() {
+#if defined(DSV4_HAVE_CUDA)
+                std::vector<uint16_t> bits;
+                if (cuda_decode_weight_bf16(b, wt, run, &bits)) {
+                    got->assign(bits.size(), 0.0);
+                    for (size_t i = 0; i < bits.size(); ++i) (*got)[i] = bf16_to_f32(bits[i]);
+                    return;
+                }
+                DSV4_CHECK_MSG(!cuda_gemm_precision(b), "weight_bf16: the CUDA hook refused %s run=%d",
+                               std::string(ggml_type_name(t)).c_str(), run);
+#else
+                (void)b, (void)wt, (void)run;
+#endif
+                const std::vector<float> v = dequant_weight(t, *w, M, K);
+                got->assign(v.size(), 0.0);
+                for (size_t i = 0; i < v.size(); ++i) (*got)[i] = round_bf16(v[i]);
+            };
+            in.read = [got]() { return Arrays{*got}; };
+            return in;
+        };
+        return c;
+    };
+}
+
 }  // namespace
 
 void add_tensor_core_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
@@ -152,6 +199,14 @@ void add_tensor_core_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
         // f32 kernels within one call.
         const int64_t D = cols_for(t, 1, 83), F = cols_for(t, 2, 7);
         out.push_back(experts_case(bf16, t, t, 200, 64, 6, D, F, 1.5f, false, o.seed));
+    }
+    // The decoders of the bf16 paths at every run length a kernel uses (8: the bf16 weight decode; 16, 32: the
+    // expert kernels' down and gate/up), 3 blocks per row.
+    for (GgmlType t : weight_types()) {
+        const int64_t block = ggml_traits(t).block_elems;
+        for (int run : {8, 16, 32})
+            if ((block == 1 && run == 8) || (block > 1 && block % run == 0))
+                out.push_back(weight_bf16_case(t, run, 67, cols_for(t, 3, 96), o.seed));
     }
     // A weight of two decode slabs (2^25 values each): 131072 + 77 rows of 256.
     out.push_back(matmul_case(bf16, GgmlType::Q8_0, 16, 256, 131072 + 77, 256, 131072 + 77, false, o.seed));

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "core/status.h"
 #include "ops/backend.h"
@@ -33,5 +34,11 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(int device, const CudaOptions
 // (false when `b` is not a CUDA backend): the conformance test runs one backend in both modes.
 std::optional<GemmPrecision> cuda_gemm_precision(const Backend& b);
 bool set_cuda_gemm_precision(Backend& b, GemmPrecision p);
+
+// The conformance test's check of the bf16 decoders of the tensor-core paths: w's rows decoded to bf16 (bit
+// patterns, row-major, w.cols per row) with `run` values per thread (8, 16 or 32, as the kernels use them; 8
+// on plain types). False when b is not a CUDA backend, w.cols is not a multiple of 8, or run does not divide
+// the format's block.
+bool cuda_decode_weight_bf16(Backend& b, const Weight& w, int run, std::vector<uint16_t>* out);
 
 }  // namespace dsv4

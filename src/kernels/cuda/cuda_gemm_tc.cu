@@ -22,6 +22,7 @@
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_dequant_bf16.cuh"
 #include "kernels/cuda/cuda_gemm_tc.cuh"
 #include "kernels/cuda/cuda_matmul.cuh"
 #include "kernels/cuda/cuda_moe_tc.cuh"
@@ -70,14 +71,8 @@ __global__ void dequant_bf16_kernel(bf16* out, int64_t ld, const uint8_t* w, siz
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < rows * groups;
          t += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = t / groups, g = t % groups;
-        float v[8];
-        if (8 * g < K) {
-            decode8<T>(w + (size_t)r * row_bytes, g, K, v, tb);
-        } else {
-#pragma unroll
-            for (int j = 0; j < 8; ++j) v[j] = 0.0f;
-        }
-        *reinterpret_cast<uint4*>(out + r * ld + 8 * g) = pack_bf16x8(v);
+        *reinterpret_cast<uint4*>(out + r * ld + 8 * g) =
+            8 * g < K ? decode8_bf16<T>(w + (size_t)r * row_bytes, g, K, tb) : make_uint4(0, 0, 0, 0);
     }
 }
 

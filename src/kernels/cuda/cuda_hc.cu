@@ -264,6 +264,48 @@ __global__ void hc_post_kernel(float* H_out, const float* x, const float* H_res,
     }
 }
 
+// hc_post for HC streams known at compile time: block (token i, slice y of D), a thread per 4 consecutive d
+// (D % 4 == 0, 16-byte aligned rows) computing every stream k, so token i's residual streams and x are read
+// once instead of once per k. Same sums in the same order as hc_post_kernel.
+template <int HC>
+__global__ void __launch_bounds__(kThreads) hc_post_streams_kernel(float* H_out, const float* x, const float* H_res,
+                                                                   const float* post, const float* comb, int64_t D) {
+    pdl_begin();
+    __shared__ float c[HC * HC], pk[HC];
+    const int64_t i = blockIdx.x;
+    if (threadIdx.x < HC * HC) c[threadIdx.x] = comb[i * HC * HC + threadIdx.x];
+    if (threadIdx.x < HC) pk[threadIdx.x] = post[i * HC + threadIdx.x];
+    __syncthreads();
+    const float4* R = reinterpret_cast<const float4*>(H_res + i * HC * D);
+    const float4* xi = reinterpret_cast<const float4*>(x + i * D);
+    float4* out = reinterpret_cast<float4*>(H_out + i * HC * D);
+    const int64_t D4 = D / 4;
+    for (int64_t d = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; d < D4; d += (int64_t)gridDim.y * blockDim.x) {
+        float4 r[HC];
+#pragma unroll
+        for (int j = 0; j < HC; ++j) r[j] = R[j * D4 + d];
+        const float4 xv = xi[d];
+#pragma unroll
+        for (int k = 0; k < HC; ++k) {
+            float4 s = make_float4(0.f, 0.f, 0.f, 0.f);  // the j-sum first, then the post term (reference order)
+#pragma unroll
+            for (int j = 0; j < HC; ++j) {
+                const float w = c[j * HC + k];
+                s = make_float4(__fadd_rn(s.x, __fmul_rn(w, r[j].x)), __fadd_rn(s.y, __fmul_rn(w, r[j].y)),
+                                __fadd_rn(s.z, __fmul_rn(w, r[j].z)), __fadd_rn(s.w, __fmul_rn(w, r[j].w)));
+            }
+            out[k * D4 + d] =
+                make_float4(__fadd_rn(__fmul_rn(pk[k], xv.x), s.x), __fadd_rn(__fmul_rn(pk[k], xv.y), s.y),
+                            __fadd_rn(__fmul_rn(pk[k], xv.z), s.z), __fadd_rn(__fmul_rn(pk[k], xv.w), s.w));
+        }
+    }
+}
+
+// Enough blocks for about two per SM when few tokens come; one per token when many do.
+int64_t per_token_blocks(int64_t n, int sms) {
+    return std::clamp<int64_t>((2 * (int64_t)sms + n - 1) / n, 1, 32);
+}
+
 }  // namespace
 
 void CudaBackend::hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
@@ -284,6 +326,18 @@ void CudaBackend::hc_post(float* H_out, const float* x, const float* H_res, cons
                           int64_t n, const HcParams& p) {
     if (n <= 0 || p.hc <= 0 || p.dim <= 0) return;
     DSV4_CHECK(n * p.hc <= INT32_MAX);
+    const bool aligned =
+        ((reinterpret_cast<uintptr_t>(H_out) | reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(H_res)) &
+         15) == 0;
+    if (p.hc == 4 && p.dim % 4 == 0 && aligned) {
+        // A block per token and slice; a few slices per token when few tokens come, so the GPU fills.
+        const unsigned slices =
+            (unsigned)std::min<int64_t>(per_token_blocks(n, props_.multiProcessorCount), ceil_div(p.dim / 4, kThreads));
+        launch_pdl(hc_post_streams_kernel<4>, dim3((unsigned)n, slices), kThreads, 0, stream_, H_out, x, H_res, post,
+                   comb, p.dim);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
     const unsigned slices = (unsigned)std::min<int64_t>(ceil_div(p.dim, kThreads), 65535);
     launch_pdl(hc_post_kernel, dim3((unsigned)(n * p.hc), slices), kThreads, 0, stream_, H_out, x, H_res, post, comb,
                p.hc, p.dim);
@@ -302,13 +356,6 @@ void CudaBackend::hc_head(float* y, const float* H, const Weight& fn, const floa
                scale, base, p);
     CUDA_CHECK_LAUNCH();
 }
-
-namespace {
-
-// Enough blocks for about two per SM when few tokens come; one per token when many do.
-int64_t per_token_blocks(int64_t n, int sms) { return std::clamp<int64_t>((2 * (int64_t)sms + n - 1) / n, 1, 32); }
-
-}  // namespace
 
 int CudaBackend::hc_slices(int64_t n, const HcParams& p) const {
     return (int)std::min<int64_t>(per_token_blocks(n, props_.multiProcessorCount),

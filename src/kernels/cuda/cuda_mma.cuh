@@ -24,13 +24,15 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// Four 8 x 8 bf16 matrices from shared memory: lanes 8m .. 8m + 7 give the row addresses of matrix m, and
-// lane l receives row l / 4, columns 2 (l % 4) and + 1 of each in r[m].
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* p) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+// Four 8 x 8 bf16 matrices from shared memory: lanes 8m .. 8m + 7 give the row addresses of matrix m (s: an
+// address in the shared window), and lane l receives row l / 4, columns 2 (l % 4) and + 1 of each in r[m].
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t s) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(s));
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* p) {
+    ldmatrix_x4(r, (uint32_t)__cvta_generic_to_shared(p));
 }
 
 }  // namespace dsv4::cuda

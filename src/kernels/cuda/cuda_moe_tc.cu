@@ -14,7 +14,8 @@
 // The numerics are the cuBLAS path's: bf16 activations and weights, f32 sums, the SwiGLU in f32 then rounded.
 //
 // Block: 8 warps as 4 x 2, each 32 rows x 32 outputs (and the matching up outputs); k-steps of 64 values.
-// Shared rows are 64 + 8 bf16 (144 bytes), so the ldmatrix row addresses of a fragment hit distinct banks.
+// Shared tiles are rows of 64 bf16 (8 chunks of 16 bytes) with chunk c of row r stored at c ^ (r % 8), so the
+// 8 row addresses of an ldmatrix phase, and the decode's 16-byte stores, hit distinct banks.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -22,7 +23,7 @@
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
-#include "kernels/cuda/cuda_dequant.cuh"
+#include "kernels/cuda/cuda_dequant_bf16.cuh"
 #include "kernels/cuda/cuda_mma.cuh"
 #include "kernels/cuda/cuda_moe_tc.cuh"
 
@@ -31,7 +32,12 @@ namespace dsv4::cuda {
 namespace {
 
 constexpr int kBM = kMoeTcTileRows, kBN = 64, kBK = 64, kThreads = 256;
-constexpr int kLd = kBK + 8;  // bf16 per shared row
+constexpr int kXBufs = 3;  // activation k-steps in flight: the one multiplied, the next, the one being copied
+
+// Offset (in bf16) of chunk c (8 values) of row r in a swizzled tile.
+__device__ __forceinline__ int swz(int r, int c) {
+    return kBK * r + 8 * (c ^ (r & 7));
+}
 
 struct Stack {
     const uint8_t* data;  // expert 0's first row
@@ -46,23 +52,26 @@ template <GgmlType T, bool GATE_UP>
 struct MoeTcLayout {
     using D = Dq<T>;
     static constexpr int kWRows = GATE_UP ? 2 * kBN : kBN;  // weight rows a block decodes per k-step
+    // Values of one weight row a thread decodes per k-step (32 for gate/up, 16 for down).
+    static constexpr int kRun = kWRows * kBK / kThreads;
     static constexpr int kStageBytes = kStageK / D::kElems * D::kBytes;
     // 16-byte words of one row's raw stage: the data, the partial word before it, and a spare word.
     static constexpr int kSlotWords = (kStageBytes + 15) / 16 + 1;
-    // Two stages of raw rows, and each row's offset in its slot (an int per row and stage).
-    static constexpr size_t kRawBytes = (size_t)2 * kWRows * (kSlotWords * 16 + sizeof(int));
-    static constexpr size_t kXBytes = (size_t)2 * kBM * kLd * 2;
-    static constexpr size_t kWBytes = (size_t)kWRows * kLd * 2;
-    static constexpr size_t kSmem = kRawBytes + kXBytes + kWBytes;
+    static constexpr size_t kRawBytes = (size_t)2 * kWRows * kSlotWords * 16;  // two stages of raw rows
+    static constexpr size_t kXBytes = (size_t)kXBufs * kBM * kBK * 2;
+    static constexpr size_t kWBytes = (size_t)2 * kWRows * kBK * 2;          // two decoded k-steps
+    static constexpr size_t kShiftBytes = (size_t)2 * kWRows * sizeof(int);  // each row's offset in its slot
+    static constexpr size_t kSmem = kRawBytes + kXBytes + kWBytes + kShiftBytes;
 };
 
 // Block (blockIdx.x: tile, blockIdx.y: 64 outputs). GATE_UP: w0 = gate, w1 = up (N = F outputs, K = D), out h
 // (bf16, ldo); otherwise w0 = down (N = D, K = F), out y (f32, ldo). x: bf16 rows (ldx >= K, zero past K).
 //
-// Pipeline: the raw bytes of a stage (256 values of each weight row, whole blocks) are copied to shared memory
-// by cp.async one stage ahead, the activations one 64-value k-step ahead; each k-step decodes its slice of the
-// raw stage (the exact decoders, reading shared memory) into a bf16 tile and multiplies it. So the HBM and L2
-// latencies overlap the decode and the tensor-core work of the step before.
+// Pipeline, per k-step ks after one barrier: copy (cp.async) the activations of step ks + 2 and, at a stage's
+// first step, the raw bytes of the next stage (256 values of each weight row, whole blocks); decode step
+// ks + 1's slice of its raw stage into a bf16 tile (Bf16Run, the exact decoders rounded to bf16); multiply
+// step ks's tiles. The decode (integer work) and the multiply (tensor cores) of different steps interleave
+// within each warp, and the HBM and L2 latencies hide behind both.
 template <GgmlType T, bool GATE_UP>
 __global__ void __launch_bounds__(kThreads, 2)
     moe_tc_kernel(const MoeTcTile* tiles, const __nv_bfloat16* x, int64_t ldx, Stack w0, Stack w1, int64_t K, int64_t N,
@@ -70,52 +79,88 @@ __global__ void __launch_bounds__(kThreads, 2)
                   QuantTables tb) {
     using L = MoeTcLayout<T, GATE_UP>;
     using D = Dq<T>;
-    constexpr int kWRows = L::kWRows, kSlotWords = L::kSlotWords;
+    constexpr int kWRows = L::kWRows, kSlotWords = L::kSlotWords, kRun = L::kRun;
     constexpr int kSets = GATE_UP ? 2 : 1;
+    constexpr int kSubs = kStageK / kBK;  // k-steps per stage
     extern __shared__ uint4 smem_words[];
     uint4* raw = smem_words;  // [2][kWRows][kSlotWords]
-    __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem_words + 2 * kWRows * kSlotWords);  // [2][kBM][kLd]
-    __nv_bfloat16* ws = xs + 2 * kBM * kLd;                                                      // [kWRows][kLd]
-    int* shifts = reinterpret_cast<int*>(ws + kWRows * kLd);  // [2][kWRows]: offset of a row's stage in its slot
+    __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem_words + 2 * kWRows * kSlotWords);  // [3][kBM][kBK]
+    __nv_bfloat16* ws = xs + kXBufs * kBM * kBK;                                                 // [2][kWRows][kBK]
+    int* shifts = reinterpret_cast<int*>(ws + 2 * kWRows * kBK);  // [2][kWRows]: offset of a row's stage in its slot
     const MoeTcTile tile = tiles[blockIdx.x];
     const int64_t n0 = (int64_t)blockIdx.y * kBN;
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
     const int wm = warp / 2, wn = warp % 2;
 
-    // Weight row j of this block (j < kBN: gate or down row n0 + j; j >= kBN: up row n0 + j - kBN), or null
-    // past N.
-    auto wrow = [&](int j) -> const uint8_t* {
-        const bool up = GATE_UP && j >= kBN;
-        const int64_t r = n0 + (up ? j - kBN : j);
-        if (r >= N) return nullptr;
+    // Raw staging: thread t copies words [kRawWords p, kRawWords p + kRawWords) of weight row j = t / kRawThreads
+    // (p = t % kRawThreads); its row pointer is null past N. Row j < kBN: gate or down row n0 + j; j >= kBN: up
+    // row n0 + j - kBN.
+    static_assert(kThreads % kWRows == 0);
+    constexpr int kRawThreads = kThreads / kWRows, kRawWords = (kSlotWords + kRawThreads - 1) / kRawThreads;
+    const int raw_j = threadIdx.x / kRawThreads, raw_w0 = kRawWords * (threadIdx.x % kRawThreads);
+    const uint8_t* raw_row = nullptr;
+    {
+        const bool up = GATE_UP && raw_j >= kBN;
+        const int64_t r = n0 + (up ? raw_j - kBN : raw_j);
         const Stack& st = up ? w1 : w0;
-        return st.data + (size_t)tile.expert * st.expert_bytes + (size_t)r * st.row_bytes;
-    };
+        if (r < N) raw_row = st.data + (size_t)tile.expert * st.expert_bytes + (size_t)r * st.row_bytes;
+    }
     // Stage kb (values [kStageK kb, ...)) of every weight row into raw buffer kb & 1: the 16-byte words that
     // cover its bytes (a word holding any byte of the row lies in the weight's allocation).
-    auto stage_raw = [&](int64_t kb) {
-        const int64_t k0 = kb * kStageK;
+    auto stage_raw = [&](int kb) {
+        const int64_t k0 = (int64_t)kb * kStageK;
         const int bytes = (int)((K - k0 < kStageK ? K - k0 : kStageK) / D::kElems) * D::kBytes;
-        uint4* dst = raw + (kb & 1) * kWRows * kSlotWords;
-        for (int c = threadIdx.x; c < kWRows * kSlotWords; c += kThreads) {
-            const int j = c / kSlotWords, w = c % kSlotWords;
-            const uint8_t* r = wrow(j);
-            const uint8_t* start = r ? r + (size_t)(k0 / D::kElems) * D::kBytes : nullptr;
-            const int shift = (int)(reinterpret_cast<uintptr_t>(start) & 15);
-            if (w == 0) shifts[(kb & 1) * kWRows + j] = r ? shift : -1;  // -1: a row past N (zeros)
-            if (r && w < (shift + bytes + 15) / 16) cp_async16(dst + j * kSlotWords + w, start - shift + 16 * w);
+        const uint8_t* start = raw_row ? raw_row + (size_t)kb * L::kStageBytes : nullptr;
+        const int shift = (int)(reinterpret_cast<uintptr_t>(start) & 15);
+        if (raw_w0 == 0) shifts[(kb & 1) * kWRows + raw_j] = raw_row ? shift : -1;  // -1: a row past N (zeros)
+        if (!raw_row) return;
+        uint4* dst = raw + ((kb & 1) * kWRows + raw_j) * kSlotWords;
+        const int words = (shift + bytes + 15) / 16;
+#pragma unroll
+        for (int i = 0; i < kRawWords; ++i) {
+            const int w = raw_w0 + i;
+            if (w < words) cp_async16(dst + w, start - shift + 16 * w);
         }
     };
-    // Activations of k-step ks (values [64 ks, 64 ks + 64)) into buffer ks & 1; rows past the tile and chunks
-    // past ldx are zeros.
-    auto stage_x = [&](int64_t ks) {
-        __nv_bfloat16* dst = xs + (ks & 1) * kBM * kLd;
-        for (int c = threadIdx.x; c < kBM * (kBK / 8); c += kThreads) {
-            const int r = c / (kBK / 8), q = c % (kBK / 8);
-            const int64_t k = ks * kBK + 8 * q;
-            const bool ok = r < tile.rows && k < ldx;
-            cp_async16_zfill(dst + r * kLd + 8 * q, ok ? x + (tile.row0 + r) * ldx + k : x, ok);
+    // Activations: thread t copies chunk q = t % 8 of rows t / 8 + 32 i of each k-step (i < 4), from x_src
+    // onwards; rows past the tile and chunks past ldx are zeros.
+    constexpr int kXRowsPerPass = kThreads / (kBK / 8);
+    const int x_q = threadIdx.x % (kBK / 8), x_r = threadIdx.x / (kBK / 8);
+    const __nv_bfloat16* x_src = x + (tile.row0 + x_r) * ldx + 8 * x_q;
+    auto stage_x = [&](int ks, int buf) {
+        __nv_bfloat16* dst = xs + buf * kBM * kBK;
+        const bool k_ok = (int64_t)ks * kBK + 8 * x_q < ldx;
+#pragma unroll
+        for (int i = 0; i < kBM / kXRowsPerPass; ++i) {
+            const int r = x_r + kXRowsPerPass * i;
+            const bool ok = k_ok && r < tile.rows;
+            cp_async16_zfill(dst + swz(r, x_q), ok ? x_src + (int64_t)kXRowsPerPass * i * ldx + ks * kBK : x, ok);
         }
+    };
+    // Decode k-step ks of every weight row from its raw stage into ws buffer ks & 1: thread t takes values
+    // [kRun p, kRun p + kRun) of the step in row t / kParts (p = t % kParts).
+    constexpr int kParts = kBK / kRun;
+    const int dec_j = threadIdx.x / kParts, dec_part = threadIdx.x % kParts;
+    const uint32_t dec_dst = (uint32_t)__cvta_generic_to_shared(ws) + dec_j * (kBK * 2);
+    const uint32_t dec_chunk = 16 * ((kRun / 8 * dec_part) ^ (dec_j % 8));
+    auto decode_step = [&](int ks) {
+        const int kb = ks / kSubs;
+        const int shift = shifts[(kb & 1) * kWRows + dec_j];
+        const int v = (ks % kSubs) * kBK + kRun * dec_part;  // first value within the stage
+        uint32_t o[kRun / 2];
+        if (shift >= 0 && (int64_t)ks * kBK + kRun * dec_part < K) {
+            const uint8_t* blk = reinterpret_cast<const uint8_t*>(raw + ((kb & 1) * kWRows + dec_j) * kSlotWords) +
+                                 shift + (v / D::kElems) * D::kBytes;
+            Bf16Run<T>::template decode<kRun>(blk, v % D::kElems, o, tb);
+        } else {
+#pragma unroll
+            for (int i = 0; i < kRun / 2; ++i) o[i] = 0;
+        }
+        // Chunk kRun / 8 p + c of row j lands at chunk (kRun / 8 p) ^ (j % 8) ^ c of it.
+        const uint32_t dst = dec_dst + (ks & 1) * (kWRows * kBK * 2);
+#pragma unroll
+        for (int c = 0; c < kRun / 8; ++c)
+            st_shared_v4(dst + (dec_chunk ^ (16 * c)), o[4 * c], o[4 * c + 1], o[4 * c + 2], o[4 * c + 3]);
     };
 
     float acc[kSets][2][4][4];
@@ -128,59 +173,53 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[s][mi][ni][e] = 0.0f;
 
-    constexpr int kSubs = kStageK / kBK;  // k-steps per stage
-    const int64_t steps = (K + kBK - 1) / kBK;
+    // The multiply's per-lane fragment addresses: A (activations) rows 32 wm + 16 mi + lane % 16, chunk
+    // 2 kk + lane / 16; B (weights) rows s kBN + 32 wn + 16 p + lane % 8 + 8 (lane / 16), chunk 2 kk + (lane / 8) % 2.
+    constexpr uint32_t kRowBytes = kBK * 2;
+    const uint32_t xs_base = (uint32_t)__cvta_generic_to_shared(xs), ws_base = (uint32_t)__cvta_generic_to_shared(ws);
+    const uint32_t a_row = (32 * wm + lane % 16) * kRowBytes, a_chunk = 16 * ((lane / 16) ^ (lane % 8));
+    const uint32_t b_row = (32 * wn + lane % 8 + 8 * (lane / 16)) * kRowBytes;
+    const uint32_t b_chunk = 16 * (((lane / 8) % 2) ^ (lane % 8));
+
+    const int steps = (int)((K + kBK - 1) / kBK);
     stage_raw(0);
-    stage_x(0);
+    stage_x(0, 0);
     cp_async_commit();
-    for (int64_t ks = 0; ks < steps; ++ks) {
-        const int64_t kb = ks / kSubs;
-        const int sub = (int)(ks % kSubs);
-        // The next k-step's activations, and at a stage's first step the next stage's raw bytes. Their buffers
-        // were last read before the barrier that ended the previous step.
-        if (ks + 1 < steps) stage_x(ks + 1);
-        if (sub == 0 && (kb + 1) * kStageK < K) stage_raw(kb + 1);
+    if (steps > 1) stage_x(1, 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    decode_step(0);
+    for (int ks = 0, xbuf = 0; ks < steps; ++ks, xbuf = xbuf + 1 == kXBufs ? 0 : xbuf + 1) {
+        // Groups committed so far: (stage 0, x 0), (x 1), then one per step: step i's holds x i + 2 (and a raw
+        // stage). Waiting for all but the newest lands x ks and every raw stage issued up to step ks - 2.
+        cp_async_wait<1>();
+        __syncthreads();  // ws ks & 1 is decoded; ws (ks + 1) & 1, x (ks + 2) % 3 and the raw buffer of the
+                          // previous stage were last read before this barrier
+        if (ks + 2 < steps) stage_x(ks + 2, xbuf == 0 ? 2 : xbuf - 1);
+        // Stage kb + 1 is first decoded at step 4 kb + 3 (kSubs = 4), after the barrier of step 4 kb + 3.
+        if (ks % kSubs == 0 && (int64_t)(ks / kSubs + 1) * kStageK < K) stage_raw(ks / kSubs + 1);
         cp_async_commit();
-        cp_async_wait<1>();  // everything but the group just issued: this step's activations and raw stage
-        __syncthreads();
+        if (ks + 1 < steps) decode_step(ks + 1);
 
-        // Decode this step's 8 groups of 8 values of every weight row from the raw stage into ws (bf16): thread
-        // t takes group t % 8 of rows t / 8, t / 8 + 32, ...
-        const uint4* rs = raw + (kb & 1) * kWRows * kSlotWords;
-        const int q = threadIdx.x % (kBK / 8);
-        const bool k_ok = ks * kBK + 8 * q < K;
-#pragma unroll
-        for (int i = 0; i < kWRows * (kBK / 8) / kThreads; ++i) {
-            const int j = threadIdx.x / (kBK / 8) + i * (kThreads / (kBK / 8));
-            const int shift = shifts[(kb & 1) * kWRows + j];
-            float v[8];
-            if (shift >= 0 && k_ok) {
-                decode8<T>(reinterpret_cast<const uint8_t*>(rs + j * kSlotWords) + shift, sub * (kBK / 8) + q, kStageK,
-                           v, tb);
-            } else {
-#pragma unroll
-                for (int i = 0; i < 8; ++i) v[i] = 0.0f;
-            }
-            *reinterpret_cast<uint4*>(ws + j * kLd + 8 * q) =
-                make_uint4(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]), pack_bf16(v[4], v[5]), pack_bf16(v[6], v[7]));
-        }
-        __syncthreads();
-
-        const __nv_bfloat16* xt = xs + (ks & 1) * kBM * kLd;
+        // Fragment addresses (bytes in the shared window): a lane's row offset, plus its chunk's swizzled offset
+        // a_chunk ^ 32 kk (the rows of a fragment start at multiples of 8, so row % 8 = lane % 8), plus the
+        // fragment's constant row offset.
+        const uint32_t xt = xs_base + xbuf * (kBM * kBK * 2) + a_row;
+        const uint32_t wt = ws_base + (ks & 1) * (kWRows * kBK * 2) + b_row;
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk) {
+            const uint32_t ao = xt + (a_chunk ^ (32 * kk)), bo = wt + (b_chunk ^ (32 * kk));
             uint32_t a[2][4];
 #pragma unroll
-            for (int mi = 0; mi < 2; ++mi)
-                ldmatrix_x4(a[mi], xt + (32 * wm + 16 * mi + (lane % 16)) * kLd + 16 * kk + (lane / 16) * 8);
+            for (int mi = 0; mi < 2; ++mi) ldmatrix_x4(a[mi], ao + 16 * mi * kRowBytes);
 #pragma unroll
             for (int s = 0; s < kSets; ++s)
 #pragma unroll
                 for (int p = 0; p < 2; ++p) {
                     // Two n-tiles: matrices (rows +0, k +0), (+0, +8), (+8, +0), (+8, +8) -> b0, b1 of each.
                     uint32_t b[4];
-                    ldmatrix_x4(b, ws + (s * kBN + 32 * wn + 16 * p + (lane % 8) + (lane / 16) * 8) * kLd + 16 * kk +
-                                       ((lane / 8) % 2) * 8);
+                    ldmatrix_x4(b, bo + (s * kBN + 16 * p) * kRowBytes);
 #pragma unroll
                     for (int mi = 0; mi < 2; ++mi) {
                         mma_bf16(acc[s][mi][2 * p], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b[0], b[1]);
@@ -188,7 +227,6 @@ __global__ void __launch_bounds__(kThreads, 2)
                     }
                 }
         }
-        __syncthreads();
     }
     cp_async_wait<0>();
 

@@ -48,6 +48,45 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_vec_kernel(float* y, co
     }
 }
 
+// Rows of up to kWarp * 4 * kNormVecs floats (16-byte aligned), a warp per row and kNormThreads / kWarp rows
+// per block: the per-head norms of q (a row of head_dim per head and token) would leave most of a 256-thread
+// block idle and wait on its block-wide sum.
+__global__ void __launch_bounds__(kNormThreads)
+    rms_norm_warp_kernel(float* y, const float* x, const float* weight, int64_t n, int64_t dim, int64_t stride,
+                         float eps) {
+    pdl_begin();
+    const int lane = threadIdx.x % kWarp;
+    const int64_t row = (int64_t)blockIdx.x * (kNormThreads / kWarp) + threadIdx.x / kWarp;
+    if (row >= n) return;
+    const float4* xi = reinterpret_cast<const float4*>(x + row * stride);
+    float4* yi = reinterpret_cast<float4*>(y + row * stride);
+    const int nv = (int)(dim / 4);
+    float4 v[kNormVecs];
+#pragma unroll
+    for (int k = 0; k < kNormVecs; ++k) {
+        const int j = lane + k * kWarp;
+        v[k] = j < nv ? xi[j] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    double ss = 0;
+#pragma unroll
+    for (int k = 0; k < kNormVecs; ++k)
+        ss += (double)v[k].x * v[k].x + (double)v[k].y * v[k].y + (double)v[k].z * v[k].z + (double)v[k].w * v[k].w;
+    ss = warp_sum(ss);
+    const float r = 1.0f / sqrtf((float)(ss / (double)dim) + eps);
+    const float4* wv = reinterpret_cast<const float4*>(weight);
+#pragma unroll
+    for (int k = 0; k < kNormVecs; ++k) {
+        const int j = lane + k * kWarp;
+        if (j >= nv) break;
+        float4 o = make_float4(__fmul_rn(v[k].x, r), __fmul_rn(v[k].y, r), __fmul_rn(v[k].z, r), __fmul_rn(v[k].w, r));
+        if (weight) {
+            const float4 w = wv[j];
+            o = make_float4(__fmul_rn(w.x, o.x), __fmul_rn(w.y, o.y), __fmul_rn(w.z, o.z), __fmul_rn(w.w, o.w));
+        }
+        yi[j] = o;
+    }
+}
+
 __global__ void rms_norm_kernel(float* y, const float* x, const float* weight, int64_t dim, int64_t stride, float eps) {
     pdl_begin();
     __shared__ double scratch[32];
@@ -179,6 +218,13 @@ void CudaBackend::rms_norm(float* y, const float* x, const float* weight, int64_
     DSV4_CHECK(n <= INT32_MAX);
     const bool aligned = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y) |
                            reinterpret_cast<uintptr_t>(weight)) & 15) == 0;
+    if (aligned && dim % 4 == 0 && stride % 4 == 0 && dim <= (int64_t)kWarp * 4 * kNormVecs && n > 1) {
+        constexpr int kRows = kNormThreads / kWarp;
+        launch_pdl(rms_norm_warp_kernel, (unsigned)ceil_div(n, kRows), kNormThreads, 0, stream_, y, x, weight, n, dim,
+                   stride, eps);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
     if (aligned && dim % 4 == 0 && stride % 4 == 0 && dim <= (int64_t)kNormThreads * 4 * kNormVecs) {
         launch_pdl(rms_norm_vec_kernel, (unsigned)n, kNormThreads, 0, stream_, y, x, weight, dim, stride, eps);
         CUDA_CHECK_LAUNCH();

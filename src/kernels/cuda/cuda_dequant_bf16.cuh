@@ -1,0 +1,139 @@
+// Weight values decoded straight to bf16 for the tensor-core paths of the bf16 mode (the decode-on-load expert
+// kernels and the bf16 weight decode before cuBLAS): each value is bit-identical to rounding Dq<T>::value to
+// bf16 (to nearest even), which is what decode8 followed by pack_bf16 gives.
+//
+// Why: in the expert kernels the decode is most of the instructions. A 2-bit format has only a few distinct
+// values per scale: IQ2_XXS has +-db * {8, 25, 43} per 32 values, Q2_K has dl * q - ml, q in 0..3, per 16
+// values. So the specializations round those few products to bf16 once per run and pick each value with a
+// byte permute (PRMT: two bf16 pairs are eight bytes to pick from); IQ2_XXS's sign is then one XOR of the bf16
+// sign bit. (Negation commutes with rounding to nearest even, so bf16(-x) = -bf16(x) bit for bit.)
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/cuda_dequant.cuh"
+#include "kernels/cuda/cuda_mma.cuh"
+
+namespace dsv4::cuda {
+
+// Four bytes at any address p of shared or global memory, little-endian, from the aligned words that hold
+// them (a word holding a byte of an allocation lies inside it).
+__device__ __forceinline__ uint32_t ld_u32_any(const uint8_t* p) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~uintptr_t(3));
+    const uint32_t off = (uint32_t)(a & 3);
+    return off ? __funnelshift_r(w[0], w[1], 8 * off) : w[0];
+}
+
+// Bytes of the pair (a, b) picked by the four selector nibbles in the low 16 bits of sel (PRMT; unlike
+// __byte_perm no mask is applied: every selector here has nibbles below 8).
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+    return r;
+}
+
+// PRMT selector picking, for the four 2-bit (or smaller) codes in the bytes of kk, the bf16 at byte offset
+// 2 * code of the pair (lo, hi): nibbles 2k and 2k + 1 per byte. The low 16 bits select values 0 and 1, the
+// high 16 bits (shifted down) values 2 and 3.
+__device__ __forceinline__ uint32_t bf16_selectors(uint32_t kk) {
+    return kk * 0x22u + 0x10101010u;
+}
+
+// Values [v0, v0 + V) of block b as V / 2 registers of bf16 pairs (value v0 + 2i in the low half of o[i]).
+// V is a multiple of 8 and v0 a multiple of V within the block.
+template <GgmlType T>
+struct Bf16Run {
+    template <int V>
+    __device__ static void decode(const uint8_t* b, int v0, uint32_t (&o)[V / 2], const QuantTables& t) {
+#pragma unroll
+        for (int g = 0; g < V / 8; ++g) {
+            float v[8];
+            Group8<T>::decode(b, v0 / 8 + g, v, t);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) o[4 * g + i] = pack_bf16(v[2 * i], v[2 * i + 1]);
+        }
+    }
+};
+
+template <>
+struct Bf16Run<GgmlType::IQ2_XXS> {
+    template <int V>
+    __device__ static void decode(const uint8_t* b, int v0, uint32_t (&o)[V / 2], const QuantTables& t) {
+        constexpr int kPiece = V < 32 ? V : 32;  // values per 32-value sub-block the run covers
+        static_assert(V % 8 == 0 && 32 % kPiece == 0 && V % kPiece == 0);
+        const float d = ld_f16(b);
+#pragma unroll
+        for (int s = 0; s < V / kPiece; ++s) {
+            const int i0 = v0 + kPiece * s, ib = i0 / 32;
+            const uint8_t* p = b + 2 + 8 * ib;
+            const uint32_t grid_bytes = ld_u32_any(p), aux = ld_u32_any(p + 4);
+            const float db = __fmul_rn(__fmul_rn(d, 0.5f + (float)(aux >> 28)), 0.25f);
+            // Every grid byte is 8, 25 or 43; byte >> 4 is its code 0, 1, 2.
+            const uint32_t c01 = pack_bf16(__fmul_rn(db, 8.0f), __fmul_rn(db, 25.0f));
+            const uint32_t c2 = pack_bf16(__fmul_rn(db, 43.0f), 0.0f);
+#pragma unroll
+            for (int g = 0; g < kPiece / 8; ++g) {
+                const int l = (i0 % 32) / 8 + g;
+                const uint64_t e = t.iq2xxs[(grid_bytes >> (8 * l)) & 0xFF];
+                const uint32_t sg = t.signs[(aux >> (7 * l)) & 127];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {  // values 4h .. 4h + 3 of the group
+                    const uint32_t z = bf16_selectors(((uint32_t)(e >> (32 * h)) >> 4) & 0x0F0F0F0Fu);
+                    // Byte k's top bit = sign bit 4h + k: bytes 0, 1 hold values 0, 1's signs (to bits 15, 31 of
+                    // the first pair), bytes 2, 3 the second pair's.
+                    const uint32_t sb = (((sg >> (4 * h)) & 0xFu) * 0x10204081u) & 0x80808080u;
+                    const int w = 4 * (kPiece * s / 8 + g) + 2 * h;
+                    o[w] = prmt(c01, c2, z) ^ prmt(sb, 0, 0x1404);
+                    o[w + 1] = prmt(c01, c2, z >> 16) ^ prmt(sb, 0, 0x3424);
+                }
+            }
+        }
+    }
+};
+
+template <>
+struct Bf16Run<GgmlType::Q2_K> {
+    template <int V>
+    __device__ static void decode(const uint8_t* b, int v0, uint32_t (&o)[V / 2], const QuantTables&) {
+        constexpr int kPiece = V < 16 ? V : 16;  // values per 16-value scale group the run covers
+        static_assert(V % 8 == 0 && 16 % kPiece == 0 && V % kPiece == 0);
+        const float d = ld_f16(b + 80), dmin = ld_f16(b + 82);
+#pragma unroll
+        for (int s = 0; s < V / kPiece; ++s) {
+            const int i0 = v0 + kPiece * s;
+            const int n = i0 / 128, r = i0 % 128, group = r / 32, half = (r % 32) / 16, l0 = r % 16;
+            const uint8_t sc = b[8 * n + 2 * group + half];
+            const float dl = __fmul_rn(d, (float)(sc & 0x0F)), ml = __fmul_rn(dmin, (float)(sc >> 4));
+            // The value of each code q, as Dq<Q2_K>::value computes it.
+            const uint32_t c01 = pack_bf16(__fsub_rn(__fmul_rn(dl, 0.0f), ml), __fsub_rn(__fmul_rn(dl, 1.0f), ml));
+            const uint32_t c23 = pack_bf16(__fsub_rn(__fmul_rn(dl, 2.0f), ml), __fsub_rn(__fmul_rn(dl, 3.0f), ml));
+            const uint8_t* q = b + 16 + 32 * n + 16 * half + l0;
+#pragma unroll
+            for (int w = 0; w < kPiece / 4; ++w) {
+                const uint32_t z = bf16_selectors((ld_u32_any(q + 4 * w) >> (2 * group)) & 0x03030303u);
+                o[kPiece / 2 * s + 2 * w] = prmt(c01, c23, z);
+                o[kPiece / 2 * s + 2 * w + 1] = prmt(c01, c23, z >> 16);
+            }
+        }
+    }
+};
+
+// decode8 then pack_bf16 of its 8 values, through the runs above: values [8g, 8g + 8) of a row of K values as
+// one 16-byte word of bf16.
+template <GgmlType T>
+__device__ __forceinline__ uint4 decode8_bf16(const uint8_t* row, int64_t g, int64_t K, const QuantTables& t) {
+    uint32_t o[4];
+    if constexpr (Dq<T>::kElems == 1) {
+        float v[8];
+        decode8<T>(row, g, K, v, t);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o[i] = pack_bf16(v[2 * i], v[2 * i + 1]);
+    } else {
+        constexpr int kGroups = Dq<T>::kElems / 8;
+        Bf16Run<T>::template decode<8>(row + (g / kGroups) * Dq<T>::kBytes, (int)(g % kGroups) * 8, o, t);
+    }
+    return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+}  // namespace dsv4::cuda
