@@ -243,9 +243,10 @@ void add_hc_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
                 out.push_back(hc_head_case(hc, D, n, t, o.seed));
                 out.push_back(hc_post_case(hc, D, n, o.seed));
             }
-    // The decode path (n <= 8, f32/f16/bf16/Q8_0 fn) and the general one on either side of its bounds: Q8_0
-    // (some files store fn so), the most streams (hc = 16: 288 mixes), V4-Flash's width.
-    for (int64_t n : {1, 8, 9}) {
+    // The decode path (n <= 8, f32/f16/bf16/Q8_0 fn), the general one on either side of its bounds and the
+    // prefill tile kernel (n >= 64): Q8_0 (some files store fn so), the most streams (hc = 16: 288 mixes),
+    // V4-Flash's width.
+    for (int64_t n : {1, 8, 9, 100}) {
         out.push_back(hc_pre_case(4, 1024, n, GgmlType::Q8_0, o.seed));
         out.push_back(hc_head_case(4, 1024, n, GgmlType::Q8_0, o.seed));
     }

@@ -113,6 +113,107 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
+// The fused dots kernel for prefill-sized calls (n_all >= kTileMinTokens, at most kTileMixes mixes: hc <= 4):
+// block (p, q) takes chunk p (kDotCols columns) of tokens [kTileTokens q, + kTileTokens). The chunk's H rows
+// and fn rows are staged in shared memory (rows padded to kTileLd floats: a warp's fn rows hit distinct
+// banks); thread t computes a register tile of 4 tokens x 3 mixes over a quarter of the columns, and the
+// quarters are summed in order through shared memory. The kDotTokens kernel above spends most of its time in
+// warp reductions (one per token and mix) when thousands of tokens come; this one has none in its loop.
+constexpr int kTileTokens = 32, kTileMixes = 24, kTileMinTokens = 64;
+constexpr int kTileLd = kDotCols + 4;
+constexpr int kTileSplits = 4;  // column quarters
+constexpr size_t kTileSmem = (size_t)(kTileTokens + kTileMixes) * kTileLd * sizeof(float);
+static_assert(kThreads == kTileSplits * (kTileTokens / 4) * (kTileMixes / 3));
+
+template <GgmlType T>
+__global__ void __launch_bounds__(kThreads)
+    hc_dots_tile_kernel(float* part, double* ss, const float* H, const uint8_t* fn, size_t row_bytes, int n_mix,
+                        int64_t flat, int64_t n_all, int P, QuantTables tables) {
+    pdl_begin();
+    extern __shared__ float4 tile_smem[];
+    float* hs = reinterpret_cast<float*>(tile_smem);  // [kTileTokens][kTileLd]
+    float* ws = hs + kTileTokens * kTileLd;           // [kTileMixes][kTileLd]
+    const int64_t i0 = (int64_t)blockIdx.y * kTileTokens;
+    const int n = (int)min((int64_t)kTileTokens, n_all - i0);
+    const int p = blockIdx.x;
+    const int64_t c0 = (int64_t)p * kDotCols;
+    const int cols = (int)(flat - c0 < kDotCols ? flat - c0 : kDotCols);
+    for (int t = threadIdx.x; t < kTileTokens * kDotCols; t += kThreads) {
+        const int i = t / kDotCols, c = t % kDotCols;
+        hs[i * kTileLd + c] = i < n && c < cols ? H[(i0 + i) * flat + c0 + c] : 0.0f;
+    }
+    for (int t = threadIdx.x; t < kTileMixes * (kDotCols / 8); t += kThreads) {
+        const int m = t / (kDotCols / 8), g = t % (kDotCols / 8);
+        float v[8];
+        const int64_t k = c0 + 8 * g;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const bool ok = m < n_mix && 8 * g + j < cols;
+            v[j] = ok ? Dq<T>::value(fn + (size_t)m * row_bytes + ((k + j) / Dq<T>::kElems) * Dq<T>::kBytes,
+                                     (int)((k + j) % Dq<T>::kElems), tables)
+                      : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) ws[m * kTileLd + 8 * g + j] = v[j];
+    }
+    __syncthreads();
+
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    // Square sums: warp w takes tokens 4w .. 4w + 3, lanes 8 columns each (double, as the CPU).
+    for (int r = 0; r < kTileTokens / (kThreads / kWarp); ++r) {
+        const int i = (kTileTokens / (kThreads / kWarp)) * warp + r;
+        double a = 0;
+#pragma unroll
+        for (int j = 0; j < kDotCols / kWarp; ++j) {
+            const double v = hs[i * kTileLd + lane + kWarp * j];
+            a += v * v;
+        }
+        a = warp_sum(a);
+        if (lane == 0 && i < n) ss[(i0 + i) * P + p] = a;
+    }
+
+    // Dots: thread t -> column quarter q = t / 64, tokens 4 tg .. + 3, mixes 3 mg .. + 2.
+    const int q = threadIdx.x / 64, tg = (threadIdx.x % 64) / 8, mg = threadIdx.x % 8;
+    float acc[4][3];
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int b = 0; b < 3; ++b) acc[a][b] = 0.0f;
+    constexpr int kQuarter = kDotCols / kTileSplits;
+#pragma unroll 4
+    for (int c = q * kQuarter; c < (q + 1) * kQuarter; c += 4) {
+        float4 h[4], w[3];
+#pragma unroll
+        for (int a = 0; a < 4; ++a) h[a] = *reinterpret_cast<const float4*>(hs + (4 * tg + a) * kTileLd + c);
+#pragma unroll
+        for (int b = 0; b < 3; ++b) w[b] = *reinterpret_cast<const float4*>(ws + (3 * mg + b) * kTileLd + c);
+#pragma unroll
+        for (int a = 0; a < 4; ++a)
+#pragma unroll
+            for (int b = 0; b < 3; ++b) {
+                acc[a][b] = fmaf(h[a].x, w[b].x, acc[a][b]);
+                acc[a][b] = fmaf(h[a].y, w[b].y, acc[a][b]);
+                acc[a][b] = fmaf(h[a].z, w[b].z, acc[a][b]);
+                acc[a][b] = fmaf(h[a].w, w[b].w, acc[a][b]);
+            }
+    }
+    __syncthreads();  // hs is reused for the quarters' sums
+    float* red = hs;  // [kTileSplits][kTileTokens][kTileMixes]
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int b = 0; b < 3; ++b) red[(q * kTileTokens + 4 * tg + a) * kTileMixes + 3 * mg + b] = acc[a][b];
+    __syncthreads();
+    for (int t = threadIdx.x; t < kTileTokens * kTileMixes; t += kThreads) {
+        const int i = t / kTileMixes, m = t % kTileMixes;
+        if (i >= n || m >= n_mix) continue;
+        float v = 0.0f;
+#pragma unroll
+        for (int s = 0; s < kTileSplits; ++s) v += red[s * kTileTokens * kTileMixes + t];
+        part[((i0 + i) * P + p) * n_mix + m] = v;
+    }
+}
+
 // The mixes of token i (the raw dots summed over their P_raw partials in order, times the RMS factor from the
 // P_ss partial square sums) into shared memory.
 __device__ void load_mixes(float* mixes, const float* raw, int P_raw, const double* ss, int P_ss, int64_t i, int n_mix,
@@ -374,8 +475,15 @@ CudaBackend::HcDots CudaBackend::hc_dots(Scratch& s, const float* H, const Weigh
         dispatch_weight_type(fn.type, [&](auto tag) {
             constexpr GgmlType T = decltype(tag)::type;
             if constexpr (dots_format(T)) {
-                launch_pdl(hc_dots_kernel<T>, dim3((unsigned)P, ceil_div(n, kDotTokens)), kThreads, 0, stream_,
-                           d.raw, d.ss, H, fn.data, fn.row_bytes, n_mix, flat, n, P, tables_);
+                if (n >= kTileMinTokens && n_mix <= kTileMixes) {
+                    CUDA_CHECK(cudaFuncSetAttribute(hc_dots_tile_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    (int)kTileSmem));
+                    launch_pdl(hc_dots_tile_kernel<T>, dim3((unsigned)P, ceil_div(n, kTileTokens)), kThreads, kTileSmem,
+                               stream_, d.raw, d.ss, H, fn.data, fn.row_bytes, n_mix, flat, n, P, tables_);
+                } else {
+                    launch_pdl(hc_dots_kernel<T>, dim3((unsigned)P, ceil_div(n, kDotTokens)), kThreads, 0, stream_,
+                               d.raw, d.ss, H, fn.data, fn.row_bytes, n_mix, flat, n, P, tables_);
+                }
             }
         });
         CUDA_CHECK_LAUNCH();
