@@ -10,34 +10,35 @@ namespace dsv4::cuda {
 
 namespace {
 
-// Rows of up to kNormThreads * 4 * kNormVecs floats, 16-byte aligned: every thread loads its float4s before
-// using any (a row is one dependent load, not one per loop trip) and keeps them for the scaling pass.
+// The vectorized norms' block size and float4s per thread.
 constexpr int kNormThreads = 256;
 constexpr int kNormVecs = 8;
 
-__global__ void __launch_bounds__(kNormThreads) rms_norm_vec_kernel(float* y, const float* x, const float* weight,
-                                                                    int64_t dim, int64_t stride, float eps) {
-    pdl_begin();
-    __shared__ double scratch[32];
-    const float4* xi = reinterpret_cast<const float4*>(x + blockIdx.x * stride);
-    float4* yi = reinterpret_cast<float4*>(y + blockIdx.x * stride);
+// One 16-byte aligned row of at most threads * 4 * kNormVecs floats, normed by `threads` threads of which this is
+// thread t (a block or a warp): each loads its float4s before using any (a row is one dependent load, not one
+// per loop trip) and keeps them for the scaling pass; sum() adds a double over those threads.
+template <class Sum>
+__device__ __forceinline__ void rms_norm_row_vec(float* y, const float* x, const float* weight, int64_t dim, float eps,
+                                                 int t, int threads, Sum sum) {
+    const float4* xi = reinterpret_cast<const float4*>(x);
+    float4* yi = reinterpret_cast<float4*>(y);
     const int nv = (int)(dim / 4);
     float4 v[kNormVecs];
 #pragma unroll
     for (int k = 0; k < kNormVecs; ++k) {
-        const int j = threadIdx.x + k * kNormThreads;
+        const int j = t + k * threads;
         v[k] = j < nv ? xi[j] : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     double ss = 0;
 #pragma unroll
     for (int k = 0; k < kNormVecs; ++k)
         ss += (double)v[k].x * v[k].x + (double)v[k].y * v[k].y + (double)v[k].z * v[k].z + (double)v[k].w * v[k].w;
-    ss = block_sum(ss, scratch);
+    ss = sum(ss);
     const float r = 1.0f / sqrtf((float)(ss / (double)dim) + eps);
     const float4* wv = reinterpret_cast<const float4*>(weight);
 #pragma unroll
     for (int k = 0; k < kNormVecs; ++k) {
-        const int j = threadIdx.x + k * kNormThreads;
+        const int j = t + k * threads;
         if (j >= nv) break;
         float4 o = make_float4(__fmul_rn(v[k].x, r), __fmul_rn(v[k].y, r), __fmul_rn(v[k].z, r), __fmul_rn(v[k].w, r));
         if (weight) {
@@ -48,43 +49,26 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_vec_kernel(float* y, co
     }
 }
 
-// Rows of up to kWarp * 4 * kNormVecs floats (16-byte aligned), a warp per row and kNormThreads / kWarp rows
-// per block: the per-head norms of q (a row of head_dim per head and token) would leave most of a 256-thread
-// block idle and wait on its block-wide sum.
+// A block per row of up to kNormThreads * 4 * kNormVecs floats.
+__global__ void __launch_bounds__(kNormThreads)
+    rms_norm_vec_kernel(float* y, const float* x, const float* weight, int64_t dim, int64_t stride, float eps) {
+    pdl_begin();
+    __shared__ double scratch[32];
+    rms_norm_row_vec(y + blockIdx.x * stride, x + blockIdx.x * stride, weight, dim, eps, threadIdx.x, kNormThreads,
+                     [&](double v) { return block_sum(v, scratch); });
+}
+
+// Rows of up to kWarp * 4 * kNormVecs floats, a warp per row and kNormThreads / kWarp rows per block: the
+// per-head norms of q (a row of head_dim per head and token) would leave most of a 256-thread block idle and
+// wait on its block-wide sum.
 __global__ void __launch_bounds__(kNormThreads)
     rms_norm_warp_kernel(float* y, const float* x, const float* weight, int64_t n, int64_t dim, int64_t stride,
                          float eps) {
     pdl_begin();
-    const int lane = threadIdx.x % kWarp;
     const int64_t row = (int64_t)blockIdx.x * (kNormThreads / kWarp) + threadIdx.x / kWarp;
     if (row >= n) return;
-    const float4* xi = reinterpret_cast<const float4*>(x + row * stride);
-    float4* yi = reinterpret_cast<float4*>(y + row * stride);
-    const int nv = (int)(dim / 4);
-    float4 v[kNormVecs];
-#pragma unroll
-    for (int k = 0; k < kNormVecs; ++k) {
-        const int j = lane + k * kWarp;
-        v[k] = j < nv ? xi[j] : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    double ss = 0;
-#pragma unroll
-    for (int k = 0; k < kNormVecs; ++k)
-        ss += (double)v[k].x * v[k].x + (double)v[k].y * v[k].y + (double)v[k].z * v[k].z + (double)v[k].w * v[k].w;
-    ss = warp_sum(ss);
-    const float r = 1.0f / sqrtf((float)(ss / (double)dim) + eps);
-    const float4* wv = reinterpret_cast<const float4*>(weight);
-#pragma unroll
-    for (int k = 0; k < kNormVecs; ++k) {
-        const int j = lane + k * kWarp;
-        if (j >= nv) break;
-        float4 o = make_float4(__fmul_rn(v[k].x, r), __fmul_rn(v[k].y, r), __fmul_rn(v[k].z, r), __fmul_rn(v[k].w, r));
-        if (weight) {
-            const float4 w = wv[j];
-            o = make_float4(__fmul_rn(w.x, o.x), __fmul_rn(w.y, o.y), __fmul_rn(w.z, o.z), __fmul_rn(w.w, o.w));
-        }
-        yi[j] = o;
-    }
+    rms_norm_row_vec(y + row * stride, x + row * stride, weight, dim, eps, threadIdx.x % kWarp, kWarp,
+                     [](double v) { return warp_sum(v); });
 }
 
 __global__ void rms_norm_kernel(float* y, const float* x, const float* weight, int64_t dim, int64_t stride, float eps) {
