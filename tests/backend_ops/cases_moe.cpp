@@ -169,6 +169,9 @@ void add_moe_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
                 const bool bias = variant & 1, hash = variant == 2, norm = variant != 3;
                 out.push_back(route_case(n, E, k, bias, hash, norm, o.seed));
             }
+    // More experts than the routing block has threads (several per thread), up to the kernel's limits.
+    out.push_back(route_case(7, 700, 8, true, false, true, o.seed));
+    out.push_back(route_case(3, 2048, 32, true, false, false, o.seed));
     for (GgmlType t : weight_types()) {
         // D and F differ (a transposed stack would be caught) and are whole blocks.
         const int64_t D = cols_for(t, 1, 83), F = cols_for(t, 2, 7);

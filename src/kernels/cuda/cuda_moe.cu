@@ -1,7 +1,7 @@
-// CUDA mixture of experts. Routing: a warp per token picks the top-k of sqrt(softplus(logit)) + bias (or the
-// hash table's experts) with the CPU's tie rule. Experts: the (token, slot) pairs are grouped per expert on
-// the device (no host round trip), the gate/up/down projections run as grouped matmuls that read only the
-// chosen experts' weights, and each token's slots are summed in ascending expert id, the CPU's order.
+// CUDA mixture of experts. Routing: a block per token ranks the experts by sqrt(softplus(logit)) + bias and
+// keeps the top-k (or takes the hash table's experts), with the CPU's tie rule. Experts: the (token, slot) pairs are
+// grouped per expert on the device (no host round trip), the gate/up/down projections run as grouped matmuls that read
+// only the chosen experts' weights, and each token's slots are summed in ascending expert id, the CPU's order.
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
@@ -14,81 +14,65 @@ namespace dsv4::cuda {
 
 namespace {
 
-constexpr int kMaxExpertsPerLane = 64;  // n_experts <= 2048
+constexpr int kMaxExperts = 2048;  // the routing kernel's shared memory holds a key per expert
 constexpr int kMaxK = 32;
+constexpr int kRouteThreads = 256;
 
 __device__ __forceinline__ float route_score(const float* logits, int e) { return sqrtf(softplus(logits[e])); }
 
-// One warp per token. Lane l holds the scores of experts l + 32 c (c < C) in registers, computed once; each
-// of the k picks is a warp arg-max with the winner's score carried along, so the weights need no second
-// read of the logits. The raw scores are summed in slot order, as the CPU.
-template <int C>
-__global__ void moe_route_kernel(int32_t* ids, float* weights, const float* logits, const float* bias,
-                                 const int32_t* tid2eid, const int32_t* tokens, int64_t n, int n_experts, int k,
-                                 float scale, bool norm) {
+// A block per token. Every thread scores experts tid, tid + blockDim, ... into shared memory; an expert's rank
+// is the number of experts ahead of it in (selection key descending, id ascending) order, the order in which
+// the CPU picks, so the experts of rank < k are the top-k and the rank is their slot. The ranks are counted in
+// parallel (each a pass over the keys), so no chain of k dependent arg-max reductions sits on one warp. Keys
+// that are NaN count as -infinity (every rank then stays distinct). The raw scores are summed in slot order, as
+// the CPU.
+__global__ void __launch_bounds__(kRouteThreads)
+    moe_route_kernel(int32_t* ids, float* weights, const float* logits, const float* bias, const int32_t* tid2eid,
+                     const int32_t* tokens, int64_t n, int n_experts, int k, float scale, bool norm) {
     pdl_begin();
-    const int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / kWarp;
-    const int lane = threadIdx.x % kWarp;
-    if (i >= n) return;  // warp-uniform
+    extern __shared__ float route_smem[];
+    float* sel = route_smem;          // [n_experts] selection keys
+    float* chosen = sel + n_experts;  // [k] the chosen experts' raw scores, by slot
+    const int64_t i = blockIdx.x;
     const float* lg = logits + i * n_experts;
     int32_t* out = ids + i * k;
     float* w = weights + i * k;
-    float sum = 0;  // lane 0's running sum of the chosen scores, in slot order
     if (tid2eid) {
-        if (lane == 0)
-            for (int j = 0; j < k; ++j) {
-                const int e = tid2eid[(int64_t)tokens[i] * k + j];
-                if (e < 0 || e >= n_experts) {
-                    printf("dsv4: CUDA moe_route: token %lld slot %d has expert %d, outside [0, %d)\n", (long long)i,
-                           j, e, n_experts);
-                    __trap();
-                }
-                out[j] = e;
-                w[j] = route_score(lg, e);
-                sum += w[j];
+        for (int j = threadIdx.x; j < k; j += blockDim.x) {
+            const int e = tid2eid[(int64_t)tokens[i] * k + j];
+            if (e < 0 || e >= n_experts) {
+                printf("dsv4: CUDA moe_route: token %lld slot %d has expert %d, outside [0, %d)\n", (long long)i, j, e,
+                       n_experts);
+                __trap();
             }
-    } else {
-        float score[C], sel[C];
-#pragma unroll
-        for (int c = 0; c < C; ++c) {
-            const int e = lane + kWarp * c;
-            score[c] = e < n_experts ? route_score(lg, e) : 0.0f;
-            sel[c] = e < n_experts ? score[c] + (bias ? bias[e] : 0.0f) : 0.0f;
+            out[j] = e;
+            chosen[j] = route_score(lg, e);
         }
-        uint64_t taken = 0;  // bit c: expert lane + 32 c already chosen
-        for (int j = 0; j < k; ++j) {
-            float best = -INFINITY, best_s = 0.0f;
-            int best_e = n_experts;
-#pragma unroll
-            for (int c = 0; c < C; ++c) {
-                const int e = lane + kWarp * c;
-                if (e < n_experts && !(taken >> c & 1) && (best_e == n_experts || sel[c] > best)) {
-                    best = sel[c];  // ascending e: the first of equals wins
-                    best_s = score[c];
-                    best_e = e;
-                }
+    } else {
+        for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
+            const float v = route_score(lg, e) + (bias ? bias[e] : 0.0f);
+            sel[e] = isnan(v) ? -INFINITY : v;
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
+            const float v = sel[e];
+            int rank = 0;
+            for (int j = 0; j < n_experts && rank < k; ++j) {
+                const float o = sel[j];
+                rank += o > v || (o == v && j < e);
             }
-            for (int o = 16; o > 0; o >>= 1) {
-                const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-                const float os = __shfl_xor_sync(0xffffffffu, best_s, o);
-                const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-                if (oe < n_experts && (best_e == n_experts || ob > best || (ob == best && oe < best_e))) {
-                    best = ob;
-                    best_s = os;
-                    best_e = oe;
-                }
-            }
-            if (best_e % kWarp == lane) taken |= 1ull << (best_e / kWarp);
-            if (lane == 0) {
-                out[j] = best_e;
-                w[j] = best_s;
-                sum += best_s;
+            if (rank < k) {
+                out[rank] = e;
+                chosen[rank] = route_score(lg, e);
             }
         }
     }
-    sum = __shfl_sync(0xffffffffu, sum, 0);
-    __syncwarp();
-    for (int j = lane; j < k; j += kWarp) w[j] = (norm ? w[j] / sum : w[j]) * scale;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float sum = 0;
+        for (int j = 0; j < k; ++j) sum += chosen[j];
+        for (int j = 0; j < k; ++j) w[j] = (norm ? chosen[j] / sum : chosen[j]) * scale;
+    }
 }
 
 // Group the n*k (token, slot) pairs by expert: offsets [E+1], and for grouped row r its token (x_rows) and
@@ -181,17 +165,12 @@ void CudaBackend::moe_route(int32_t* ids, float* weights, const float* logits, c
                             const int32_t* tid2eid, const int32_t* tokens, int64_t n, int n_experts, int k, float scale,
                             bool norm) {
     if (n <= 0 || k <= 0) return;
-    DSV4_CHECK_MSG(n_experts > 0 && n_experts <= kWarp * kMaxExpertsPerLane && k <= n_experts,
+    DSV4_CHECK_MSG(n_experts > 0 && n_experts <= kMaxExperts && k <= n_experts && k <= kMaxK,
                    "moe_route: %d experts, k %d", n_experts, k);
-    const int threads = 256;
-    const unsigned grid = ceil_div(n * kWarp, threads);
-    auto launch = [&](auto kernel) {
-        launch_pdl(kernel, grid, threads, 0, stream_, ids, weights, logits, bias, tid2eid, tokens, n, n_experts, k,
-                   scale, norm);
-    };
-    if (n_experts <= kWarp * 8) launch(moe_route_kernel<8>);
-    else if (n_experts <= kWarp * 16) launch(moe_route_kernel<16>);
-    else launch(moe_route_kernel<kMaxExpertsPerLane>);
+    DSV4_CHECK(n <= INT32_MAX);
+    const size_t smem = (size_t)(n_experts + k) * sizeof(float);
+    launch_pdl(moe_route_kernel, (unsigned)n, kRouteThreads, smem, stream_, ids, weights, logits, bias, tid2eid, tokens,
+               n, n_experts, k, scale, norm);
     CUDA_CHECK_LAUNCH();
 }
 
