@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/cuda_common.cuh"
 #include "ops/backend.h"
 
 namespace dsv4::cuda {
@@ -33,8 +34,7 @@ __device__ __forceinline__ const float* entry_row(const AttentionArgs& a, int64_
 // Whether q, out and both KV arrays start on 16-byte boundaries (rows of a head_dim that is a multiple of 4 then
 // stay so): the condition of both kernels' 16-byte loads and copies.
 inline bool rows_aligned16(const AttentionArgs& a) {
-    auto ok = [](const void* p) { return ((uintptr_t)p & 15) == 0; };
-    return ok(a.q) && ok(a.out) && ok(a.kv_win) && ok(a.kv_comp);
+    return aligned16(a.q, a.out, a.kv_win, a.kv_comp);
 }
 
 }  // namespace dsv4::cuda

@@ -93,6 +93,26 @@ __device__ __forceinline__ float swiglu_value(float g, float u, float clamp) {
     return g / (1.0f + expf(-g)) * u;
 }
 
+// Order-preserving 64-bit key of (score, index) for top-k selection: a larger key is a higher score, then a
+// lower index; -0 counts as +0 (they compare equal as floats). key_index recovers the index.
+__device__ __forceinline__ uint32_t score_bits(float s) {
+    uint32_t u = __float_as_uint(s);
+    if ((u & 0x7fffffffu) == 0) u = 0;
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ uint64_t make_key(uint32_t bits, int idx) {
+    return ((uint64_t)bits << 32) | (uint32_t)(0x7fffffff - idx);
+}
+__device__ __forceinline__ int key_index(uint64_t key) {
+    return 0x7fffffff - (int)(uint32_t)key;
+}
+
+// Whether every pointer starts on a 16-byte boundary (the condition of float4 / 16-byte vector paths).
+template <class... P>
+inline bool aligned16(const P*... p) {
+    return ((reinterpret_cast<uintptr_t>(p) | ...) & 15) == 0;
+}
+
 // The A/B switches of the backend's kernel choices: on unless the environment variable `name` is "0". Each
 // caller keeps the answer in a static, so the variable is read once.
 inline bool env_switch_on(const char* name) {

@@ -16,8 +16,7 @@ namespace dsv4 {
 namespace cuda {
 namespace {
 
-// out[r * K + k] = bf16 bits of value k of row r: a thread per run of V values (V = 8 on plain types, through
-// decode8_bf16).
+// out[r * K + k] = bf16 bits of value k of row r: a thread per run of V values (V = 8 on plain types).
 template <GgmlType T, int V>
 __global__ void decode_runs_kernel(uint32_t* out, const uint8_t* w, size_t row_bytes, int64_t K, int64_t rows,
                                    QuantTables tb) {
@@ -25,18 +24,10 @@ __global__ void decode_runs_kernel(uint32_t* out, const uint8_t* w, size_t row_b
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < rows * runs;
          t += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = t / runs, i = t % runs;
-        const uint8_t* row = w + (size_t)r * row_bytes;
-        uint32_t* o = out + (r * K + V * i) / 2;
-        if constexpr (Dq<T>::kElems == 1) {
-            const uint4 q = decode8_bf16<T>(row, i, K, tb);
-            o[0] = q.x, o[1] = q.y, o[2] = q.z, o[3] = q.w;
-        } else {
-            constexpr int kPerBlock = Dq<T>::kElems / V;
-            uint32_t v[V / 2];
-            Bf16Run<T>::template decode<V>(row + (i / kPerBlock) * Dq<T>::kBytes, (int)(i % kPerBlock) * V, v, tb);
+        uint32_t v[V / 2];
+        decode_run_bf16<T, V>(w + (size_t)r * row_bytes, i, K, v, tb);
 #pragma unroll
-            for (int j = 0; j < V / 2; ++j) o[j] = v[j];
-        }
+        for (int j = 0; j < V / 2; ++j) out[(r * K + V * i) / 2 + j] = v[j];
     }
 }
 

@@ -50,8 +50,8 @@ struct Bf16Run {
         for (int g = 0; g < V / 8; ++g) {
             float v[8];
             Group8<T>::decode(b, v0 / 8 + g, v, t);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) o[4 * g + i] = pack_bf16(v[2 * i], v[2 * i + 1]);
+            const uint4 q = pack_bf16x8(v);
+            o[4 * g] = q.x, o[4 * g + 1] = q.y, o[4 * g + 2] = q.z, o[4 * g + 3] = q.w;
         }
     }
 };
@@ -119,20 +119,28 @@ struct Bf16Run<GgmlType::Q2_K> {
     }
 };
 
-// decode8 then pack_bf16 of its 8 values, through the runs above: values [8g, 8g + 8) of a row of K values as
-// one 16-byte word of bf16.
+// Run i of a row of K values, values [V i, V i + V), as V / 2 bf16 pairs through the runs above; plain types
+// take V = 8 through decode8 (zeros past K). The same values as decode8 then pack_bf16.
+template <GgmlType T, int V>
+__device__ __forceinline__ void decode_run_bf16(const uint8_t* row, int64_t i, int64_t K, uint32_t (&o)[V / 2],
+                                                const QuantTables& t) {
+    if constexpr (Dq<T>::kElems == 1) {
+        static_assert(V == 8, "plain types decode 8 values at a time");
+        float v[8];
+        decode8<T>(row, i, K, v, t);
+        const uint4 q = pack_bf16x8(v);
+        o[0] = q.x, o[1] = q.y, o[2] = q.z, o[3] = q.w;
+    } else {
+        constexpr int kRuns = Dq<T>::kElems / V;
+        Bf16Run<T>::template decode<V>(row + (i / kRuns) * Dq<T>::kBytes, (int)(i % kRuns) * V, o, t);
+    }
+}
+
+// Values [8g, 8g + 8) of a row as one 16-byte word of bf16.
 template <GgmlType T>
 __device__ __forceinline__ uint4 decode8_bf16(const uint8_t* row, int64_t g, int64_t K, const QuantTables& t) {
     uint32_t o[4];
-    if constexpr (Dq<T>::kElems == 1) {
-        float v[8];
-        decode8<T>(row, g, K, v, t);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) o[i] = pack_bf16(v[2 * i], v[2 * i + 1]);
-    } else {
-        constexpr int kGroups = Dq<T>::kElems / 8;
-        Bf16Run<T>::template decode<8>(row + (g / kGroups) * Dq<T>::kBytes, (int)(g % kGroups) * 8, o, t);
-    }
+    decode_run_bf16<T, 8>(row, g, K, o, t);
     return make_uint4(o[0], o[1], o[2], o[3]);
 }
 

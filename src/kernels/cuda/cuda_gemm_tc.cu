@@ -16,7 +16,6 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "core/check.h"
@@ -25,6 +24,7 @@
 #include "kernels/cuda/cuda_dequant_bf16.cuh"
 #include "kernels/cuda/cuda_gemm_tc.cuh"
 #include "kernels/cuda/cuda_matmul.cuh"
+#include "kernels/cuda/cuda_mma.cuh"
 #include "kernels/cuda/cuda_moe_tc.cuh"
 
 #define CUBLAS_CHECK(expr)                                                                                    \
@@ -51,17 +51,6 @@ constexpr int64_t kSlabValues = int64_t(1) << 25;
 constexpr size_t kCublasWorkspace = size_t(32) << 20;
 
 int64_t pad8(int64_t k) { return (k + 7) / 8 * 8; }
-
-// Eight floats rounded to bf16 (to nearest even), packed as one 16-byte store.
-__device__ __forceinline__ uint4 pack_bf16x8(const float* v) {
-    uint4 r;
-    __nv_bfloat162 h[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-    static_assert(sizeof(h) == sizeof(r));
-    memcpy(&r, h, sizeof(r));
-    return r;
-}
 
 // out[r, 0:ld] = bf16(weight row r) for r < rows, zeros in [K, ld): a thread per 8 consecutive values.
 template <GgmlType T>
@@ -154,7 +143,7 @@ void launch_dequant_bf16(bf16* out, int64_t ld, const Weight& w, const QuantTabl
 
 void launch_rows_to_bf16(bf16* out, int64_t ld, const float* x, int64_t x_stride, const int32_t* rows, int64_t n,
                          int64_t K, cudaStream_t s) {
-    const bool vec = K % 8 == 0 && x_stride % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+    const bool vec = K % 8 == 0 && x_stride % 4 == 0 && aligned16(x);
     if (vec)
         rows_to_bf16_kernel<true><<<grid_for(n * (ld / 8), 256), 256, 0, s>>>(out, ld, x, x_stride, rows, n, K);
     else

@@ -277,7 +277,7 @@ bool launch(const MatmulParams* ps, int count, const QuantTables& t, cudaStream_
         // 16-byte aligned rows.
         if (reinterpret_cast<uintptr_t>(p.w) % C::kAlign != 0 || p.row_bytes % C::kAlign != 0) return false;
         if (p.K % C::kElems != 0 || p.n != ps[0].n || p.type != T) return false;
-        if ((reinterpret_cast<uintptr_t>(p.x) & 15) != 0 || p.x_stride % 4 != 0) return false;
+        if (!aligned16(p.x) || p.x_stride % 4 != 0) return false;
         const int nb = (int)(p.K / C::kElems);
         b.job[j] = GemvJob{p.w, p.row_bytes, p.M, nb, p.x, p.x_stride, p.y, p.y_stride, b.groups};
         b.groups += (p.M + R - 1) / R;

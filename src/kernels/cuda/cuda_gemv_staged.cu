@@ -149,7 +149,7 @@ void launch(const MatmulParams& p, const QuantTables& t, cudaStream_t s) {
 
 bool launch_gemv_warp_staged(const MatmulParams& p, const QuantTables& t, cudaStream_t s) {
     // float4 activation loads need 16-byte aligned rows; K is a whole number of blocks (checked by callers).
-    if ((reinterpret_cast<uintptr_t>(p.x) & 15) != 0 || p.x_stride % 4 != 0) return false;
+    if (!aligned16(p.x) || p.x_stride % 4 != 0) return false;
     switch (p.type) {
         case GgmlType::Q8_0: launch<GgmlType::Q8_0>(p, t, s); return true;
         case GgmlType::MXFP4: launch<GgmlType::MXFP4>(p, t, s); return true;

@@ -144,15 +144,9 @@ __global__ void __launch_bounds__(kThreads)
     }
     for (int t = threadIdx.x; t < kTileMixes * (kDotCols / 8); t += kThreads) {
         const int m = t / (kDotCols / 8), g = t % (kDotCols / 8);
-        float v[8];
-        const int64_t k = c0 + 8 * g;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const bool ok = m < n_mix && 8 * g + j < cols;
-            v[j] = ok ? Dq<T>::value(fn + (size_t)m * row_bytes + ((k + j) / Dq<T>::kElems) * Dq<T>::kBytes,
-                                     (int)((k + j) % Dq<T>::kElems), tables)
-                      : 0.0f;
-        }
+        float v[8] = {};
+        // Values c0 + 8 g .. + 7 of fn row m (c0 is a multiple of 8; zeros past flat).
+        if (m < n_mix && 8 * g < cols) decode8<T>(fn + (size_t)m * row_bytes, c0 / 8 + g, flat, v, tables);
 #pragma unroll
         for (int j = 0; j < 8; ++j) ws[m * kTileLd + 8 * g + j] = v[j];
     }
@@ -350,6 +344,15 @@ __global__ void __launch_bounds__(kThreads) hc_head_finish_kernel(float* y, cons
 
 // Block (stream row i hc + k, slice y of D): no per-element index division (64-bit divisions made the flat
 // form 4x slower than its memory traffic on prefill chunks).
+// Stream k of hc_post at one position: pk x + sum_j c[j, k] r(j), the j-sum first, then the post term (the
+// reference order and roundings). c: the token's hc x hc comb; r(j): residual stream j at the position.
+template <class R>
+__device__ __forceinline__ float hc_post_value(const float* c, int hc, int k, R r, float pk, float x) {
+    float s = 0;
+    for (int j = 0; j < hc; ++j) s = __fadd_rn(s, __fmul_rn(c[j * hc + k], r(j)));
+    return __fadd_rn(__fmul_rn(pk, x), s);
+}
+
 __global__ void hc_post_kernel(float* H_out, const float* x, const float* H_res, const float* post, const float* comb,
                                int hc, int64_t D) {
     pdl_begin();
@@ -358,16 +361,14 @@ __global__ void hc_post_kernel(float* H_out, const float* x, const float* H_res,
     const float* R = H_res + i * hc * D;
     const float* c = comb + i * hc * hc;
     const float pk = post[ik];
-    for (int64_t d = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; d < D; d += (int64_t)gridDim.y * blockDim.x) {
-        float s = 0;  // the j-sum first, then the post term (reference order)
-        for (int j = 0; j < hc; ++j) s = __fadd_rn(s, __fmul_rn(c[j * hc + k], R[j * D + d]));
-        H_out[ik * D + d] = __fadd_rn(__fmul_rn(pk, x[i * D + d]), s);
-    }
+    for (int64_t d = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; d < D; d += (int64_t)gridDim.y * blockDim.x)
+        H_out[ik * D + d] = hc_post_value(
+            c, hc, k, [&](int j) { return R[j * D + d]; }, pk, x[i * D + d]);
 }
 
 // hc_post for HC streams known at compile time: block (token i, slice y of D), a thread per 4 consecutive d
 // (D % 4 == 0, 16-byte aligned rows) computing every stream k, so token i's residual streams and x are read
-// once instead of once per k. Same sums in the same order as hc_post_kernel.
+// once instead of once per k. The values are hc_post_kernel's (hc_post_value).
 template <int HC>
 __global__ void __launch_bounds__(kThreads) hc_post_streams_kernel(float* H_out, const float* x, const float* H_res,
                                                                    const float* post, const float* comb, int64_t D) {
@@ -382,22 +383,19 @@ __global__ void __launch_bounds__(kThreads) hc_post_streams_kernel(float* H_out,
     float4* out = reinterpret_cast<float4*>(H_out + i * HC * D);
     const int64_t D4 = D / 4;
     for (int64_t d = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; d < D4; d += (int64_t)gridDim.y * blockDim.x) {
-        float4 r[HC];
+        alignas(16) float r[HC][4];
+        alignas(16) float xv[4];
+        alignas(16) float o[4];
 #pragma unroll
-        for (int j = 0; j < HC; ++j) r[j] = R[j * D4 + d];
-        const float4 xv = xi[d];
+        for (int j = 0; j < HC; ++j) *reinterpret_cast<float4*>(r[j]) = R[j * D4 + d];
+        *reinterpret_cast<float4*>(xv) = xi[d];
 #pragma unroll
         for (int k = 0; k < HC; ++k) {
-            float4 s = make_float4(0.f, 0.f, 0.f, 0.f);  // the j-sum first, then the post term (reference order)
 #pragma unroll
-            for (int j = 0; j < HC; ++j) {
-                const float w = c[j * HC + k];
-                s = make_float4(__fadd_rn(s.x, __fmul_rn(w, r[j].x)), __fadd_rn(s.y, __fmul_rn(w, r[j].y)),
-                                __fadd_rn(s.z, __fmul_rn(w, r[j].z)), __fadd_rn(s.w, __fmul_rn(w, r[j].w)));
-            }
-            out[k * D4 + d] =
-                make_float4(__fadd_rn(__fmul_rn(pk[k], xv.x), s.x), __fadd_rn(__fmul_rn(pk[k], xv.y), s.y),
-                            __fadd_rn(__fmul_rn(pk[k], xv.z), s.z), __fadd_rn(__fmul_rn(pk[k], xv.w), s.w));
+            for (int e = 0; e < 4; ++e)
+                o[e] = hc_post_value(
+                    c, HC, k, [&](int j) { return r[j][e]; }, pk[k], xv[e]);
+            out[k * D4 + d] = *reinterpret_cast<const float4*>(o);
         }
     }
 }
@@ -427,10 +425,7 @@ void CudaBackend::hc_post(float* H_out, const float* x, const float* H_res, cons
                           int64_t n, const HcParams& p) {
     if (n <= 0 || p.hc <= 0 || p.dim <= 0) return;
     DSV4_CHECK(n * p.hc <= INT32_MAX);
-    const bool aligned =
-        ((reinterpret_cast<uintptr_t>(H_out) | reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(H_res)) &
-         15) == 0;
-    if (p.hc == 4 && p.dim % 4 == 0 && aligned) {
+    if (p.hc == 4 && p.dim % 4 == 0 && aligned16(H_out, x, H_res)) {
         // A block per token and slice; a few slices per token when few tokens come, so the GPU fills.
         const unsigned slices =
             (unsigned)std::min<int64_t>(per_token_blocks(n, props_.multiProcessorCount), ceil_div(p.dim / 4, kThreads));

@@ -49,20 +49,6 @@ constexpr int kBins = 1 << kSelBits;
 
 constexpr uint32_t kFullMask = 0xffffffffu;
 
-// Order-preserving key of (score, index): larger key = higher score, then lower index. -0 counts as +0
-// (they compare equal as floats).
-__device__ __forceinline__ uint32_t score_bits(float s) {
-    uint32_t u = __float_as_uint(s);
-    if ((u & 0x7fffffffu) == 0) u = 0;
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-__device__ __forceinline__ uint64_t make_key(uint32_t bits, int idx) {
-    return ((uint64_t)bits << 32) | (uint32_t)(0x7fffffff - idx);
-}
-__device__ __forceinline__ int key_index(uint64_t key) {
-    return 0x7fffffff - (int)(uint32_t)key;
-}
-
 // Candidate sources: item c's key (0: empty slot).
 struct ScoreBitsSrc {  // raw scores, the index is the position
     const uint32_t* p;
@@ -590,8 +576,7 @@ void CudaBackend::indexer_topk(int32_t* idx, const float* q, const float* w, con
     a.hd_pad = (head_dim + kSlice - 1) / kSlice * kSlice;
     a.top_k = top_k;
     a.buf_cap = k2 + std::max(kMaxTile, k2 / 2);
-    a.vec =
-        head_dim % 4 == 0 && reinterpret_cast<uintptr_t>(keys) % 16 == 0 && reinterpret_cast<uintptr_t>(q) % 16 == 0;
+    a.vec = head_dim % 4 == 0 && aligned16(keys, q);
     const size_t smem = score_smem_bytes(a.H_pad, a.hd_pad, a.buf_cap);
     DSV4_CHECK_MSG(smem + sizeof(SelShared) <= (size_t)props_.sharedMemPerBlockOptin,
                    "indexer_topk: top_k %d with %d heads of %d needs %zu bytes of shared memory", top_k, n_heads,

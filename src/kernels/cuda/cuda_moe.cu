@@ -20,19 +20,18 @@ constexpr int kRouteThreads = 256;
 
 __device__ __forceinline__ float route_score(const float* logits, int e) { return sqrtf(softplus(logits[e])); }
 
-// A block per token. Every thread scores experts tid, tid + blockDim, ... into shared memory as 64-bit keys
-// whose order is the CPU's pick order: the selection key (NaN as -infinity, -0 as +0) mapped to an unsigned
-// integer of the same order, then the complement of the expert id, so ties go to the lower id. An expert's
-// rank is the number of keys above its own, counted in parallel over independent loads; the experts of rank
-// < k are the top-k and the rank is their slot. (The warp that chose one arg-max after another, k dependent
-// rounds, took 8.8 us per decode token on the H200; a rank loop that stopped at k, so could not overlap its
-// loads, 13.9.) The raw scores are summed in slot order, as the CPU.
+// A block per token. Every thread scores experts tid, tid + blockDim, ... into shared memory as top-k keys
+// (make_key: the selection key, NaN as -infinity, then the lower id first), which order the experts as the CPU
+// picks them. An expert's rank is the number of keys above its own, counted in parallel over independent loads
+// (no early exit, so the loads overlap); the experts of rank < k are the top-k and the rank is their slot. This
+// replaced k dependent warp arg-max rounds on one warp (docs/benchmarks.md, run 42). The raw scores are summed
+// in slot order, as the CPU.
 __global__ void __launch_bounds__(kRouteThreads)
     moe_route_kernel(int32_t* ids, float* weights, const float* logits, const float* bias, const int32_t* tid2eid,
-                     const int32_t* tokens, int64_t n, int n_experts, int k, float scale, bool norm) {
+                     const int32_t* tokens, int n_experts, int k, float scale, bool norm) {
     pdl_begin();
-    extern __shared__ unsigned long long route_smem[];
-    unsigned long long* key = route_smem;                           // [n_experts rounded up to even]
+    extern __shared__ uint64_t route_smem[];
+    uint64_t* key = route_smem;                                     // [n_experts rounded up to even]
     float* chosen = reinterpret_cast<float*>(key + n_experts + 1);  // [k] the chosen experts' raw scores, by slot
     const int64_t i = blockIdx.x;
     const float* lg = logits + i * n_experts;
@@ -52,17 +51,13 @@ __global__ void __launch_bounds__(kRouteThreads)
     } else {
         const int padded = (n_experts + 1) / 2 * 2;
         for (int e = threadIdx.x; e < padded; e += blockDim.x) {
-            float v = e < n_experts ? route_score(lg, e) + (bias ? bias[e] : 0.0f) : -INFINITY;
-            if (isnan(v)) v = -INFINITY;
-            if (v == 0.0f) v = 0.0f;
-            const uint32_t u = __float_as_uint(v);
-            const uint32_t ordered = u >> 31 ? ~u : u | 0x80000000u;
-            key[e] = (unsigned long long)ordered << 32 | (0xFFFFFFFFu - (uint32_t)e);  // the pad: below every expert
+            const float v = e < n_experts ? route_score(lg, e) + (bias ? bias[e] : 0.0f) : -INFINITY;
+            key[e] = make_key(score_bits(isnan(v) ? -INFINITY : v), e);  // the pad: below every expert
         }
         __syncthreads();
         const ulonglong2* pairs = reinterpret_cast<const ulonglong2*>(key);
         for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
-            const unsigned long long mine = key[e];
+            const uint64_t mine = key[e];
             int rank = 0;
 #pragma unroll 8
             for (int j = 0; j < padded / 2; ++j) {
@@ -176,9 +171,9 @@ void CudaBackend::moe_route(int32_t* ids, float* weights, const float* logits, c
     DSV4_CHECK_MSG(n_experts > 0 && n_experts <= kMaxExperts && k <= n_experts && k <= kMaxK,
                    "moe_route: %d experts, k %d", n_experts, k);
     DSV4_CHECK(n <= INT32_MAX);
-    const size_t smem = (size_t)(n_experts + 1) * sizeof(unsigned long long) + (size_t)k * sizeof(float);
+    const size_t smem = (size_t)(n_experts + 1) * sizeof(uint64_t) + (size_t)k * sizeof(float);
     launch_pdl(moe_route_kernel, (unsigned)n, kRouteThreads, smem, stream_, ids, weights, logits, bias, tid2eid, tokens,
-               n, n_experts, k, scale, norm);
+               n_experts, k, scale, norm);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -225,7 +225,7 @@ bool decode_enabled() {
 bool moe_experts_decode(CudaBackend& b, const MoeArgs& a) {
     if (!decode_enabled() || a.n * a.k > kMaxPairs || a.k > kMaxSlots) return false;
     if (a.gate.type != a.up.type || a.gate.row_bytes != a.up.row_bytes) return false;
-    if ((reinterpret_cast<uintptr_t>(a.x) & 15) != 0) return false;
+    if (!aligned16(a.x)) return false;
     bool ok = false;
     dispatch_codec(a.gate.type,
                    [&](auto tag) { ok = fits<decltype(tag)::type>(a.gate) && fits<decltype(tag)::type>(a.up); });

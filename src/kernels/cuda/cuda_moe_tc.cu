@@ -34,9 +34,12 @@ namespace {
 constexpr int kBM = kMoeTcTileRows, kBN = 64, kBK = 64, kThreads = 256;
 constexpr int kXBufs = 3;  // activation k-steps in flight: the one multiplied, the next, the one being copied
 
-// Offset (in bf16) of chunk c (8 values) of row r in a swizzled tile.
-__device__ __forceinline__ int swz(int r, int c) {
-    return kBK * r + 8 * (c ^ (r & 7));
+// A swizzled tile's rows are kRowBytes apart; chunk c (8 values, 16 bytes) of row r sits swz_chunk(r, c) bytes
+// into its row. Rows 8 apart share the pattern, and swz_chunk(r, c0 + c) = swz_chunk(r, c0) ^ 16 c when c0 is a
+// multiple of a power of two above c: the kernel keeps one offset per thread and XORs the step's chunk in.
+constexpr uint32_t kRowBytes = kBK * 2;
+__device__ __forceinline__ uint32_t swz_chunk(int r, int c) {
+    return 16 * (c ^ (r & 7));
 }
 
 struct Stack {
@@ -128,21 +131,22 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int x_q = threadIdx.x % (kBK / 8), x_r = threadIdx.x / (kBK / 8);
     const __nv_bfloat16* x_src = x + (tile.row0 + x_r) * ldx + 8 * x_q;
     auto stage_x = [&](int ks, int buf) {
-        __nv_bfloat16* dst = xs + buf * kBM * kBK;
+        char* dst = reinterpret_cast<char*>(xs + buf * kBM * kBK);
         const bool k_ok = (int64_t)ks * kBK + 8 * x_q < ldx;
 #pragma unroll
         for (int i = 0; i < kBM / kXRowsPerPass; ++i) {
             const int r = x_r + kXRowsPerPass * i;
             const bool ok = k_ok && r < tile.rows;
-            cp_async16_zfill(dst + swz(r, x_q), ok ? x_src + (int64_t)kXRowsPerPass * i * ldx + ks * kBK : x, ok);
+            cp_async16_zfill(dst + r * kRowBytes + swz_chunk(r, x_q),
+                             ok ? x_src + (int64_t)kXRowsPerPass * i * ldx + ks * kBK : x, ok);
         }
     };
     // Decode k-step ks of every weight row from its raw stage into ws buffer ks & 1: thread t takes values
     // [kRun p, kRun p + kRun) of the step in row t / kParts (p = t % kParts).
     constexpr int kParts = kBK / kRun;
     const int dec_j = threadIdx.x / kParts, dec_part = threadIdx.x % kParts;
-    const uint32_t dec_dst = (uint32_t)__cvta_generic_to_shared(ws) + dec_j * (kBK * 2);
-    const uint32_t dec_chunk = 16 * ((kRun / 8 * dec_part) ^ (dec_j % 8));
+    const uint32_t dec_dst = (uint32_t)__cvta_generic_to_shared(ws) + dec_j * kRowBytes;
+    const uint32_t dec_chunk = swz_chunk(dec_j, kRun / 8 * dec_part);
     auto decode_step = [&](int ks) {
         const int kb = ks / kSubs;
         const int shift = shifts[(kb & 1) * kWRows + dec_j];
@@ -156,8 +160,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
             for (int i = 0; i < kRun / 2; ++i) o[i] = 0;
         }
-        // Chunk kRun / 8 p + c of row j lands at chunk (kRun / 8 p) ^ (j % 8) ^ c of it.
-        const uint32_t dst = dec_dst + (ks & 1) * (kWRows * kBK * 2);
+        // Chunk kRun / 8 p + c of row j.
+        const uint32_t dst = dec_dst + (ks & 1) * (kWRows * kRowBytes);
 #pragma unroll
         for (int c = 0; c < kRun / 8; ++c)
             st_shared_v4(dst + (dec_chunk ^ (16 * c)), o[4 * c], o[4 * c + 1], o[4 * c + 2], o[4 * c + 3]);
@@ -175,11 +179,10 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     // The multiply's per-lane fragment addresses: A (activations) rows 32 wm + 16 mi + lane % 16, chunk
     // 2 kk + lane / 16; B (weights) rows s kBN + 32 wn + 16 p + lane % 8 + 8 (lane / 16), chunk 2 kk + (lane / 8) % 2.
-    constexpr uint32_t kRowBytes = kBK * 2;
     const uint32_t xs_base = (uint32_t)__cvta_generic_to_shared(xs), ws_base = (uint32_t)__cvta_generic_to_shared(ws);
-    const uint32_t a_row = (32 * wm + lane % 16) * kRowBytes, a_chunk = 16 * ((lane / 16) ^ (lane % 8));
-    const uint32_t b_row = (32 * wn + lane % 8 + 8 * (lane / 16)) * kRowBytes;
-    const uint32_t b_chunk = 16 * (((lane / 8) % 2) ^ (lane % 8));
+    const int a_r = 32 * wm + lane % 16, b_r = 32 * wn + lane % 8 + 8 * (lane / 16);
+    const uint32_t a_row = a_r * kRowBytes, a_chunk = swz_chunk(a_r, lane / 16);
+    const uint32_t b_row = b_r * kRowBytes, b_chunk = swz_chunk(b_r, (lane / 8) % 2);
 
     const int steps = (int)((K + kBK - 1) / kBK);
     stage_raw(0);
@@ -202,11 +205,10 @@ __global__ void __launch_bounds__(kThreads, 2)
         cp_async_commit();
         if (ks + 1 < steps) decode_step(ks + 1);
 
-        // Fragment addresses (bytes in the shared window): a lane's row offset, plus its chunk's swizzled offset
-        // a_chunk ^ 32 kk (the rows of a fragment start at multiples of 8, so row % 8 = lane % 8), plus the
-        // fragment's constant row offset.
-        const uint32_t xt = xs_base + xbuf * (kBM * kBK * 2) + a_row;
-        const uint32_t wt = ws_base + (ks & 1) * (kWRows * kBK * 2) + b_row;
+        // Fragment addresses (bytes in the shared window): a lane's row offset, plus its chunk's offset for step
+        // kk (a_chunk ^ 32 kk), plus the fragment's row offset in multiples of 16 rows.
+        const uint32_t xt = xs_base + xbuf * (kBM * kRowBytes) + a_row;
+        const uint32_t wt = ws_base + (ks & 1) * (kWRows * kRowBytes) + b_row;
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk) {
             const uint32_t ao = xt + (a_chunk ^ (32 * kk)), bo = wt + (b_chunk ^ (32 * kk));

@@ -200,8 +200,7 @@ void CudaBackend::rms_norm(float* y, const float* x, const float* weight, int64_
                            float eps) {
     if (n <= 0 || dim <= 0) return;
     DSV4_CHECK(n <= INT32_MAX);
-    const bool aligned = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y) |
-                           reinterpret_cast<uintptr_t>(weight)) & 15) == 0;
+    const bool aligned = aligned16(x, y, weight);
     if (aligned && dim % 4 == 0 && stride % 4 == 0 && dim <= (int64_t)kWarp * 4 * kNormVecs && n > 1) {
         constexpr int kRows = kNormThreads / kWarp;
         launch_pdl(rms_norm_warp_kernel, (unsigned)ceil_div(n, kRows), kNormThreads, 0, stream_, y, x, weight, n, dim,
