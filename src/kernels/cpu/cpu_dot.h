@@ -29,7 +29,14 @@ inline float dot_f32(const float* a, const float* b, int64_t n) {
         acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
     }
     for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
-    float t = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    // The 16 lanes are summed through memory: GCC 12's AVX-512 reduction, extract and shuffle intrinsics pass
+    // an _mm512_undefined_* operand, which -Wmaybe-uninitialized reports once inlined (a false positive that
+    // -Werror makes fatal).
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, _mm512_add_ps(acc0, acc1));
+    for (int w = 8; w > 0; w /= 2)
+        for (int j = 0; j < w; ++j) lanes[j] += lanes[j + w];
+    float t = lanes[0];
     for (; i < n; ++i) t += a[i] * b[i];
     return t;
 #elif defined(__AVX2__) && defined(__FMA__)
