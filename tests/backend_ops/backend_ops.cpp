@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
             Instance on_gpu = c.make(*gpu);
             on_gpu.run();
             const Arrays gpu_out = on_gpu.read();
-            const Check k = compare(c, gpu_out, cpu_out, c.tol, false);
+            const Check k = compare(c, gpu_out, cpu_out, c.tol_of_inputs ? c.tol_of_inputs() : c.tol, false);
             ok = ok && k.ok;
             detail += "cuda: " + k.detail;
             ++n_gpu;

@@ -70,6 +70,9 @@ struct Case {
     // NMSE bounds (0: bit-identical): CUDA vs CPU, and CPU vs the double reference.
     double tol = 0;
     double ref_tol = 0;
+    // Optional: a CUDA vs CPU bound computed from the case's inputs, in place of `tol`; called only when a CUDA
+    // backend runs the case (it may cost as much as the op).
+    std::function<double()> tol_of_inputs;
     double bytes = 0;       // bytes an ideal kernel moves: weights + inputs + outputs (perf mode)
     double flops = 0;       // arithmetic of the op, when it is compute-bound (perf mode prints TFLOP/s)
     bool perf_only = false; // a large shape run only with --perf
