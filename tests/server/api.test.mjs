@@ -386,16 +386,20 @@ test('soak: a few hundred short requests without memory growth', async () => {
     await Promise.all(workers);
   }
   await batch(80);  // warm-up: allocator pools, thread stacks, first-use buffers
-  const rss0 = rssKiB(pid);
-  await batch(120);
-  const rss1 = rssKiB(pid);
-  await batch(120);
-  const rss2 = rssKiB(pid);
-  const growth = rss2 - rss0;
-  console.log(`soak: ${done} requests; VmRSS ${rss0} -> ${rss1} -> ${rss2} KiB`);
-  // A leak of 50 KiB per request would add 12 MiB over these 240; allocator noise stays well below.
-  assert.ok(growth < 10 * 1024, `VmRSS grew by ${growth} KiB over 240 requests`);
-  assert.ok(rss2 - rss1 < 6 * 1024, `VmRSS still growing: ${rss1} -> ${rss2} KiB`);
+  // A leak grows RSS in every batch; glibc's per-thread arenas move it in steps of a few MiB now and then
+  // (one batch +7 MiB after one of -0.7 MiB has been seen) and then stay. So the test fails on growth in each
+  // of three batches, or on a total beyond what such steps reach.
+  const rss = [rssKiB(pid)];
+  for (let i = 0; i < 3; i++) {
+    await batch(100);
+    rss.push(rssKiB(pid));
+  }
+  const steps = rss.slice(1).map((v, i) => v - rss[i]);
+  const growth = rss[rss.length - 1] - rss[0];
+  console.log(`soak: ${done} requests; VmRSS ${rss.join(' -> ')} KiB`);
+  // A leak of 50 KiB per request adds 5 MiB to every batch of 100 and 15 MiB in all.
+  assert.ok(steps.some((d) => d < 2 * 1024), `VmRSS grew in every batch: ${rss.join(' -> ')} KiB`);
+  assert.ok(growth < 12 * 1024, `VmRSS grew by ${growth} KiB over 300 requests`);
   await waitFor(async () => {
     const m = await metrics(server);
     return m.dsv4_requests_running === 0 && m.dsv4_queue_depth === 0;
