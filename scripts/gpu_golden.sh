@@ -8,7 +8,8 @@
 #   off  = --quant-sim off --gemm f32   (exact mode, checked against exact_fp32)
 #   on   = --quant-sim on  --gemm f32   (checked against qat_fp32)
 #   bf16 = --quant-sim on  --gemm bf16  (tensor-core matmuls, checked against the reference's bf16 run)
-# The CPU backend ignores --gemm (it always computes in f32).
+# The CPU backend ignores --gemm (it always computes in f32). Each set's stepwise run is repeated with
+# --no-graphs and must match the graphed one bit for bit.
 set -euo pipefail
 DSV4=$1
 GOLDEN=$2
@@ -45,5 +46,15 @@ PY
         "${opts[@]}" --device "$DEVICE"
     fi
   done
+  # Step graphs (their branches run concurrently) must give what the ops run one by one give, bit for bit.
+  "$DSV4" logits -m "$dir/model.gguf" --tokens "$tmp/stepwise.json" -o "$tmp/nographs.f32" --stepwise \
+    --quant-sim on --gemm f32 --no-graphs --device "$DEVICE"
+  if cmp -s "$tmp/nographs.f32" "$OUTDIR/$name.on.stepwise.f32"; then
+    echo "graphs: $name stepwise logits bit-identical with and without step graphs"
+  else
+    echo "graphs: $name stepwise logits DIFFER with and without step graphs"
+    graphs_failed=1
+  fi
 done
 rm -rf "$tmp"
+if [[ -n "${graphs_failed:-}" ]]; then exit 1; fi

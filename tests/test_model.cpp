@@ -195,6 +195,44 @@ TEST_F(ModelTest, StepGraphsOfABatchedDecodeEqualStepsRunAsIssued) {
     EXPECT_GT(model_->graph_stats()->replays, 30);
 }
 
+TEST_F(ModelTest, StepGraphBranchesDeclareEveryDependency) {
+    // The model marks independent chains of a step as branches (Backend::branch), which the CUDA backend runs
+    // concurrently inside step graphs. Deferring every branch to its join (the latest order the interface
+    // allows; several branches of one join latest first) must give the same logits as issue order: a branch
+    // that read what the ops beside it write (or the reverse), or an output read before the join, would differ.
+    const int64_t V = model_->config().n_vocab;
+    const auto prompt = random_tokens(20, V, 21), gen = random_tokens(150, V, 22);  // past a 128-token block
+    auto decode = [&](bool defer) {
+        StepOptions opt;
+        opt.defer_branches = defer;
+        std::vector<std::unique_ptr<KvCache>> caches;
+        std::vector<float> l, all;
+        for (int i = 0; i < 2; ++i) {
+            caches.push_back(model_->new_cache(400, false));
+            EXPECT_TRUE(model_->step(*caches.back(), std::span<const int32_t>(prompt.data(), 20 - 7 * i), opt, &l).ok());
+        }
+        for (size_t t = 0; t + 1 < gen.size(); t += 2) {
+            // One sequence alone, then both in one step (a batch's sequences share the branches).
+            EXPECT_TRUE(model_->step(*caches[0], std::span<const int32_t>(&gen[t], 1), opt, &l).ok());
+            all.insert(all.end(), l.begin(), l.end());
+            std::vector<std::vector<float>> out(2);
+            std::vector<Model::BatchItem> items(2);
+            for (int i = 0; i < 2; ++i) {
+                items[i].cache = caches[i].get();
+                items[i].tokens = std::span<const int32_t>(&gen[t + 1 - i], 1);
+                items[i].logits = &out[i];
+            }
+            EXPECT_TRUE(model_->step_batch(items, opt).ok());
+            for (auto& o : out) all.insert(all.end(), o.begin(), o.end());
+        }
+        return all;
+    };
+    const auto issued = decode(false), deferred = decode(true);
+    ASSERT_EQ(issued.size(), deferred.size());
+    for (size_t i = 0; i < issued.size(); ++i) ASSERT_EQ(issued[i], deferred[i]) << "logit " << i;
+    EXPECT_GT(model_->graph_stats()->replays, 100);
+}
+
 TEST_F(ModelTest, BadInputIsAnError) {
     auto cache = model_->new_cache(8, false);
     StepOptions opt;

@@ -39,7 +39,7 @@ int cmd_logits(int argc, char** argv) {
     CLI::App app{"Run tokens through the model and write little-endian float32 logits [rows, vocab]"};
     std::string model_path, tokens_path, out_path, quant_sim = "on";
     int64_t prefill = -1, chunk = 256;
-    bool stepwise = false, mtp = false;
+    bool stepwise = false, mtp = false, no_graphs = false;
     DeviceOptions dev;
     app.add_option("-m,--model", model_path, "model GGUF")->required();
     app.add_option("--tokens", tokens_path, "JSON array of token ids")->required();
@@ -50,6 +50,8 @@ int cmd_logits(int argc, char** argv) {
     app.add_option("--quant-sim", quant_sim, "model's FP8/FP4 rounding: on, or off for exact mode")
         ->check(CLI::IsMember({"on", "off"}));
     app.add_option("--prefill-chunk", chunk, "tokens per prefill step")->check(CLI::PositiveNumber);
+    app.add_flag("--no-graphs", no_graphs,
+                 "run every op of a decode step as it is called (default: repeated steps replay as one graph)");
     add_device_options(app, dev);
     try {
         app.parse(argc, argv);
@@ -78,6 +80,7 @@ int cmd_logits(int argc, char** argv) {
     StepOptions opt;
     opt.quant_sim = quant_sim == "on";
     opt.all_logits = true;
+    opt.graphs = !no_graphs;
     auto cache = m.new_cache(T + 1, mtp);
     std::vector<float> out((size_t)rows_main * V);
     std::vector<float> logits, hidden, mlogits;

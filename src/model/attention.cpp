@@ -88,32 +88,18 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
     RopeParams rope{ratio > 0 ? rope_freqs_compressed_ : rope_freqs_window_, cfg.rope_dim};
     const int64_t N = c.n;
 
-    // Query for every row: low-rank, normalized, per-head unweighted RMS norm, RoPE on the tail dims.
-    float* qr_all = c.f32(N * cfg.q_lora_rank);
-    float* kv_all = c.f32(N * hd);  // [N, hd] shared K = V
-    const MatmulJob in_proj[] = {{qr_all, cfg.q_lora_rank, x_all, D, &L.q_a}, {kv_all, hd, x_all, D, &L.kv}};
-    c.b.matmul_batch(in_proj, N);
-    c.b.rms_norm(qr_all, qr_all, L.q_a_norm, N, cfg.q_lora_rank, cfg.q_lora_rank, cfg.norm_eps);
-    float* q_all = c.f32(N * nh * hd);                                     // [N, nh, hd]
-    c.b.matmul(q_all, (int64_t)nh * hd, qr_all, cfg.q_lora_rank, L.q_b, N);
-    c.b.rms_norm(q_all, q_all, nullptr, N * nh, hd, hd, cfg.norm_eps);
-    c.b.rope(q_all, N, nh, hd, (int64_t)nh * hd, c.pos, rope, false);
-    c.b.rms_norm(kv_all, kv_all, L.kv_norm, N, hd, hd, cfg.norm_eps);
-    c.b.rope(kv_all, N, 1, hd, hd, c.pos, rope, false);
-    if (c.opt.quant_sim) c.b.fp8_sim(kv_all, N, hd - cfg.rope_dim, hd, 64);
-    float* o_all = c.f32(N * nh * hd);
-
-    for (const SeqSlice& s : c.seqs) {
-        LayerCache& lc = s.cache->layer(il);
+    // The index lists of every sequence, uploaded before the branches below (a list is shared by the layers).
+    struct SeqLists {
+        const int32_t* ring_rows = nullptr;  // the ring slot of each token that stays in the window, else -1
+        const int32_t* win_idx = nullptr;
+        int64_t n_old = 0;  // ring rows a multi-token step attends to before its own rows
+    };
+    std::vector<SeqLists> lists(c.seqs.size());
+    for (size_t si = 0; si < c.seqs.size(); ++si) {
+        const SeqSlice& s = c.seqs[si];
         const int64_t n = s.n, pos0 = s.pos0;
-        const float* x = x_all + s.row0 * D;
-        const float* qr = qr_all + s.row0 * cfg.q_lora_rank;
-        const float* kv = kv_all + s.row0 * hd;
-        const int32_t* pos = c.pos + s.row0;
-
-        // The ring slot of each of this step's tokens that stays in the window (token t goes to slot t % win),
-        // -1 for the others: the ring is written by one scatter through this device list.
-        const int32_t* ring_rows = c.i32_memo("ring/" + std::to_string(s.row0), [&] {
+        // Token t goes to slot t % win: the ring is written by one scatter through this device list.
+        lists[si].ring_rows = c.i32_memo("ring/" + std::to_string(s.row0), [&] {
             std::vector<int32_t> v(n, -1);
             for (int64_t t = std::max<int64_t>(pos0, pos0 + n - win); t < pos0 + n; ++t)
                 v[t - pos0] = (int32_t)(t % win);
@@ -125,16 +111,8 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
         // [0, pos0)), then this step's fresh rows, and the ring is written after the attention.
         const bool decode = n == 1;
         const int64_t n_old = decode ? 0 : std::min<int64_t>(pos0, win);
-        const float* kvw = lc.window;
-        if (decode) {
-            c.b.scatter_rows(lc.window, kv, ring_rows, 1, hd);
-        } else {
-            float* buf = c.f32((n_old + n) * hd);
-            if (n_old > 0) c.b.copy_rows(buf, hd, lc.window, hd, n_old, hd);
-            c.b.copy_rows(buf + n_old * hd, hd, kv, hd, n, hd);
-            kvw = buf;
-        }
-        const int32_t* win_idx = c.i32_memo("win/" + std::to_string(s.row0), [&] {
+        lists[si].n_old = n_old;
+        lists[si].win_idx = c.i32_memo("win/" + std::to_string(s.row0), [&] {
             std::vector<int32_t> v((size_t)n * win, -1);
             for (int64_t i = 0; i < n; ++i) {
                 const int64_t p = pos0 + i, lo = std::max<int64_t>(0, p - win + 1);
@@ -143,8 +121,103 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
             }
             return v;
         });
+    }
 
-        AttentionArgs a;
+    // Query for every row: low-rank, normalized, per-head unweighted RMS norm, RoPE on the tail dims.
+    float* qr_all = c.f32(N * cfg.q_lora_rank);
+    float* kv_all = c.f32(N * hd);  // [N, hd] shared K = V
+    const MatmulJob in_proj[] = {{qr_all, cfg.q_lora_rank, x_all, D, &L.q_a}, {kv_all, hd, x_all, D, &L.kv}};
+    c.b.matmul_batch(in_proj, N);
+    c.b.rms_norm(qr_all, qr_all, L.q_a_norm, N, cfg.q_lora_rank, cfg.q_lora_rank, cfg.norm_eps);
+
+    // Three independent chains meet at the attention: the shared KV row (a branch, which also puts a decode
+    // token's row into the window ring), the compressors and the indexer (a branch; they read x and qr), and
+    // the query (the main line).
+    c.b.branch();
+    c.b.rms_norm(kv_all, kv_all, L.kv_norm, N, hd, hd, cfg.norm_eps);
+    c.b.rope(kv_all, N, 1, hd, hd, c.pos, rope, false);
+    if (c.opt.quant_sim) c.b.fp8_sim(kv_all, N, hd - cfg.rope_dim, hd, 64);
+    for (size_t si = 0; si < c.seqs.size(); ++si) {
+        const SeqSlice& s = c.seqs[si];
+        if (s.n == 1) c.b.scatter_rows(s.cache->layer(il).window, kv_all + s.row0 * hd, lists[si].ring_rows, 1, hd);
+    }
+    c.b.end_branch();
+
+    std::vector<AttentionArgs> args(c.seqs.size());
+    if (ratio > 0) c.b.branch();
+    for (size_t si = 0; si < c.seqs.size() && ratio > 0; ++si) {
+        const SeqSlice& s = c.seqs[si];
+        LayerCache& lc = s.cache->layer(il);
+        const int64_t n = s.n, pos0 = s.pos0;
+        const float* x = x_all + s.row0 * D;
+        const float* qr = qr_all + s.row0 * cfg.q_lora_rank;
+        const int32_t* pos = c.pos + s.row0;
+        AttentionArgs& a = args[si];
+        // The compressors' projections, and the indexer's query and head-weight projections, as one batch.
+        const int ih = cfg.index_n_head, id = cfg.index_head_dim;
+        std::vector<MatmulJob> jobs;
+        const CompressorProj main = compressor_jobs(c, jobs, L.compressor, ratio, hd, n, x);
+        CompressorProj index;
+        float* qi = nullptr;
+        float* wts = nullptr;
+        if (ratio == 4) {
+            index = compressor_jobs(c, jobs, L.index_compressor, 4, id, n, x);
+            qi = c.f32(n * ih * id);
+            wts = c.f32(n * ih);
+            jobs.push_back({qi, (int64_t)ih * id, qr, cfg.q_lora_rank, &L.index_q_b});
+            jobs.push_back({wts, ih, x, D, &L.index_proj});
+        }
+        c.b.matmul_batch(jobs, n);
+        compress(c, s, L.compressor, main, ratio, hd, lc.state_kv, lc.state_sc, lc.comp, rope, false);
+        a.kv_comp = lc.comp;
+        if (ratio == 4) {
+            // Lightning indexer: rotated FP4-simulated queries against the indexer's own compressed keys.
+            compress(c, s, L.index_compressor, index, 4, id, lc.index_state_kv, lc.index_state_sc, lc.index, rope,
+                     true);
+            c.b.rope(qi, n, ih, id, (int64_t)ih * id, pos, rope, false);
+            c.b.hadamard(qi, n * ih, id, c.opt.quant_sim);
+            // Head weights (projected above); the reference's constant factor (id*ih)^-0.5 is positive, so it
+            // cannot change the top-k and is left out.
+            const int32_t* n_vis = c.i32_memo("vis/" + std::to_string(s.row0), [&] {
+                std::vector<int32_t> v(n);
+                for (int64_t i = 0; i < n; ++i) v[i] = (int32_t)((pos0 + i + 1) / 4);
+                return v;
+            });
+            int32_t* idx = c.i32_uninit(n * cfg.index_top_k);
+            c.b.indexer_topk(idx, qi, wts, lc.index, n_vis, n, ih, id, cfg.index_top_k);
+            a.comp_idx = idx;
+            a.n_comp = cfg.index_top_k;
+        } else {
+            a.comp_count = c.i32_memo("count/" + std::to_string(s.row0) + "/" + std::to_string(ratio), [&] {
+                std::vector<int32_t> v(n);
+                for (int64_t i = 0; i < n; ++i) v[i] = (int32_t)((pos0 + i + 1) / ratio);
+                return v;
+            });
+        }
+    }
+    if (ratio > 0) c.b.end_branch();
+
+    float* q_all = c.f32(N * nh * hd);  // [N, nh, hd]
+    c.b.matmul(q_all, (int64_t)nh * hd, qr_all, cfg.q_lora_rank, L.q_b, N);
+    c.b.rms_norm(q_all, q_all, nullptr, N * nh, hd, hd, cfg.norm_eps);
+    c.b.rope(q_all, N, nh, hd, (int64_t)nh * hd, c.pos, rope, false);
+    c.b.join();
+    float* o_all = c.f32(N * nh * hd);
+
+    for (size_t si = 0; si < c.seqs.size(); ++si) {
+        const SeqSlice& s = c.seqs[si];
+        LayerCache& lc = s.cache->layer(il);
+        const int64_t n = s.n;
+        const float* kv = kv_all + s.row0 * hd;
+        const float* kvw = lc.window;
+        if (n > 1) {
+            const int64_t n_old = lists[si].n_old;
+            float* buf = c.f32((n_old + n) * hd);
+            if (n_old > 0) c.b.copy_rows(buf, hd, lc.window, hd, n_old, hd);
+            c.b.copy_rows(buf + n_old * hd, hd, kv, hd, n, hd);
+            kvw = buf;
+        }
+        AttentionArgs& a = args[si];
         a.out = o_all + s.row0 * nh * hd;
         a.q = q_all + s.row0 * nh * hd;
         a.n = n;
@@ -153,56 +226,12 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
         a.scale = 1.0f / std::sqrt((float)hd);
         a.sinks = L.sinks;
         a.kv_win = kvw;
-        a.win_idx = win_idx;
+        a.win_idx = lists[si].win_idx;
         a.n_win = win;
-
-        if (ratio > 0) {
-            // The compressors' projections, and the indexer's query and head-weight projections, as one batch.
-            const int ih = cfg.index_n_head, id = cfg.index_head_dim;
-            std::vector<MatmulJob> jobs;
-            const CompressorProj main = compressor_jobs(c, jobs, L.compressor, ratio, hd, n, x);
-            CompressorProj index;
-            float* qi = nullptr;
-            float* wts = nullptr;
-            if (ratio == 4) {
-                index = compressor_jobs(c, jobs, L.index_compressor, 4, id, n, x);
-                qi = c.f32(n * ih * id);
-                wts = c.f32(n * ih);
-                jobs.push_back({qi, (int64_t)ih * id, qr, cfg.q_lora_rank, &L.index_q_b});
-                jobs.push_back({wts, ih, x, D, &L.index_proj});
-            }
-            c.b.matmul_batch(jobs, n);
-            compress(c, s, L.compressor, main, ratio, hd, lc.state_kv, lc.state_sc, lc.comp, rope, false);
-            a.kv_comp = lc.comp;
-            if (ratio == 4) {
-                // Lightning indexer: rotated FP4-simulated queries against the indexer's own compressed keys.
-                compress(c, s, L.index_compressor, index, 4, id, lc.index_state_kv, lc.index_state_sc,
-                         lc.index, rope, true);
-                c.b.rope(qi, n, ih, id, (int64_t)ih * id, pos, rope, false);
-                c.b.hadamard(qi, n * ih, id, c.opt.quant_sim);
-                // Head weights (projected above); the reference's constant factor (id*ih)^-0.5 is positive, so
-                // it cannot change the top-k and is left out.
-                const int32_t* n_vis = c.i32_memo("vis/" + std::to_string(s.row0), [&] {
-                    std::vector<int32_t> v(n);
-                    for (int64_t i = 0; i < n; ++i) v[i] = (int32_t)((pos0 + i + 1) / 4);
-                    return v;
-                });
-                int32_t* idx = c.i32_uninit(n * cfg.index_top_k);
-                c.b.indexer_topk(idx, qi, wts, lc.index, n_vis, n, ih, id, cfg.index_top_k);
-                a.comp_idx = idx;
-                a.n_comp = cfg.index_top_k;
-            } else {
-                a.comp_count = c.i32_memo("count/" + std::to_string(s.row0) + "/" + std::to_string(ratio), [&] {
-                    std::vector<int32_t> v(n);
-                    for (int64_t i = 0; i < n; ++i) v[i] = (int32_t)((pos0 + i + 1) / ratio);
-                    return v;
-                });
-            }
-        }
         c.b.attention(a);
 
         // Several tokens: they go into the ring now (the older ring rows were copied above).
-        if (!decode) c.b.scatter_rows(lc.window, kv, ring_rows, n, hd);
+        if (n > 1) c.b.scatter_rows(lc.window, kv, lists[si].ring_rows, n, hd);
     }
 
     // Inverse RoPE on the output, then the grouped low-rank projection: group g = heads [g*hpg, (g+1)*hpg).

@@ -86,11 +86,13 @@ void Model::block_forward(Ctx& c, int il, const LayerWeights& L, float* H, float
     c.b.hc_pre(x, post, comb, H, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, n, hp);  // x [n, D]
     c.b.rms_norm(x, x, L.attn_norm, n, D, D, cfg_.norm_eps);
     attention_forward(c, il, L, x, y);                                                      // y [n, D]
+    c.b.join();  // post and comb may come from a branch of hc_pre
     c.b.hc_post(H2, y, H, post, comb, n, hp);                                          // H2 [n, hc, D]
 
     c.b.hc_pre(x, post, comb, H2, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, n, hp);
     c.b.rms_norm(x, x, L.ffn_norm, n, D, D, cfg_.norm_eps);
     ffn_forward(c, il, L, x, y);
+    c.b.join();
     c.b.hc_post(H, y, H2, post, comb, n, hp);
 }
 
@@ -153,7 +155,7 @@ Status Model::step_batch(std::span<BatchItem> items, const StepOptions& opt) {
             if (g) g->end();
         }
     } scope{graphs};
-    Ctx c(graphs ? graphs->begin() : backend_, cfg_, opt);
+    Ctx c(graphs ? graphs->begin(opt.defer_branches) : backend_, cfg_, opt);
     c.n = N;
     std::vector<int32_t> pos, toks, logit_rows;
     for (BatchItem& it : items) {

@@ -33,6 +33,10 @@ struct StepOptions {
     // (decode) replays them as one unit where the backend supports it (CUDA graphs; ops/step_graphs.h).
     // Off: every op runs as it is called. Steps with a trace always run that way.
     bool graphs = true;
+    // Tests: in recorded steps, run each branch's ops (Backend::branch) at its join instead of where they were
+    // issued, so a dependency between a branch and the ops beside it that the model does not declare shows up
+    // as different results on any backend.
+    bool defer_branches = false;
 };
 
 class Model {

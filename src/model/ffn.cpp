@@ -16,6 +16,15 @@ void Model::ffn_forward(Ctx& c, int il, const LayerWeights& L, const float* x, f
     float* u = c.f32(n * F);
     const MatmulJob in_proj[] = {{logits, E, x, D, &L.gate_inp}, {g, F, x, D, &L.gate_shexp}, {u, F, x, D, &L.up_shexp}};
     c.b.matmul_batch(in_proj, n);
+    // The shared expert's down projection does not wait for the routed experts: a branch, joined before its
+    // output is added.
+    float* h = c.f32(n * F);
+    float* y = c.f32(n * D);
+    c.b.branch();
+    c.b.swiglu(h, g, u, n, F, F, L.clamp_shexp);
+    c.b.matmul(y, D, h, F, L.down_shexp, n);
+    c.b.end_branch();
+
     int32_t* ids = c.i32_uninit(n * k);
     float* wts = c.f32(n * k);
     const bool hash = il < cfg.n_layer && cfg.is_hash(il);
@@ -34,11 +43,7 @@ void Model::ffn_forward(Ctx& c, int il, const LayerWeights& L, const float* x, f
     m.down = L.down_exps;
     m.clamp = L.clamp_exp;
     c.b.moe_experts(m);                                               // routed sum, ascending expert id
-
-    float* h = c.f32(n * F);
-    float* y = c.f32(n * D);
-    c.b.swiglu(h, g, u, n, F, F, L.clamp_shexp);
-    c.b.matmul(y, D, h, F, L.down_shexp, n);
+    c.b.join();
     c.b.add(out, out, y, n * D);                                      // shared expert last
 }
 

@@ -54,7 +54,8 @@ struct Model::Ctx {
     // The scratch buffers allocated after mark() can go back to the backend with release(mark): a layer's
     // temporaries are freed when the layer ends, so a long prefill chunk needs one layer's worth, not the
     // sum over layers. Safe on every backend: ops run in issue order, so a later op that reuses the memory
-    // runs after the ops that used it.
+    // runs after the ops that used it; branches (Backend::branch) must be joined first, which step graphs
+    // check.
     size_t mark() const { return scratch.size(); }
     void release(size_t mark) {
         while (scratch.size() > mark) {

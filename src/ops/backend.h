@@ -149,7 +149,8 @@ public:
     // RMS norm of n rows of `dim` floats (row stride `stride`), times weight (if non-null); in place allowed.
     virtual void rms_norm(float* y, const float* x, const float* weight, int64_t n, int64_t dim, int64_t stride,
                           float eps) = 0;
-    // mHC pre: from H [n, hc, D] compute x [n, D] = sum_j pre_j H_j, post [n, hc], comb [n, hc, hc].
+    // mHC pre: from H [n, hc, D] compute x [n, D] = sum_j pre_j H_j, post [n, hc], comb [n, hc, hc]. post and
+    // comb (the Sinkhorn split, needed only by hc_post) may be computed on a branch: read them after a join().
     virtual void hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
                         const float* base, int64_t n, const HcParams& p) = 0;
     // mHC post: H_out[k] = post[k] * x + sum_j comb[j][k] * H_res[j]. H_out may not alias H_res.
@@ -191,6 +192,21 @@ public:
     virtual void gather_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) = 0;
     // dst[idx[i]] = src[i] rows (scatter) for every idx[i] >= 0; the targets must be distinct.
     virtual void scatter_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) = 0;
+
+    // ---- concurrency ----
+    // Hints that let independent chains of ops overlap; the results are the same with or without them. The ops
+    // issued between branch() and end_branch() form a branch: it runs after every op issued outside branches
+    // before branch() (and after every branch joined by then; not necessarily after other unjoined branches),
+    // and the ops issued after end_branch() may run concurrently with it until join(), after which every op
+    // runs after every branch. Branches do not nest, and several may be ended and not yet joined at once. The
+    // caller guarantees that a branch writes nothing that concurrent ops or branches read or write, that
+    // nothing reads a branch's outputs before the join, and that no buffer a branch uses is freed before the
+    // join (step graphs check this). An op may itself put part of its work on a branch: its doc says which
+    // outputs are then ready only after the next join(). The default runs everything in order (the CPU
+    // backend); the CUDA backend can run branches concurrently inside a step graph.
+    virtual void branch() {}
+    virtual void end_branch() {}
+    virtual void join() {}
 
     // ---- step graphs ----
     // A backend that can replay a recorded run of ops as one unit (a CUDA graph) returns its GraphSupport;

@@ -44,6 +44,11 @@ public:
     void copy(void* dst, const void* src, size_t bytes) override;
     void fill(float* dst, float value, int64_t n) override;
     void synchronize() override { b_.synchronize(); }
+    // Passed on as they are: the wrapped backend overlaps branches only inside a step graph, which profiling
+    // turns off.
+    void branch() override { b_.branch(); }
+    void end_branch() override { b_.end_branch(); }
+    void join() override { b_.join(); }
     const uint8_t* weight_data(const uint8_t* host_bytes, size_t n_bytes) override {
         return b_.weight_data(host_bytes, n_bytes);
     }

@@ -39,7 +39,7 @@ StepGraphs::~StepGraphs() {
     if (staging_) support_.free_staging(staging_);
 }
 
-Backend& StepGraphs::begin() {
+Backend& StepGraphs::begin(bool defer_branches) {
     DSV4_CHECK_MSG(!active_, "StepGraphs::begin: a step is already being recorded");
     // The staging buffer is about to be rewritten: every earlier run must have read it.
     target_.synchronize();
@@ -55,7 +55,7 @@ Backend& StepGraphs::begin() {
         staging_ = static_cast<uint8_t*>(support_.alloc_staging(staging_want_));
         staging_cap_ = staging_want_;
     }
-    recorder_->reset(arena_, arena_cap_, staging_, staging_cap_);
+    recorder_->reset(arena_, arena_cap_, staging_, staging_cap_, defer_branches);
     active_ = true;
     return *recorder_;
 }

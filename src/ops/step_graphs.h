@@ -64,7 +64,8 @@ public:
 
     // Start a step: ops issued through the returned backend are recorded; a download or synchronize through
     // it runs what was recorded so far, end() runs the rest. Scratch it allocates lives until end().
-    Backend& begin();
+    // defer_branches: see StepRecorder::reset (tests).
+    Backend& begin(bool defer_branches = false);
     void end();
     const StepGraphStats& stats() const { return stats_; }
 

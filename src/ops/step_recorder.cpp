@@ -25,20 +25,48 @@ size_t round_up(size_t bytes, size_t align) {
 
 }  // namespace
 
-void StepRecorder::reset(uint8_t* arena, size_t arena_cap, uint8_t* staging, size_t staging_cap) {
+void StepRecorder::reset(uint8_t* arena, size_t arena_cap, uint8_t* staging, size_t staging_cap,
+                         bool defer_branches) {
     ops_ = std::make_shared<RecordedOps>();
     key_.clear();
+    // A deferred recording runs its ops in another order: it must not share a graph with a plain one.
+    defer_ = defer_branches;
+    pending_.clear();
+    if (defer_) key_.push_back('D');
     recordable_ = true;
     blocks_.clear();
     arena_ = arena;
     arena_cap_ = arena_cap;
     arena_top_ = arena_peak_ = 0;
+    branch_depth_ = unjoined_ = 0;
     staging_ = staging;
     staging_cap_ = staging_cap;
     staging_used_ = 0;
 }
 
+void StepRecorder::branch() {
+    if (defer_ && branch_depth_ == 0) pending_.emplace_back();
+    ++branch_depth_;
+    forward(kBranch, &Backend::branch);
+}
+
+void StepRecorder::end_branch() {
+    DSV4_CHECK_MSG(branch_depth_ > 0, "end_branch() without branch()");
+    forward(kEndBranch, &Backend::end_branch);
+    if (--branch_depth_ == 0) ++unjoined_;
+}
+
+void StepRecorder::join() {
+    DSV4_CHECK_MSG(branch_depth_ == 0, "join() inside a branch");
+    for (auto it = pending_.rbegin(); it != pending_.rend(); ++it)
+        for (RecordedOp& op : *it) ops_->push_back(std::move(op));
+    pending_.clear();
+    unjoined_ = 0;
+    forward(kJoin, &Backend::join);
+}
+
 std::shared_ptr<RecordedOps> StepRecorder::take_ops(std::string& key) {
+    DSV4_CHECK_MSG(pending_.empty(), "a step ran its ops with a deferred branch not joined");
     key.swap(key_);
     key_.clear();
     std::shared_ptr<RecordedOps> ops = std::move(ops_);
@@ -70,6 +98,8 @@ void* StepRecorder::alloc(size_t bytes) {
 void StepRecorder::free(void* p) {
     uint8_t* q = static_cast<uint8_t*>(p);
     if (!q || !arena_ || q < arena_ || q >= arena_ + arena_cap_) return;  // overflow: released after the step
+    // A later op could be handed this block while a branch that reads or writes it may still run.
+    DSV4_CHECK_MSG(branch_depth_ == 0 && unjoined_ == 0, "step scratch freed inside a branch or before its join()");
     for (size_t i = blocks_.size(); i-- > 0;) {
         if (arena_ + blocks_[i].offset == q) {
             blocks_[i].live = false;

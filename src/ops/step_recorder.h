@@ -24,8 +24,11 @@ class StepRecorder final : public Backend {
 public:
     StepRecorder(StepGraphs& owner, Backend& target) : g_(owner), t_(target) {}
 
-    // Start over: an empty op list and key, scratch and staging from their starts.
-    void reset(uint8_t* arena, size_t arena_cap, uint8_t* staging, size_t staging_cap);
+    // Start over: an empty op list and key, scratch and staging from their starts. defer_branches (tests):
+    // each branch's ops are recorded at its join rather than where they were issued, the branches of one
+    // join latest first: the latest order Backend::branch allows, so a dependency the branches do not declare
+    // changes the results (StepOptions::defer_branches).
+    void reset(uint8_t* arena, size_t arena_cap, uint8_t* staging, size_t staging_cap, bool defer_branches);
     bool empty() const { return ops_->empty(); }
     // Hands the ops and key recorded since the last take over and starts a new op list (scratch and staging
     // keep their places: the taken ops may still read them).
@@ -47,6 +50,10 @@ public:
     void copy(void* dst, const void* src, size_t bytes) override { forward(kCopy, &Backend::copy, dst, src, bytes); }
     void fill(float* dst, float value, int64_t n) override { forward(kFill, &Backend::fill, dst, value, n); }
     void synchronize() override;
+    // Recorded like ops; the counts let free() refuse scratch that an unjoined branch may still be using.
+    void branch() override;
+    void end_branch() override;
+    void join() override;
     const uint8_t* weight_data(const uint8_t* host_bytes, size_t n_bytes) override {
         return t_.weight_data(host_bytes, n_bytes);
     }
@@ -138,6 +145,9 @@ private:
         kCopyRows,
         kGatherRows,
         kScatterRows,
+        kBranch,
+        kEndBranch,
+        kJoin,
     };
 
     // The key: an op code, then each argument's bytes (structs field by field, so padding never enters).
@@ -158,7 +168,12 @@ private:
     void put(const AttentionArgs& a);
     void put(const CompressorArgs& a);
     void put(const MoeArgs& a);
-    void record(RecordedOp op) { ops_->push_back(std::move(op)); }
+    void record(RecordedOp op) {
+        if (defer_ && branch_depth_ > 0)
+            pending_.back().push_back(std::move(op));
+        else
+            ops_->push_back(std::move(op));
+    }
     // An op recorded as called: its code and arguments into the key, a call of the same Backend method on
     // copies of the arguments into the op list.
     template <class Method, class... A>
@@ -181,6 +196,9 @@ private:
     uint8_t* arena_ = nullptr;
     size_t arena_cap_ = 0, arena_top_ = 0, arena_peak_ = 0;
     std::vector<void*> overflow_;
+    int branch_depth_ = 0, unjoined_ = 0;  // open branches, and ended ones not yet joined
+    bool defer_ = false;
+    std::vector<RecordedOps> pending_;  // with defer_: the ops of the branches since the last join
     uint8_t* staging_ = nullptr;
     size_t staging_cap_ = 0, staging_used_ = 0;
 };

@@ -70,7 +70,13 @@ size_t round_up(size_t bytes) { return (std::max<size_t>(bytes, 1) + kGranule - 
 CudaBackend::CudaBackend(int device, const CudaOptions& options) : device_(device), gemm_precision_(options.gemm) {
     CUDA_CHECK(cudaSetDevice(device_));
     CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&main_stream_, cudaStreamNonBlocking));
+    stream_ = main_stream_;
+    for (Side& sd : side_) {
+        CUDA_CHECK(cudaStreamCreateWithFlags(&sd.stream, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaEventCreateWithFlags(&sd.fork, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&sd.done, cudaEventDisableTiming));
+    }
 
     // One buffer holds every lookup table; QuantTables points into it.
     using namespace dsv4::quant;
@@ -116,7 +122,12 @@ CudaBackend::~CudaBackend() {
     for (auto& [p, size] : live_) CUDA_CHECK(cudaFree(p));
     for (void* p : weights_) CUDA_CHECK(cudaFree(p));
     CUDA_CHECK(cudaFree(tables_mem_));
-    CUDA_CHECK(cudaStreamDestroy(stream_));
+    for (Side& sd : side_) {
+        CUDA_CHECK(cudaEventDestroy(sd.fork));
+        CUDA_CHECK(cudaEventDestroy(sd.done));
+        CUDA_CHECK(cudaStreamDestroy(sd.stream));
+    }
+    CUDA_CHECK(cudaStreamDestroy(main_stream_));
 }
 
 void CudaBackend::release_cache() {

@@ -1,5 +1,6 @@
 // The CUDA backend class, shared by the kernel files of src/kernels/cuda (each defines the ops of one family).
-// Everything runs in order on one stream; the host synchronizes only in download() and synchronize().
+// Everything runs in order on one stream, except the branches of a step graph being captured (side streams
+// that fork from and join the main stream); the host synchronizes only in download() and synchronize().
 // Activations and caches are f32 and every op computes in f32 (the CPU oracle's numerics), except the
 // matmuls of many rows in the bf16 GEMM mode (tensor cores, cuda_gemm_tc.cu); docs/cuda.md says why.
 #pragma once
@@ -71,12 +72,22 @@ public:
     // Step graphs (cuda_graphs.cu): stream capture into a CUDA graph. Scratch the ops allocate while being
     // captured comes from memory the graph owns, so no later allocation can share it.
     GraphSupport* graph_support() override { return this; }
+    // Branches (ops/backend.h): while a graph is captured, a branch's ops go to a side stream forked from the
+    // main one and join() makes the main stream wait for every side stream; otherwise they are no-ops and
+    // everything stays in order (eager ops free their scratch for reuse at once, which only stream order
+    // makes safe). A branch opened inside another (an op's own branch) runs inline in the outer one.
+    // Opt-in until measured on a GPU: DSV4_BRANCHES=1 turns them on (docs/cuda.md).
+    static bool branches_on();
+    void branch() override;
+    void end_branch() override;
+    void join() override;
     void* alloc_staging(size_t bytes) override;
     void free_staging(void* p) override;
     void* capture(const std::function<void()>& issue) override;
     void launch(void* graph) override;
     void destroy(void* graph) override;
 
+    // The stream an op issues its work to: the main stream, or a side stream inside a captured branch.
     cudaStream_t stream() const { return stream_; }
     GemmPrecision gemm_precision() const { return gemm_precision_; }
     void set_gemm_precision(GemmPrecision p) { gemm_precision_ = p; }
@@ -137,7 +148,17 @@ private:
 
     int device_ = 0;
     CapturePool* capture_pool_ = nullptr;  // set while a graph is captured
-    cudaStream_t stream_ = nullptr;
+    cudaStream_t stream_ = nullptr;        // the current stream (see stream())
+    cudaStream_t main_stream_ = nullptr;
+    // Side streams of captured branches, each with its fork and join events; created with the backend.
+    struct Side {
+        cudaStream_t stream = nullptr;
+        cudaEvent_t fork = nullptr, done = nullptr;
+    };
+    static constexpr int kSideStreams = 4;
+    Side side_[kSideStreams];
+    int open_branches_ = 0;  // side streams used since the last join
+    int branch_depth_ = 0;   // branch() calls not yet ended (an inner one runs inline)
     cudaDeviceProp props_{};
     QuantTables tables_{};
     void* tables_mem_ = nullptr;

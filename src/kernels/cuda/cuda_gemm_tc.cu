@@ -207,10 +207,11 @@ cublasContext* CudaBackend::cublas() {
     if (!cublas_) {
         CUDA_CHECK(cudaSetDevice(device_));
         CUBLAS_CHECK(cublasCreate(&cublas_));
-        CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
         CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspace));
         CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
     }
+    // The op's current stream (a branch's side stream while a graph is captured), not the one of creation.
+    CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
     return cublas_;
 }
 

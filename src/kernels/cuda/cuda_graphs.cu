@@ -2,6 +2,8 @@
 // graph and replayed with one launch. Uploads in it copy from pinned staging memory, so a replay reads the
 // values written there for the current step.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #include "core/check.h"
@@ -60,14 +62,49 @@ void CudaBackend::free_staging(void* p) {
     if (p) CUDA_CHECK(cudaFreeHost(p));
 }
 
+bool CudaBackend::branches_on() {
+    static const bool on = [] {
+        const char* v = std::getenv("DSV4_BRANCHES");
+        return v && std::strcmp(v, "1") == 0;
+    }();
+    return on;
+}
+
+void CudaBackend::branch() {
+    if (!capture_pool_ || branch_depth_++ > 0 || open_branches_ == kSideStreams || !branches_on()) return;
+    const Side& sd = side_[open_branches_++];
+    CUDA_CHECK(cudaEventRecord(sd.fork, main_stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(sd.stream, sd.fork, 0));
+    stream_ = sd.stream;
+}
+
+void CudaBackend::end_branch() {
+    if (!capture_pool_) return;
+    DSV4_CHECK_MSG(branch_depth_ > 0, "end_branch() without branch()");
+    if (--branch_depth_ == 0) stream_ = main_stream_;
+}
+
+void CudaBackend::join() {
+    if (!capture_pool_) return;
+    DSV4_CHECK_MSG(branch_depth_ == 0, "join() inside a branch");
+    for (int i = 0; i < open_branches_; ++i) {
+        CUDA_CHECK(cudaEventRecord(side_[i].done, side_[i].stream));
+        CUDA_CHECK(cudaStreamWaitEvent(main_stream_, side_[i].done, 0));
+    }
+    open_branches_ = 0;
+}
+
 void* CudaBackend::capture(const std::function<void()>& issue) {
     auto g = std::make_unique<Graph>();
     capture_pool_ = &g->pool;
     // Relaxed: the pool may cudaMalloc a chunk while capturing.
-    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+    CUDA_CHECK(cudaStreamBeginCapture(main_stream_, cudaStreamCaptureModeRelaxed));
     issue();
+    // A capture ends on the stream it began on, with every side stream joined back.
+    DSV4_CHECK_MSG(branch_depth_ == 0, "a step ended inside a branch");
+    join();
     cudaGraph_t graph = nullptr;
-    cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+    cudaError_t e = cudaStreamEndCapture(main_stream_, &graph);
     capture_pool_ = nullptr;
     if (e == cudaSuccess && graph) {
         e = cudaGraphInstantiate(&g->exec, graph, 0);
@@ -81,7 +118,9 @@ void* CudaBackend::capture(const std::function<void()>& issue) {
     return g.release();
 }
 
-void CudaBackend::launch(void* graph) { CUDA_CHECK(cudaGraphLaunch(static_cast<Graph*>(graph)->exec, stream_)); }
+void CudaBackend::launch(void* graph) {
+    CUDA_CHECK(cudaGraphLaunch(static_cast<Graph*>(graph)->exec, main_stream_));
+}
 
 void CudaBackend::destroy(void* graph) { delete static_cast<Graph*>(graph); }
 

@@ -9,7 +9,9 @@
 //      as a matmul its 24 rows left the f32 tile kernel at ~1.5 ms per 4096-token V4-Flash call, where this
 //      kernel reads H once); other formats: square sums over chunks, then the mix projection as a matmul;
 //   2. per (token, slice of D): the RMS factor from the partials (fixed order), the Sinkhorn split (computed
-//      by every slice's block, so none waits for another) and the collapse of the slice. The Sinkhorn keeps
+//      by every slice's block, so none waits for another) and the collapse of the slice; with branches on
+//      (DSV4_BRANCHES=1), the collapse alone, and on a branch (ops/backend.h: a step graph runs it beside the
+//      sublayer, since only hc_post reads it) a warp per token for post and the Sinkhorn split of comb. It keeps
 //      comb in registers, a lane per element, when hc * hc <= 32 (row and column sums gathered by shuffles in
 //      the serial order: bit for bit numerics.h); larger hc use the shared-memory lane-per-row steps.
 #include <algorithm>
@@ -310,7 +312,8 @@ __device__ void hc_collapse(float* x, const float* Hi, const float* pre, int hc,
     }
 }
 
-// Grid (n, slices of D).
+// Grid (n, slices of D): everything at once (every slice's block computes the Sinkhorn, so none waits for
+// another). The form used unless branches are on (CudaBackend::branches_on).
 __global__ void __launch_bounds__(kThreads) hc_pre_finish_kernel(float* x, float* post, float* comb, const float* H,
                                                                  CudaBackend::HcDots dots, const float* scale,
                                                                  const float* base, HcParams p) {
@@ -327,6 +330,37 @@ __global__ void __launch_bounds__(kThreads) hc_pre_finish_kernel(float* x, float
         for (int t = threadIdx.x; t < hc; t += blockDim.x) post[i * hc + t] = post_s[t];
     }
     hc_collapse(x + i * D, H + i * hc * D, pre_s, hc, D);
+}
+
+// With branches on, the same in two kernels. Grid (n, slices of D): the collapse x of each slice with the pre
+// weights (the mixes' first hc). Post and comb come from hc_pre_comb_kernel, issued as a branch: only hc_post
+// needs them, so in a step graph the Sinkhorn's dependent chain stays off the path to the attention and the MoE.
+__global__ void __launch_bounds__(kThreads) hc_pre_x_kernel(float* x, const float* H, CudaBackend::HcDots dots,
+                                                            const float* scale, const float* base, HcParams p) {
+    pdl_begin();
+    __shared__ float mixes[kMaxMix];
+    __shared__ float pre_s[kMaxHc], post_s[kMaxHc];
+    const int hc = p.hc, n_mix = (2 + hc) * hc;
+    const int64_t i = blockIdx.x, D = p.dim;
+    load_mixes(mixes, dots.raw, dots.P_raw, dots.ss, dots.P_ss, i, n_mix, hc * D, p.norm_eps);
+    if (threadIdx.x < hc) hc_pre_post(mixes, scale, base, hc, p.hc_eps, threadIdx.x, pre_s, post_s);
+    __syncthreads();
+    hc_collapse(x + i * D, H + i * hc * D, pre_s, hc, D);
+}
+
+// A warp per token: post [hc] and the Sinkhorn-normalized comb [hc, hc].
+__global__ void __launch_bounds__(kWarp) hc_pre_comb_kernel(float* post, float* comb, CudaBackend::HcDots dots,
+                                                            const float* scale, const float* base, HcParams p) {
+    pdl_begin();
+    __shared__ float mixes[kMaxMix];
+    __shared__ float pre_s[kMaxHc], post_s[kMaxHc], comb_s[kMaxHc * kMaxHc];
+    const int hc = p.hc, n_mix = (2 + hc) * hc;
+    const int64_t i = blockIdx.x;
+    load_mixes(mixes, dots.raw, dots.P_raw, dots.ss, dots.P_ss, i, n_mix, hc * p.dim, p.norm_eps);
+    hc_sinkhorn(mixes, scale, base, p, pre_s, post_s, comb_s);
+    __syncwarp();
+    for (int t = threadIdx.x; t < hc * hc; t += kWarp) comb[i * hc * hc + t] = comb_s[t];
+    for (int t = threadIdx.x; t < hc; t += kWarp) post[i * hc + t] = post_s[t];
 }
 
 __global__ void __launch_bounds__(kThreads) hc_head_finish_kernel(float* y, const float* H, CudaBackend::HcDots dots,
@@ -416,8 +450,20 @@ void CudaBackend::hc_pre(float* x, float* post, float* comb, const float* H, con
     if (n <= 0) return;
     Scratch s(*this);
     const HcDots dots = hc_dots(s, H, fn, n, p);
-    launch_pdl(hc_pre_finish_kernel, dim3((unsigned)n, (unsigned)hc_slices(n, p)), kThreads, 0, stream_, x, post, comb,
-               H, dots, scale, base, p);
+    if (!branches_on()) {
+        launch_pdl(hc_pre_finish_kernel, dim3((unsigned)n, (unsigned)hc_slices(n, p)), kThreads, 0, stream_, x, post,
+                   comb, H, dots, scale, base, p);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
+    // The scratch of the dots outlives the branch: inside a step graph it is the graph's own memory, and
+    // outside one the branch runs in order on the stream.
+    branch();
+    launch_pdl(hc_pre_comb_kernel, (unsigned)n, kWarp, 0, stream_, post, comb, dots, scale, base, p);
+    CUDA_CHECK_LAUNCH();
+    end_branch();
+    launch_pdl(hc_pre_x_kernel, dim3((unsigned)n, (unsigned)hc_slices(n, p)), kThreads, 0, stream_, x, H, dots, scale,
+               base, p);
     CUDA_CHECK_LAUNCH();
 }
 
