@@ -103,10 +103,12 @@ export async function waitFor(predicate, { timeoutMs = 20_000, intervalMs = 100,
   }
 }
 
-// Resident set size of a process in KiB.
-export function rssKiB(pid) {
-  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-  if (!m) throw new Error(`no VmRSS for pid ${pid}`);
+// Anonymous resident memory of a process in KiB (heap, stacks, anonymous maps): what a leak grows. VmRSS also
+// counts the mapped model file's pages, which a server faults in as it first reads them (every new token id's
+// embedding row, say), up to the file's size.
+export function anonKiB(pid) {
+  const m = /RssAnon:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  if (!m) throw new Error(`no RssAnon for pid ${pid}`);
   return Number(m[1]);
 }
 
