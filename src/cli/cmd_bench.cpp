@@ -119,8 +119,7 @@ int cmd_bench(int argc, char** argv) {
                  "reach each --ctx depth without prefilling it: the cache's windows and entries get random values "
                  "and its position is set (decode timing at depth in seconds instead of minutes; the logits mean "
                  "nothing)");
-    app.add_flag("--no-graphs", no_graphs,
-                 "run every op of a decode step as it is called (default: repeated steps replay as one graph)");
+    add_no_graphs_flag(app, no_graphs);
     add_device_options(app, dev);
     try {
         app.parse(argc, argv);

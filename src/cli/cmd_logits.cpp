@@ -50,8 +50,7 @@ int cmd_logits(int argc, char** argv) {
     app.add_option("--quant-sim", quant_sim, "model's FP8/FP4 rounding: on, or off for exact mode")
         ->check(CLI::IsMember({"on", "off"}));
     app.add_option("--prefill-chunk", chunk, "tokens per prefill step")->check(CLI::PositiveNumber);
-    app.add_flag("--no-graphs", no_graphs,
-                 "run every op of a decode step as it is called (default: repeated steps replay as one graph)");
+    add_no_graphs_flag(app, no_graphs);
     add_device_options(app, dev);
     try {
         app.parse(argc, argv);

@@ -21,6 +21,11 @@ void add_device_options(CLI::App& app, DeviceOptions& d) {
         ->check(CLI::IsMember({"f32", "bf16"}));
 }
 
+void add_no_graphs_flag(CLI::App& app, bool& no_graphs) {
+    app.add_flag("--no-graphs", no_graphs,
+                 "run every op of a decode step as it is called (default: repeated steps replay as one graph)");
+}
+
 Result<std::string> gemm_precision_name(const DeviceOptions& d) {
     if (!d.gemm.empty()) return d.gemm;
     const char* env = std::getenv("DSV4_GEMM");

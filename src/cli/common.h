@@ -25,6 +25,8 @@ struct DeviceOptions {
 };
 
 void add_device_options(CLI::App& app, DeviceOptions& d);
+// --no-graphs: run every op of a decode step as it is called (StepOptions::graphs off).
+void add_no_graphs_flag(CLI::App& app, bool& no_graphs);
 // The backend the options ask for: "auto" picks CUDA when built with it and a GPU is present, else CPU.
 Result<std::unique_ptr<Backend>> make_backend(const DeviceOptions& d);
 // The CUDA matmul precision the options ask for: --gemm, else $DSV4_GEMM, else "bf16"; an error for an

@@ -78,6 +78,60 @@ int64_t compress(Model::Ctx& c, const SeqSlice& s, const CompressorWeights& w, c
     return n_new;
 }
 
+// The compressed sources of one sequence's attention at a layer with compression (ratio > 0): its compressors'
+// and the lightning indexer's projections of x and qr (one batch), the compressor updates and, at ratio 4, the
+// indexer's top-k; fills a's compressed fields.
+void compressed_sources(Model::Ctx& c, int il, const LayerWeights& L, const SeqSlice& s, const float* x,
+                        const float* qr, const RopeParams& rope, AttentionArgs& a) {
+    const ModelConfig& cfg = c.cfg;
+    const int64_t D = cfg.n_embd;
+    const int hd = cfg.head_dim, ratio = L.ratio;
+    LayerCache& lc = s.cache->layer(il);
+    const int64_t n = s.n, pos0 = s.pos0;
+    const int32_t* pos = c.pos + s.row0;
+    // The compressors' projections, and the indexer's query and head-weight projections, as one batch.
+    const int ih = cfg.index_n_head, id = cfg.index_head_dim;
+    std::vector<MatmulJob> jobs;
+    const CompressorProj main = compressor_jobs(c, jobs, L.compressor, ratio, hd, n, x);
+    CompressorProj index;
+    float* qi = nullptr;
+    float* wts = nullptr;
+    if (ratio == 4) {
+        index = compressor_jobs(c, jobs, L.index_compressor, 4, id, n, x);
+        qi = c.f32(n * ih * id);
+        wts = c.f32(n * ih);
+        jobs.push_back({qi, (int64_t)ih * id, qr, cfg.q_lora_rank, &L.index_q_b});
+        jobs.push_back({wts, ih, x, D, &L.index_proj});
+    }
+    c.b.matmul_batch(jobs, n);
+    compress(c, s, L.compressor, main, ratio, hd, lc.state_kv, lc.state_sc, lc.comp, rope, false);
+    a.kv_comp = lc.comp;
+    if (ratio == 4) {
+        // Lightning indexer: rotated FP4-simulated queries against the indexer's own compressed keys.
+        compress(c, s, L.index_compressor, index, 4, id, lc.index_state_kv, lc.index_state_sc, lc.index, rope,
+                 true);
+        c.b.rope(qi, n, ih, id, (int64_t)ih * id, pos, rope, false);
+        c.b.hadamard(qi, n * ih, id, c.opt.quant_sim);
+        // Head weights (projected above); the reference's constant factor (id*ih)^-0.5 is positive, so it
+        // cannot change the top-k and is left out.
+        const int32_t* n_vis = c.i32_memo("vis/" + std::to_string(s.row0), [&] {
+            std::vector<int32_t> v(n);
+            for (int64_t i = 0; i < n; ++i) v[i] = (int32_t)((pos0 + i + 1) / 4);
+            return v;
+        });
+        int32_t* idx = c.i32_uninit(n * cfg.index_top_k);
+        c.b.indexer_topk(idx, qi, wts, lc.index, n_vis, n, ih, id, cfg.index_top_k);
+        a.comp_idx = idx;
+        a.n_comp = cfg.index_top_k;
+    } else {
+        a.comp_count = c.i32_memo("count/" + std::to_string(s.row0) + "/" + std::to_string(ratio), [&] {
+            std::vector<int32_t> v(n);
+            for (int64_t i = 0; i < n; ++i) v[i] = (int32_t)((pos0 + i + 1) / ratio);
+            return v;
+        });
+    }
+}
+
 }  // namespace
 
 void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float* x_all, float* out_all) {
@@ -144,58 +198,14 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
     c.b.end_branch();
 
     std::vector<AttentionArgs> args(c.seqs.size());
-    if (ratio > 0) c.b.branch();
-    for (size_t si = 0; si < c.seqs.size() && ratio > 0; ++si) {
-        const SeqSlice& s = c.seqs[si];
-        LayerCache& lc = s.cache->layer(il);
-        const int64_t n = s.n, pos0 = s.pos0;
-        const float* x = x_all + s.row0 * D;
-        const float* qr = qr_all + s.row0 * cfg.q_lora_rank;
-        const int32_t* pos = c.pos + s.row0;
-        AttentionArgs& a = args[si];
-        // The compressors' projections, and the indexer's query and head-weight projections, as one batch.
-        const int ih = cfg.index_n_head, id = cfg.index_head_dim;
-        std::vector<MatmulJob> jobs;
-        const CompressorProj main = compressor_jobs(c, jobs, L.compressor, ratio, hd, n, x);
-        CompressorProj index;
-        float* qi = nullptr;
-        float* wts = nullptr;
-        if (ratio == 4) {
-            index = compressor_jobs(c, jobs, L.index_compressor, 4, id, n, x);
-            qi = c.f32(n * ih * id);
-            wts = c.f32(n * ih);
-            jobs.push_back({qi, (int64_t)ih * id, qr, cfg.q_lora_rank, &L.index_q_b});
-            jobs.push_back({wts, ih, x, D, &L.index_proj});
+    if (ratio > 0) {
+        c.b.branch();
+        for (size_t si = 0; si < c.seqs.size(); ++si) {
+            const SeqSlice& s = c.seqs[si];
+            compressed_sources(c, il, L, s, x_all + s.row0 * D, qr_all + s.row0 * cfg.q_lora_rank, rope, args[si]);
         }
-        c.b.matmul_batch(jobs, n);
-        compress(c, s, L.compressor, main, ratio, hd, lc.state_kv, lc.state_sc, lc.comp, rope, false);
-        a.kv_comp = lc.comp;
-        if (ratio == 4) {
-            // Lightning indexer: rotated FP4-simulated queries against the indexer's own compressed keys.
-            compress(c, s, L.index_compressor, index, 4, id, lc.index_state_kv, lc.index_state_sc, lc.index, rope,
-                     true);
-            c.b.rope(qi, n, ih, id, (int64_t)ih * id, pos, rope, false);
-            c.b.hadamard(qi, n * ih, id, c.opt.quant_sim);
-            // Head weights (projected above); the reference's constant factor (id*ih)^-0.5 is positive, so it
-            // cannot change the top-k and is left out.
-            const int32_t* n_vis = c.i32_memo("vis/" + std::to_string(s.row0), [&] {
-                std::vector<int32_t> v(n);
-                for (int64_t i = 0; i < n; ++i) v[i] = (int32_t)((pos0 + i + 1) / 4);
-                return v;
-            });
-            int32_t* idx = c.i32_uninit(n * cfg.index_top_k);
-            c.b.indexer_topk(idx, qi, wts, lc.index, n_vis, n, ih, id, cfg.index_top_k);
-            a.comp_idx = idx;
-            a.n_comp = cfg.index_top_k;
-        } else {
-            a.comp_count = c.i32_memo("count/" + std::to_string(s.row0) + "/" + std::to_string(ratio), [&] {
-                std::vector<int32_t> v(n);
-                for (int64_t i = 0; i < n; ++i) v[i] = (int32_t)((pos0 + i + 1) / ratio);
-                return v;
-            });
-        }
+        c.b.end_branch();
     }
-    if (ratio > 0) c.b.end_branch();
 
     float* q_all = c.f32(N * nh * hd);  // [N, nh, hd]
     c.b.matmul(q_all, (int64_t)nh * hd, qr_all, cfg.q_lora_rank, L.q_b, N);

@@ -38,7 +38,8 @@ void StepRecorder::reset(uint8_t* arena, size_t arena_cap, uint8_t* staging, siz
     arena_ = arena;
     arena_cap_ = arena_cap;
     arena_top_ = arena_peak_ = 0;
-    branch_depth_ = unjoined_ = 0;
+    branch_depth_ = 0;
+    unjoined_ = false;
     staging_ = staging;
     staging_cap_ = staging_cap;
     staging_used_ = 0;
@@ -53,7 +54,7 @@ void StepRecorder::branch() {
 void StepRecorder::end_branch() {
     DSV4_CHECK_MSG(branch_depth_ > 0, "end_branch() without branch()");
     forward(kEndBranch, &Backend::end_branch);
-    if (--branch_depth_ == 0) ++unjoined_;
+    if (--branch_depth_ == 0) unjoined_ = true;
 }
 
 void StepRecorder::join() {
@@ -61,7 +62,7 @@ void StepRecorder::join() {
     for (auto it = pending_.rbegin(); it != pending_.rend(); ++it)
         for (RecordedOp& op : *it) ops_->push_back(std::move(op));
     pending_.clear();
-    unjoined_ = 0;
+    unjoined_ = false;
     forward(kJoin, &Backend::join);
 }
 
@@ -99,7 +100,7 @@ void StepRecorder::free(void* p) {
     uint8_t* q = static_cast<uint8_t*>(p);
     if (!q || !arena_ || q < arena_ || q >= arena_ + arena_cap_) return;  // overflow: released after the step
     // A later op could be handed this block while a branch that reads or writes it may still run.
-    DSV4_CHECK_MSG(branch_depth_ == 0 && unjoined_ == 0, "step scratch freed inside a branch or before its join()");
+    DSV4_CHECK_MSG(branch_depth_ == 0 && !unjoined_, "step scratch freed inside a branch or before its join()");
     for (size_t i = blocks_.size(); i-- > 0;) {
         if (arena_ + blocks_[i].offset == q) {
             blocks_[i].live = false;

@@ -196,7 +196,8 @@ private:
     uint8_t* arena_ = nullptr;
     size_t arena_cap_ = 0, arena_top_ = 0, arena_peak_ = 0;
     std::vector<void*> overflow_;
-    int branch_depth_ = 0, unjoined_ = 0;  // open branches, and ended ones not yet joined
+    int branch_depth_ = 0;   // open branches
+    bool unjoined_ = false;  // a branch ended since the last join
     bool defer_ = false;
     std::vector<RecordedOps> pending_;  // with defer_: the ops of the branches since the last join
     uint8_t* staging_ = nullptr;

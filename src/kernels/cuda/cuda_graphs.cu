@@ -2,8 +2,6 @@
 // graph and replayed with one launch. Uploads in it copy from pinned staging memory, so a replay reads the
 // values written there for the current step.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 
 #include "core/check.h"
@@ -63,10 +61,7 @@ void CudaBackend::free_staging(void* p) {
 }
 
 bool CudaBackend::branches_on() {
-    static const bool on = [] {
-        const char* v = std::getenv("DSV4_BRANCHES");
-        return v && std::strcmp(v, "1") == 0;
-    }();
+    static const bool on = env_switch_set("DSV4_BRANCHES");
     return on;
 }
 
