@@ -22,31 +22,7 @@ run() {  # name, time limit, command...
   timeout "$limit" "$@" >"$OUT/$name" 2>"$OUT/$name.err"
   echo "$name: exit $? in $((SECONDS - start)) s"
 }
-summary() {  # one line per measurement of a bench JSON
-  python3 - "$1" <<'PY'
-import json, sys
-try:
-    r = json.load(open(sys.argv[1]))
-except Exception as e:
-    print("  (no JSON:", e, ")"); sys.exit(0)
-print(f"  load {r.get('load_seconds', 0):.1f} s, {r['weight_bytes'] / 1e9:.1f} GB, "
-      f"{r['weight_bytes_per_decoded_token'] / 1e9:.2f} GB read per token")
-p = r["prefill"]
-print(f"  prefill {p['tokens']} tokens: {p['tokens_per_s']:.0f} tok/s")
-for d in r["decode"]:
-    print(f"  decode ctx {d['context']}: {d['tokens_per_s']:.1f} tok/s, {d['weight_gb_per_s']:.0f} GB/s "
-          f"({100 * d.get('fraction_of_peak', 0):.1f}% of peak)")
-if "step_graphs" in r:
-    print(f"  step graphs: {r['step_graphs']}")
-for row in r.get("profile", [])[:12]:
-    print(f"    {row['op']:<28} {row['calls']:>6} calls {1e3 * row['seconds']:9.2f} ms")
-pp = r.get("profile_prefill")
-if pp:
-    print(f"  profile of one {pp['tokens']}-token prefill chunk:")
-    for row in pp["ops"][:12]:
-        print(f"    {row['op']:<28} {row['calls']:>6} calls {1e3 * row['seconds']:9.2f} ms")
-PY
-}
+summary() { python3 scripts/bench_summary.py "$1"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 if has gemv; then
   run gemv.log 180 "$BIN/bench_gemv" --n 1,4

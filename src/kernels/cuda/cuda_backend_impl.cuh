@@ -76,7 +76,7 @@ public:
     // main one and join() makes the main stream wait for every side stream; otherwise they are no-ops and
     // everything stays in order (eager ops free their scratch for reuse at once, which only stream order
     // makes safe). A branch opened inside another (an op's own branch) runs inline in the outer one.
-    // Opt-in until measured on a GPU: DSV4_BRANCHES=1 turns them on (docs/cuda.md).
+    // On by default (measured on the H200: docs/benchmarks.md, run 44); DSV4_BRANCHES=0 turns them off (A/B).
     static bool branches_on();
     void branch() override;
     void end_branch() override;

@@ -119,11 +119,6 @@ inline bool env_switch_on(const char* name) {
     const char* v = std::getenv(name);
     return !(v && std::strcmp(v, "0") == 0);
 }
-// The same for a switch that is off unless set to 1 (an opt-in path not yet the default).
-inline bool env_switch_set(const char* name) {
-    const char* v = std::getenv(name);
-    return v && std::strcmp(v, "1") == 0;
-}
 
 // Whether kernels written for programmatic dependent launch (they call pdl_wait() before touching what
 // earlier kernels wrote) are launched that way: DSV4_PDL=0 launches them normally, for A/B timing.

@@ -61,7 +61,7 @@ void CudaBackend::free_staging(void* p) {
 }
 
 bool CudaBackend::branches_on() {
-    static const bool on = env_switch_set("DSV4_BRANCHES");
+    static const bool on = env_switch_on("DSV4_BRANCHES");
     return on;
 }
 

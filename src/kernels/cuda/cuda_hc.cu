@@ -10,8 +10,9 @@
 //      kernel reads H once); other formats: square sums over chunks, then the mix projection as a matmul;
 //   2. per (token, slice of D): the RMS factor from the partials (fixed order), the Sinkhorn split (computed
 //      by every slice's block, so none waits for another) and the collapse of the slice; with branches on
-//      (DSV4_BRANCHES=1), the collapse alone, and on a branch (ops/backend.h: a step graph runs it beside the
-//      sublayer, since only hc_post reads it) a warp per token for post and the Sinkhorn split of comb. It keeps
+//      (the default; DSV4_BRANCHES=0 turns them off), the collapse alone, and on a branch (ops/backend.h: a
+//      step graph runs it beside the sublayer, since only hc_post reads it) a warp per token for post and
+//      the Sinkhorn split of comb. It keeps
 //      comb in registers, a lane per element, when hc * hc <= 32 (row and column sums gathered by shuffles in
 //      the serial order: bit for bit numerics.h); larger hc use the shared-memory lane-per-row steps.
 #include <algorithm>
@@ -313,7 +314,7 @@ __device__ void hc_collapse(float* x, const float* Hi, const float* pre, int hc,
 }
 
 // Grid (n, slices of D): everything at once (every slice's block computes the Sinkhorn, so none waits for
-// another). The form used unless branches are on (CudaBackend::branches_on).
+// another). The form used when branches are off (DSV4_BRANCHES=0, CudaBackend::branches_on).
 __global__ void __launch_bounds__(kThreads) hc_pre_finish_kernel(float* x, float* post, float* comb, const float* H,
                                                                  CudaBackend::HcDots dots, const float* scale,
                                                                  const float* base, HcParams p) {
