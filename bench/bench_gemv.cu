@@ -9,7 +9,10 @@
 // own per-launch gap is). The kernels run are those of the process's DSV4_GEMV mode (unset: current;
 // "staged", "legacy": the previous ones), so one GPU session can A/B them.
 //
-// usage: bench_gemv [--n 1,2,4,8] [--reps N] [--only NAME] [--quick]
+// `floor` rows time a plain read of the same bytes (read_floor_kernel): the least a call of that size takes.
+// --no-rotate keeps one copy of each weight, so calls smaller than L2 read it from there (A/B of DRAM).
+//
+// usage: bench_gemv [--n 1,2,4,8] [--reps N] [--only NAME] [--quick] [--no-rotate]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -50,11 +53,37 @@ __global__ void spin_kernel(long long cycles) {
     }
 }
 
+// The read floor: every byte of [p, p + n16 * 16) read once with 16-byte non-caching loads, UNROLL loads in
+// flight per thread, folded into one word per block (written, so nothing is optimized away). What a weight
+// stream of that size can take at best with a one-wave grid; the GEMV's time minus this is its own overhead.
+template <int UNROLL>
+__global__ void read_floor_kernel(const uint4* p, size_t n16, uint32_t* out) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    uint32_t acc = 0;
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (; i + (UNROLL - 1) * stride < n16; i += UNROLL * stride) {
+        uint4 v[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const uint4* q = p + i + u * stride;
+            asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w)
+                         : "l"(q));
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    for (; i < n16; i += stride) acc ^= p[i].x;
+    acc = __reduce_xor_sync(0xffffffffu, acc);
+    if (threadIdx.x % 32 == 0) atomicXor(out + blockIdx.x, acc);
+}
+
 struct Options {
     std::vector<int64_t> ns = {1, 2, 4, 8};
     int reps = 50;
     std::string only;  // run only cases whose name contains this
     bool quick = false;
+    bool no_rotate = false;  // one weight copy: calls under the 50 MB L2 then read it from L2
 };
 
 class Bench {
@@ -118,7 +147,7 @@ public:
         if (!o_.only.empty() && std::string(op).find(o_.only) == std::string::npos) return;
         const size_t row_bytes = ggml_row_bytes(ggml_traits(t), K);
         const double call_bytes = (double)groups * M * row_bytes;
-        const int copies = (int)std::max(1.0, std::ceil(kRotateBytes / call_bytes));
+        const int copies = o_.no_rotate ? 1 : (int)std::max(1.0, std::ceil(kRotateBytes / call_bytes));
         std::vector<Weight> ws;
         for (int c = 0; c < copies; ++c) {
             Weight w;
@@ -149,6 +178,26 @@ public:
             if (groups > 1) shape = std::to_string(groups) + "x" + shape;
             report(op, shape, t, n, call_bytes, s);
         }
+        release();
+    }
+
+    // The read floor of a call of `bytes` (read_floor_kernel, rotated like the weights), one wave of blocks.
+    void floor(double bytes) {
+        if (!o_.only.empty() && std::string("floor").find(o_.only) == std::string::npos) return;
+        const size_t n16 = (size_t)(bytes / 16);
+        const int copies = o_.no_rotate ? 1 : (int)std::max(1.0, std::ceil(kRotateBytes / bytes));
+        std::vector<const uint4*> bufs;
+        for (int c = 0; c < copies; ++c) bufs.push_back(reinterpret_cast<const uint4*>(random_bytes(n16 * 16)));
+        const int blocks = 4 * cb_.props().multiProcessorCount;
+        auto* out = static_cast<uint32_t*>(b_.alloc((size_t)blocks * sizeof(uint32_t)));
+        owned_.push_back(out);
+        const double s = time([&](int i) {
+            read_floor_kernel<4><<<blocks, 512, 0, cb_.stream()>>>(bufs[(size_t)i % bufs.size()], n16, out);
+            CUDA_CHECK(cudaGetLastError());
+        });
+        char shape[32];
+        std::snprintf(shape, sizeof shape, "%.1f MB", bytes * 1e-6);
+        report("floor", shape, GgmlType::F32, 1, bytes, s);
         release();
     }
 
@@ -245,8 +294,10 @@ int main(int argc, char** argv) {
             o.only = argv[++i];
         else if (a == "--quick")
             o.quick = true;
+        else if (a == "--no-rotate")
+            o.no_rotate = true;
         else {
-            std::fprintf(stderr, "usage: bench_gemv [--n 1,2,4,8] [--reps N] [--only NAME] [--quick]\n");
+            std::fprintf(stderr, "usage: bench_gemv [--n 1,2,4,8] [--reps N] [--only NAME] [--quick] [--no-rotate]\n");
             return a == "--help" || a == "-h" ? 0 : 2;
         }
     }
@@ -269,13 +320,15 @@ int main(int argc, char** argv) {
         "bench_gemv: %s, %d SMs, L2 %d MB; GEMV mode %s; MoE decode path %s; weights rotated over >= %.0f MB; "
         "median of %d calls\n",
         cb.props().name, cb.props().multiProcessorCount, cb.props().l2CacheSize >> 20, mode,
-        moe_env && std::strcmp(moe_env, "0") == 0 ? "off" : "on (when the mode is current)", kRotateBytes * 1e-6,
+        moe_env && std::strcmp(moe_env, "0") == 0 ? "off" : "on (when the mode is current)",
+        o.no_rotate ? 0.0 : kRotateBytes * 1e-6,
         o.quick ? 10 : o.reps);
     std::printf("%-10s %-22s %-8s %2s %9s %9s %8s %7s\n", "op", "shape", "type", "n", "MB/call", "us", "GB/s",
                 "of 4TB/s");
     Bench b(*backend, cb, o);
     // Dense V4-Flash projections in their file format (Q8_0), the router in F32 and F16.
     const GgmlType q8 = GgmlType::Q8_0;
+    for (double mb : {4.5, 8.9, 17.8, 35.6, 563.0}) b.floor(mb * 1e6);
     b.dense("q_a", q8, 1024, 4096, 1);
     b.dense("q_b", q8, 32768, 1024, 1);
     b.dense("kv", q8, 512, 4096, 1);
