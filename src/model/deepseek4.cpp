@@ -87,13 +87,14 @@ void Model::block_forward(Ctx& c, int il, const LayerWeights& L, float* H, float
     c.b.rms_norm(x, x, L.attn_norm, n, D, D, cfg_.norm_eps);
     attention_forward(c, il, L, x, y);                                                      // y [n, D]
     c.b.join();  // post and comb may come from a branch of hc_pre
-    c.b.hc_post(H2, y, H, post, comb, n, hp);                                          // H2 [n, hc, D]
+    c.b.hc_post(HcPostArgs{H2, y, nullptr, H, post, comb}, n, hp);  // H2 [n, hc, D]
 
     c.b.hc_pre(x, post, comb, H2, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, n, hp);
     c.b.rms_norm(x, x, L.ffn_norm, n, D, D, cfg_.norm_eps);
-    ffn_forward(c, il, L, x, y);
+    float* shared = c.f32(n * D);
+    ffn_forward(c, il, L, x, y, shared);  // y: the routed experts' sum, shared: the shared expert's output
     c.b.join();
-    c.b.hc_post(H, y, H2, post, comb, n, hp);
+    c.b.hc_post(HcPostArgs{H, y, shared, H2, post, comb}, n, hp);  // H = hc_post(y + shared, H2)
 }
 
 void Model::output_logits(Ctx& c, const float* H, const Weight& hc_fn, const float* hc_base, const float* hc_scale,

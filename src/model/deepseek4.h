@@ -93,7 +93,8 @@ private:
     Model(Backend& b) : backend_(b) {}
     void block_forward(Ctx& c, int il, const LayerWeights& L, float* H, float* H2);
     void attention_forward(Ctx& c, int il, const LayerWeights& L, const float* x, float* out);
-    void ffn_forward(Ctx& c, int il, const LayerWeights& L, const float* x, float* out);
+    // The MoE's output in two parts: the routed experts' sum and the shared expert's output ([n, D] each).
+    void ffn_forward(Ctx& c, int il, const LayerWeights& L, const float* x, float* routed, float* shared);
     // Logits of the given rows of H ([n, hc, D]) into a host buffer [rows.size(), n_vocab].
     void output_logits(Ctx& c, const float* H, const Weight& hc_fn, const float* hc_base, const float* hc_scale,
                        const float* norm, const std::vector<int32_t>& rows, std::vector<float>& out);

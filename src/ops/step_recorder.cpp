@@ -12,7 +12,7 @@ namespace dsv4 {
 namespace {
 
 // The key lists every field of these structs; a new field must be added to put() below (this fails first).
-static_assert(sizeof(Weight) == 56 && sizeof(HcParams) == 32 && sizeof(RopeParams) == 16 &&
+static_assert(sizeof(Weight) == 56 && sizeof(HcParams) == 32 && sizeof(HcPostArgs) == 48 && sizeof(RopeParams) == 16 &&
                   sizeof(AttentionArgs) == 104 && sizeof(CompressorArgs) == 80 && sizeof(MoeArgs) == 224,
               "an op argument struct changed: update StepRecorder::put");
 
@@ -155,6 +155,15 @@ void StepRecorder::put(const HcParams& p) {
     put(p.sinkhorn_iters);
     put(p.hc_eps);
     put(p.norm_eps);
+}
+
+void StepRecorder::put(const HcPostArgs& a) {
+    put(a.H_out);
+    put(a.x);
+    put(a.x2);
+    put(a.H_res);
+    put(a.post);
+    put(a.comb);
 }
 
 void StepRecorder::put(const RopeParams& r) {

@@ -73,9 +73,8 @@ public:
                 const float* base, int64_t n, const HcParams& p) override {
         forward(kHcPre, &Backend::hc_pre, x, post, comb, H, fn, scale, base, n, p);
     }
-    void hc_post(float* H_out, const float* x, const float* H_res, const float* post, const float* comb, int64_t n,
-                 const HcParams& p) override {
-        forward(kHcPost, &Backend::hc_post, H_out, x, H_res, post, comb, n, p);
+    void hc_post(const HcPostArgs& a, int64_t n, const HcParams& p) override {
+        forward(kHcPost, &Backend::hc_post, a, n, p);
     }
     void hc_head(float* y, const float* H, const Weight& fn, const float* scale, const float* base, int64_t n,
                  const HcParams& p) override {
@@ -164,6 +163,7 @@ private:
     }
     void put(const Weight& w);
     void put(const HcParams& p);
+    void put(const HcPostArgs& a);
     void put(const RopeParams& r);
     void put(const AttentionArgs& a);
     void put(const CompressorArgs& a);

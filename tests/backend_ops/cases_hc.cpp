@@ -1,5 +1,5 @@
-// Conformance cases of the hyper-connection ops: hc_pre (mix projection, Sinkhorn, collapse), hc_post and
-// hc_head, over stream counts, widths and the f32/f16/bf16 projection formats.
+// Conformance cases of the hyper-connection ops: hc_pre (mix projection, Sinkhorn, collapse), hc_post (with and
+// without a second addend) and hc_head, over stream counts, widths and the f32/f16/bf16 projection formats.
 #include <cmath>
 #include <cstdio>
 
@@ -72,6 +72,54 @@ std::string shape_of(int hc, int64_t D, int64_t n, GgmlType t) {
 
 constexpr int kIters = 20;
 constexpr float kEps = 1e-6f;
+
+// hc_post's inputs: x (and x2) [n, D], the residual streams R [n, hc, D] (unless the case has its own), post
+// [n, hc] in [0, 2], comb [n, hc, hc] in [0, 1] (the ranges the Sinkhorn split gives).
+struct HcPostInputs {
+    std::vector<float> x, x2, R, post, comb;
+};
+
+std::shared_ptr<HcPostInputs> hc_post_inputs(int hc, int64_t D, int64_t n, bool x2, bool residual, Rng& rng) {
+    auto in = std::make_shared<HcPostInputs>();
+    in->x = rng.vec(n * D);
+    if (residual) in->R = rng.vec(n * hc * D);
+    in->post = rng.vec(n * hc, 0, 2);
+    in->comb = rng.vec(n * hc * hc, 0, 1);
+    if (x2) in->x2 = rng.vec(n * D);
+    return in;
+}
+
+// The backend buffers of hc_post's inputs, writing H_out and reading the streams R.
+HcPostArgs hc_post_args(Dev& d, const HcPostInputs& in, float* H_out, const float* R) {
+    HcPostArgs a;
+    a.H_out = H_out;
+    a.x = d.f32(in.x);
+    a.x2 = in.x2.empty() ? nullptr : d.f32(in.x2);
+    a.H_res = R;
+    a.post = d.f32(in.post);
+    a.comb = d.f32(in.comb);
+    return a;
+}
+
+// hc_post in double: H_out [n, hc, D] from in's x (+ x2), post and comb and the streams R.
+template <class V>
+Array ref_hc_post(const HcPostInputs& in, const V* R, int hc, int64_t D, int64_t n) {
+    Array out;
+    for (int64_t i = 0; i < n; ++i)
+        for (int k = 0; k < hc; ++k)
+            for (int64_t d = 0; d < D; ++d) {
+                const double x = (double)in.x[i * D + d] + (in.x2.empty() ? 0.0 : (double)in.x2[i * D + d]);
+                double s = (double)in.post[i * hc + k] * x;
+                for (int j = 0; j < hc; ++j) s += (double)in.comb[(i * hc + j) * hc + k] * R[(i * hc + j) * D + d];
+                out.push_back(s);
+            }
+    return out;
+}
+
+// hc_post's bound: an (hc+1)-term sum per value, one more rounding (x + x2) when x2 is given.
+double hc_post_tol(int hc, bool x2) {
+    return tol_dot(hc + (x2 ? 2.0 : 1.0));
+}
 
 CaseGen hc_pre_case(int hc, int64_t D, int64_t n, GgmlType t, uint64_t seed) {
     return [=]() {
@@ -190,44 +238,28 @@ CaseGen hc_head_case(int hc, int64_t D, int64_t n, GgmlType t, uint64_t seed) {
     };
 }
 
-CaseGen hc_post_case(int hc, int64_t D, int64_t n, uint64_t seed) {
+CaseGen hc_post_case(int hc, int64_t D, int64_t n, bool x2, uint64_t seed) {
     return [=]() {
         Case c;
         c.op = "hc_post";
-        c.shape = shape_of(hc, D, n, GgmlType::F32);
+        c.shape = shape_of(hc, D, n, GgmlType::F32) + (x2 ? " x+x2" : "");
         Rng rng(case_seed(seed, c.op + c.shape));
-        auto x = std::make_shared<std::vector<float>>(rng.vec(n * D));
-        auto R = std::make_shared<std::vector<float>>(rng.vec(n * hc * D));
-        auto post = std::make_shared<std::vector<float>>(rng.vec(n * hc, 0, 2));
-        auto comb = std::make_shared<std::vector<float>>(rng.vec(n * hc * hc, 0, 1));
-        c.tol = tol_dot(hc + 1.0);  // an (hc+1)-term sum per value
+        auto in = hc_post_inputs(hc, D, n, x2, true, rng);
+        c.tol = hc_post_tol(hc, x2);
         c.ref_tol = c.tol;
-        c.bytes = 4.0 * n * (D + 2 * hc * D);
+        c.bytes = 4.0 * n * ((x2 ? 2 : 1) * D + 2 * hc * D);
         c.make = [=](Backend& b) {
             Instance inst;
             inst.dev = std::make_unique<Dev>(b);
             Dev& d = *inst.dev;
-            const float* xd = d.f32(*x);
-            const float* Rd = d.f32(*R);
-            const float* pd = d.f32(*post);
-            const float* cd = d.f32(*comb);
             float* out = d.f32_out(n * hc * D);
+            const HcPostArgs a = hc_post_args(d, *in, out, d.f32(in->R));
             const HcParams p{hc, D, kIters, kEps, kEps};
-            inst.run = [&b, out, xd, Rd, pd, cd, n, p]() { b.hc_post(out, xd, Rd, pd, cd, n, p); };
+            inst.run = [&b, a, n, p]() { b.hc_post(a, n, p); };
             inst.read = [&d, out, n, hc, D]() { return Arrays{d.get(out, n * hc * D)}; };
             return inst;
         };
-        c.reference = [=]() {
-            Array out;
-            for (int64_t i = 0; i < n; ++i)
-                for (int k = 0; k < hc; ++k)
-                    for (int64_t d = 0; d < D; ++d) {
-                        double s = (double)(*post)[i * hc + k] * (*x)[i * D + d];
-                        for (int j = 0; j < hc; ++j) s += (double)(*comb)[(i * hc + j) * hc + k] * (*R)[(i * hc + j) * D + d];
-                        out.push_back(s);
-                    }
-            return Arrays{out};
-        };
+        c.reference = [=]() { return Arrays{ref_hc_post(*in, in->R.data(), hc, D, n)}; };
         return c;
     };
 }
@@ -241,7 +273,7 @@ void add_hc_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
                 const GgmlType t = D == 83 ? GgmlType::F16 : (D == 7 && hc == 2 ? GgmlType::BF16 : GgmlType::F32);
                 out.push_back(hc_pre_case(hc, D, n, t, o.seed));
                 out.push_back(hc_head_case(hc, D, n, t, o.seed));
-                out.push_back(hc_post_case(hc, D, n, o.seed));
+                out.push_back(hc_post_case(hc, D, n, false, o.seed));
             }
     // The decode path (n <= 8, f32/f16/bf16/Q8_0 fn), the general one on either side of its bounds and the
     // prefill tile kernel (n >= 64): Q8_0 (some files store fn so), the most streams (hc = 16: 288 mixes),
@@ -256,11 +288,17 @@ void add_hc_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(hc_pre_case(4, 4096, 1, GgmlType::F16, o.seed));
     out.push_back(hc_head_case(4, 4096, 2, GgmlType::F16, o.seed));
     // hc_post's stream kernel (hc = 4, D a multiple of 4): few tokens (several slices each) and many.
-    for (int64_t n : {1, 7, 300}) out.push_back(hc_post_case(4, 1024, n, o.seed));
+    for (int64_t n : {1, 7, 300}) out.push_back(hc_post_case(4, 1024, n, false, o.seed));
+    // hc_post with a second addend (the MoE's routed and shared parts): the stream kernel and the general one
+    // (D % 4 != 0, hc != 4).
+    for (int64_t n : {1, 7, 300}) out.push_back(hc_post_case(4, 1024, n, true, o.seed));
+    out.push_back(hc_post_case(4, 7, 2, true, o.seed));
+    out.push_back(hc_post_case(3, 83, 7, true, o.seed));
     if (o.perf)
         for (int64_t n : {1, 128}) {  // V4-Flash width
             out.push_back(hc_pre_case(4, 4096, n, GgmlType::F32, o.seed));
-            out.push_back(hc_post_case(4, 4096, n, o.seed));
+            out.push_back(hc_post_case(4, 4096, n, false, o.seed));
+            out.push_back(hc_post_case(4, 4096, n, true, o.seed));
         }
 }
 

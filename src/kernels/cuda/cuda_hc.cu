@@ -388,34 +388,38 @@ __device__ __forceinline__ float hc_post_value(const float* c, int hc, int k, R 
     return __fadd_rn(__fmul_rn(pk, x), s);
 }
 
-__global__ void hc_post_kernel(float* H_out, const float* x, const float* H_res, const float* post, const float* comb,
-                               int hc, int64_t D) {
+// hc_post's x at flat index e of [n, D]: x + x2 rounded once to f32 (what `add` stores), or x alone.
+__device__ __forceinline__ float hc_post_input(const HcPostArgs& a, int64_t e) {
+    return a.x2 ? __fadd_rn(a.x[e], a.x2[e]) : a.x[e];
+}
+
+__global__ void hc_post_kernel(HcPostArgs a, int hc, int64_t D) {
     pdl_begin();
     const int64_t ik = blockIdx.x, i = ik / hc;
     const int k = (int)(ik % hc);
-    const float* R = H_res + i * hc * D;
-    const float* c = comb + i * hc * hc;
-    const float pk = post[ik];
+    const float* R = a.H_res + i * hc * D;
+    const float* c = a.comb + i * hc * hc;
+    const float pk = a.post[ik];
     for (int64_t d = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; d < D; d += (int64_t)gridDim.y * blockDim.x)
-        H_out[ik * D + d] = hc_post_value(
-            c, hc, k, [&](int j) { return R[j * D + d]; }, pk, x[i * D + d]);
+        a.H_out[ik * D + d] = hc_post_value(
+            c, hc, k, [&](int j) { return R[j * D + d]; }, pk, hc_post_input(a, i * D + d));
 }
 
 // hc_post for HC streams known at compile time: block (token i, slice y of D), a thread per 4 consecutive d
 // (D % 4 == 0, 16-byte aligned rows) computing every stream k, so token i's residual streams and x are read
 // once instead of once per k. The values are hc_post_kernel's (hc_post_value).
 template <int HC>
-__global__ void __launch_bounds__(kThreads) hc_post_streams_kernel(float* H_out, const float* x, const float* H_res,
-                                                                   const float* post, const float* comb, int64_t D) {
+__global__ void __launch_bounds__(kThreads) hc_post_streams_kernel(HcPostArgs a, int64_t D) {
     pdl_begin();
     __shared__ float c[HC * HC], pk[HC];
     const int64_t i = blockIdx.x;
-    if (threadIdx.x < HC * HC) c[threadIdx.x] = comb[i * HC * HC + threadIdx.x];
-    if (threadIdx.x < HC) pk[threadIdx.x] = post[i * HC + threadIdx.x];
+    if (threadIdx.x < HC * HC) c[threadIdx.x] = a.comb[i * HC * HC + threadIdx.x];
+    if (threadIdx.x < HC) pk[threadIdx.x] = a.post[i * HC + threadIdx.x];
     __syncthreads();
-    const float4* R = reinterpret_cast<const float4*>(H_res + i * HC * D);
-    const float4* xi = reinterpret_cast<const float4*>(x + i * D);
-    float4* out = reinterpret_cast<float4*>(H_out + i * HC * D);
+    const float4* R = reinterpret_cast<const float4*>(a.H_res + i * HC * D);
+    const float4* xi = reinterpret_cast<const float4*>(a.x + i * D);
+    const float4* x2i = a.x2 ? reinterpret_cast<const float4*>(a.x2 + i * D) : nullptr;
+    float4* out = reinterpret_cast<float4*>(a.H_out + i * HC * D);
     const int64_t D4 = D / 4;
     for (int64_t d = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; d < D4; d += (int64_t)gridDim.y * blockDim.x) {
         alignas(16) float r[HC][4];
@@ -424,6 +428,12 @@ __global__ void __launch_bounds__(kThreads) hc_post_streams_kernel(float* H_out,
 #pragma unroll
         for (int j = 0; j < HC; ++j) *reinterpret_cast<float4*>(r[j]) = R[j * D4 + d];
         *reinterpret_cast<float4*>(xv) = xi[d];
+        if (x2i) {  // x + x2 rounded once, as hc_post_input
+            alignas(16) float x2v[4];
+            *reinterpret_cast<float4*>(x2v) = x2i[d];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) xv[e] = __fadd_rn(xv[e], x2v[e]);
+        }
 #pragma unroll
         for (int k = 0; k < HC; ++k) {
 #pragma unroll
@@ -468,22 +478,19 @@ void CudaBackend::hc_pre(float* x, float* post, float* comb, const float* H, con
     CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::hc_post(float* H_out, const float* x, const float* H_res, const float* post, const float* comb,
-                          int64_t n, const HcParams& p) {
+void CudaBackend::hc_post(const HcPostArgs& a, int64_t n, const HcParams& p) {
     if (n <= 0 || p.hc <= 0 || p.dim <= 0) return;
     DSV4_CHECK(n * p.hc <= INT32_MAX);
-    if (p.hc == 4 && p.dim % 4 == 0 && aligned16(H_out, x, H_res)) {
+    if (p.hc == 4 && p.dim % 4 == 0 && aligned16(a.H_out, a.x, a.x2, a.H_res)) {
         // A block per token and slice; a few slices per token when few tokens come, so the GPU fills.
         const unsigned slices =
             (unsigned)std::min<int64_t>(per_token_blocks(n, props_.multiProcessorCount), ceil_div(p.dim / 4, kThreads));
-        launch_pdl(hc_post_streams_kernel<4>, dim3((unsigned)n, slices), kThreads, 0, stream_, H_out, x, H_res, post,
-                   comb, p.dim);
+        launch_pdl(hc_post_streams_kernel<4>, dim3((unsigned)n, slices), kThreads, 0, stream_, a, p.dim);
         CUDA_CHECK_LAUNCH();
         return;
     }
     const unsigned slices = (unsigned)std::min<int64_t>(ceil_div(p.dim, kThreads), 65535);
-    launch_pdl(hc_post_kernel, dim3((unsigned)(n * p.hc), slices), kThreads, 0, stream_, H_out, x, H_res, post, comb,
-               p.hc, p.dim);
+    launch_pdl(hc_post_kernel, dim3((unsigned)(n * p.hc), slices), kThreads, 0, stream_, a, p.hc, p.dim);
     CUDA_CHECK_LAUNCH();
 }
 
