@@ -215,6 +215,17 @@ void StepRecorder::put(const MoeArgs& a) {
     put(a.clamp);
 }
 
+void StepRecorder::hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
+                          const float* base, int64_t n, const HcParams& p, const HcPostArgs* first) {
+    // The fused hc_post's arguments are keyed (after a flag, so a plain call never keys like a fused one) and
+    // held by the closure: the caller's struct is gone when the op runs.
+    key(kHcPre, x, post, comb, H, fn, scale, base, n, p, first != nullptr);
+    if (first) put(*first);
+    const bool fused = first != nullptr;
+    const HcPostArgs f = fused ? *first : HcPostArgs{};
+    record([=](Backend& b) { b.hc_pre(x, post, comb, H, fn, scale, base, n, p, fused ? &f : nullptr); });
+}
+
 void StepRecorder::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {
     // The jobs point at weights the caller may not keep: the closure holds copies of both.
     struct Batch {

@@ -70,9 +70,7 @@ public:
         forward(kRmsNorm, &Backend::rms_norm, y, x, weight, n, dim, stride, eps);
     }
     void hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
-                const float* base, int64_t n, const HcParams& p) override {
-        forward(kHcPre, &Backend::hc_pre, x, post, comb, H, fn, scale, base, n, p);
-    }
+                const float* base, int64_t n, const HcParams& p, const HcPostArgs* first) override;
     void hc_post(const HcPostArgs& a, int64_t n, const HcParams& p) override {
         forward(kHcPost, &Backend::hc_post, a, n, p);
     }

@@ -33,7 +33,11 @@ void hc_mixes(float* mixes, const float* Hi, const float* fnw, int64_t n_mix, in
 }  // namespace
 
 void CpuBackend::hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
-                        const float* base, int64_t n, const HcParams& p) {
+                        const float* base, int64_t n, const HcParams& p, const HcPostArgs* first) {
+    if (first) {  // the oracle of the fused form: the two ops one after the other
+        DSV4_CHECK(first->H_out == H);
+        hc_post(*first, n, p);
+    }
     const int hc = p.hc;
     const int64_t D = p.dim, flat = hc * D;
     const int n_mix = (2 + hc) * hc;
