@@ -83,13 +83,10 @@ public:
         b_->rms_norm(y, x, w, n, dim, stride, eps);
     }
     void hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
-                const float* base, int64_t n, const HcParams& p) override {
-        b_->hc_pre(x, post, comb, H, fn, scale, base, n, p);
+                const float* base, int64_t n, const HcParams& p, const HcPostArgs* first) override {
+        b_->hc_pre(x, post, comb, H, fn, scale, base, n, p, first);
     }
-    void hc_post(float* H_out, const float* x, const float* H_res, const float* post, const float* comb, int64_t n,
-                 const HcParams& p) override {
-        b_->hc_post(H_out, x, H_res, post, comb, n, p);
-    }
+    void hc_post(const HcPostArgs& a, int64_t n, const HcParams& p) override { b_->hc_post(a, n, p); }
     void hc_head(float* y, const float* H, const Weight& fn, const float* scale, const float* base, int64_t n,
                  const HcParams& p) override {
         b_->hc_head(y, H, fn, scale, base, n, p);

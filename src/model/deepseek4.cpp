@@ -73,33 +73,55 @@ std::unique_ptr<KvCache> Model::new_cache(int64_t capacity, bool with_mtp) {
     return std::make_unique<KvCache>(cfg_, backend_, capacity, with_mtp && w_.has_mtp);
 }
 
-void Model::block_forward(Ctx& c, int il, const LayerWeights& L, float* H, float* H2) {
-    // H [n, hc, D] in, H [n, hc, D] out; H2 is scratch of the same size.
+namespace {
+
+HcParams hc_params(const ModelConfig& cfg) {
+    return HcParams{cfg.hc, cfg.n_embd, cfg.hc_sinkhorn_iters, cfg.hc_eps, cfg.norm_eps};
+}
+
+}  // namespace
+
+// What a block's last hc_post reads besides the streams: the MoE's two output parts and the FFN hc_pre's post
+// and comb. That hc_post runs fused into the next block's first hc_pre (block_forward), after the block's
+// scratch is released, so these buffers are allocated once per step, before the blocks. Each block rewrites
+// them only after its first op has run the previous block's hc_post.
+struct Model::BlockCarry {
+    float* routed;  // [n, D]
+    float* shared;  // [n, D]
+    float* post;    // [n, hc]
+    float* comb;    // [n, hc, hc]
+};
+
+HcPostArgs Model::block_forward(Ctx& c, int il, const LayerWeights& L, float* H, float* H2, const HcPostArgs* first,
+                                const BlockCarry& carry) {
+    // H [n, hc, D] in: ready, or the output of `first` (the previous block's last hc_post, run by the first op
+    // here). H2 is scratch of the same size. Returns the block's last hc_post, not yet run: H [n, hc, D] out.
     const int64_t n = c.n, D = cfg_.n_embd;
     const int hc = cfg_.hc;
-    HcParams hp{hc, D, cfg_.hc_sinkhorn_iters, cfg_.hc_eps, cfg_.norm_eps};
+    const HcParams hp = hc_params(cfg_);
     float* x = c.f32(n * D);
     float* y = c.f32(n * D);
     float* post = c.f32(n * hc);
     float* comb = c.f32(n * hc * hc);
 
-    c.b.hc_pre(x, post, comb, H, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, n, hp);  // x [n, D]
+    c.b.hc_pre(x, post, comb, H, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, n, hp, first);  // x [n, D]
+    if (first) c.trace("block_out", il - 1, H, n * hc * D);  // the previous block's output, just written
     c.b.rms_norm(x, x, L.attn_norm, n, D, D, cfg_.norm_eps);
-    attention_forward(c, il, L, x, y);                                                      // y [n, D]
+    attention_forward(c, il, L, x, y);  // y [n, D]
     c.b.join();  // post and comb may come from a branch of hc_pre
-    c.b.hc_post(H2, y, H, post, comb, n, hp);                                          // H2 [n, hc, D]
-
-    c.b.hc_pre(x, post, comb, H2, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, n, hp);
+    // H2 [n, hc, D] = hc_post(y, H), fused into the FFN's hc_pre.
+    const HcPostArgs attn_post{H2, y, nullptr, H, post, comb};
+    c.b.hc_pre(x, carry.post, carry.comb, H2, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, n, hp, &attn_post);
     c.b.rms_norm(x, x, L.ffn_norm, n, D, D, cfg_.norm_eps);
-    ffn_forward(c, il, L, x, y);
-    c.b.join();
-    c.b.hc_post(H, y, H2, post, comb, n, hp);
+    ffn_forward(c, il, L, x, carry.routed, carry.shared);
+    c.b.join();  // carry.post and carry.comb may come from a branch of hc_pre
+    return HcPostArgs{H, carry.routed, carry.shared, H2, carry.post, carry.comb};  // H = hc_post(routed + shared, H2)
 }
 
 void Model::output_logits(Ctx& c, const float* H, const Weight& hc_fn, const float* hc_base, const float* hc_scale,
                           const float* norm, const std::vector<int32_t>& rows, std::vector<float>& out) {
     const int64_t D = cfg_.n_embd, V = cfg_.n_vocab, R = (int64_t)rows.size();
-    HcParams hp{cfg_.hc, D, cfg_.hc_sinkhorn_iters, cfg_.hc_eps, cfg_.norm_eps};
+    const HcParams hp = hc_params(cfg_);
     const float* Hs = H;
     if (R != c.n) {
         float* g = c.f32(R * cfg_.hc_dim());
@@ -177,11 +199,17 @@ Status Model::step_batch(std::span<BatchItem> items, const StepOptions& opt) {
     float* H = c.f32(N * hc * D);   // [N, hc, D]: every stream starts as the embedding
     for (int k = 0; k < hc; ++k) c.b.copy_rows(H + k * D, hc * D, e, D, N, D);
     float* H2 = c.f32(N * hc * D);
+    const BlockCarry carry{c.f32(N * D), c.f32(N * D), c.f32(N * hc), c.f32(N * hc * hc)};
+    HcPostArgs last;  // the last hc_post of the block before, run fused by the next block's first op
     for (int il = 0; il < cfg_.n_layer; ++il) {
         const size_t layer_mark = c.mark();
-        block_forward(c, il, w_.layers[il], H, H2);
-        c.trace("block_out", il, H, N * hc * D);
+        const HcPostArgs prev = last;
+        last = block_forward(c, il, w_.layers[il], H, H2, il > 0 ? &prev : nullptr, carry);
         c.release(layer_mark);
+    }
+    if (cfg_.n_layer > 0) {  // the last block's hc_post on its own: hc_head reads H next
+        c.b.hc_post(last, N, hc_params(cfg_));
+        c.trace("block_out", cfg_.n_layer - 1, H, N * hc * D);
     }
     for (size_t i = 0; i < items.size(); ++i) {
         if (!items[i].hidden) continue;
@@ -241,7 +269,9 @@ Status Model::mtp_step(KvCache& cache, std::span<const float> hidden, std::span<
     for (int64_t i = 0; i < n; ++i)
         for (int k = 0; k < hc; ++k) c.b.add(X + (i * hc + k) * D, X + (i * hc + k) * D, ep + i * D, D);
     float* X2 = c.f32(n * hc * D);
-    block_forward(c, cfg_.n_layer, m.block, X, X2);
+    const BlockCarry carry{c.f32(n * D), c.f32(n * D), c.f32(n * hc), c.f32(n * hc * hc)};
+    const HcPostArgs last = block_forward(c, cfg_.n_layer, m.block, X, X2, nullptr, carry);
+    c.b.hc_post(last, n, hc_params(cfg_));  // X [n, hc, D]: hc_head reads it next
     if (logits) output_logits(c, X, m.hc_head_fn, m.hc_head_base, m.hc_head_scale, m.norm, rows, *logits);
     cache.set_mtp_pos(pos0 + n);
     return {};

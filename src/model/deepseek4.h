@@ -27,7 +27,8 @@ struct StepOptions {
     // Logits for every token of the step (true) or only the last (false).
     bool all_logits = false;
     // Named trace points for tests: called with backend pointers to intermediates ("block_out": the
-    // [n, hc, D] streams after block `layer`).
+    // [n, hc, D] streams after block `layer`; reported once they are written, which is by the next block's
+    // first op, its hc_pre with this block's last hc_post fused in).
     std::function<void(const char* name, int layer, const float* data, int64_t count)> trace;
     // Steps of at most kMaxGraphTokens tokens are recorded and a step that repeats an earlier one's ops
     // (decode) replays them as one unit where the backend supports it (CUDA graphs; ops/step_graphs.h).
@@ -91,9 +92,12 @@ public:
 
 private:
     Model(Backend& b) : backend_(b) {}
-    void block_forward(Ctx& c, int il, const LayerWeights& L, float* H, float* H2);
+    struct BlockCarry;
+    HcPostArgs block_forward(Ctx& c, int il, const LayerWeights& L, float* H, float* H2, const HcPostArgs* first,
+                             const BlockCarry& carry);
     void attention_forward(Ctx& c, int il, const LayerWeights& L, const float* x, float* out);
-    void ffn_forward(Ctx& c, int il, const LayerWeights& L, const float* x, float* out);
+    // The MoE's output in two parts: the routed experts' sum and the shared expert's output ([n, D] each).
+    void ffn_forward(Ctx& c, int il, const LayerWeights& L, const float* x, float* routed, float* shared);
     // Logits of the given rows of H ([n, hc, D]) into a host buffer [rows.size(), n_vocab].
     void output_logits(Ctx& c, const float* H, const Weight& hc_fn, const float* hc_base, const float* hc_scale,
                        const float* norm, const std::vector<int32_t>& rows, std::vector<float>& out);

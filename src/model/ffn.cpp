@@ -4,7 +4,7 @@
 
 namespace dsv4 {
 
-void Model::ffn_forward(Ctx& c, int il, const LayerWeights& L, const float* x, float* out) {
+void Model::ffn_forward(Ctx& c, int il, const LayerWeights& L, const float* x, float* routed, float* shared) {
     const ModelConfig& cfg = cfg_;
     const int64_t n = c.n, D = cfg.n_embd;
     const int E = cfg.n_expert, k = cfg.n_expert_used;
@@ -17,12 +17,11 @@ void Model::ffn_forward(Ctx& c, int il, const LayerWeights& L, const float* x, f
     const MatmulJob in_proj[] = {{logits, E, x, D, &L.gate_inp}, {g, F, x, D, &L.gate_shexp}, {u, F, x, D, &L.up_shexp}};
     c.b.matmul_batch(in_proj, n);
     // The shared expert's down projection does not wait for the routed experts: a branch, joined before its
-    // output is added.
+    // output is read.
     float* h = c.f32(n * F);
-    float* y = c.f32(n * D);
     c.b.branch();
     c.b.swiglu(h, g, u, n, F, F, L.clamp_shexp);
-    c.b.matmul(y, D, h, F, L.down_shexp, n);
+    c.b.matmul(shared, D, h, F, L.down_shexp, n);
     c.b.end_branch();
 
     int32_t* ids = c.i32_uninit(n * k);
@@ -32,7 +31,7 @@ void Model::ffn_forward(Ctx& c, int il, const LayerWeights& L, const float* x, f
                        k, cfg.expert_weights_scale, cfg.expert_weights_norm);
 
     MoeArgs m;
-    m.out = out;
+    m.out = routed;
     m.x = x;
     m.ids = ids;
     m.weights = wts;
@@ -44,7 +43,7 @@ void Model::ffn_forward(Ctx& c, int il, const LayerWeights& L, const float* x, f
     m.clamp = L.clamp_exp;
     c.b.moe_experts(m);                                               // routed sum, ascending expert id
     c.b.join();
-    c.b.add(out, out, y, n * D);                                      // shared expert last
+    // The sublayer's output is routed + shared (the shared expert last), added by the hc_post that reads it.
 }
 
 }  // namespace dsv4

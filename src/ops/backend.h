@@ -53,6 +53,16 @@ struct HcParams {
     float norm_eps = 1e-6f;  // RMS epsilon of the flattened streams
 };
 
+// The arguments of one hc_post (Backend::hc_post; hc_pre can run one first, fused). All backend memory.
+struct HcPostArgs {
+    float* H_out = nullptr;        // [n, hc, D]; aliases none of the inputs
+    const float* x = nullptr;      // [n, D] the sublayer's output
+    const float* x2 = nullptr;     // [n, D] a second part of it, added to x first (x + x2 in f32), or null
+    const float* H_res = nullptr;  // [n, hc, D] the streams the sublayer started from
+    const float* post = nullptr;   // [n, hc]
+    const float* comb = nullptr;   // [n, hc, hc]
+};
+
 // RoPE on the last rope_dim dims of each head, as interleaved pairs, angle = pos * freq[i] in f32.
 struct RopeParams {
     const float* freqs = nullptr;  // backend memory, rope_dim/2 values
@@ -151,11 +161,14 @@ public:
                           float eps) = 0;
     // mHC pre: from H [n, hc, D] compute x [n, D] = sum_j pre_j H_j, post [n, hc], comb [n, hc, hc]. post and
     // comb (the Sinkhorn split, needed only by hc_post) may be computed on a branch: read them after a join().
+    // With `first` (else null), H is first written as hc_post(*first) (first->H_out == H), exactly as that
+    // hc_post followed by this hc_pre would: the previous sublayer's hc_post fused into this op (one pass over
+    // the streams on a GPU). x, post and comb may not alias first's inputs.
     virtual void hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
-                        const float* base, int64_t n, const HcParams& p) = 0;
-    // mHC post: H_out[k] = post[k] * x + sum_j comb[j][k] * H_res[j]. H_out may not alias H_res.
-    virtual void hc_post(float* H_out, const float* x, const float* H_res, const float* post, const float* comb,
-                         int64_t n, const HcParams& p) = 0;
+                        const float* base, int64_t n, const HcParams& p, const HcPostArgs* first) = 0;
+    // mHC post: H_out[k] = post[k] * (x + x2) + sum_j comb[j][k] * H_res[j], the j-sum first (reference
+    // order); x + x2 is the f32 sum `add` computes (x2 null: x alone). H_out may not alias an input.
+    virtual void hc_post(const HcPostArgs& a, int64_t n, const HcParams& p) = 0;
     // mHC head: y [n, D] = sum_j (sigmoid(mix_j * scale + base_j) + eps) H_j.
     virtual void hc_head(float* y, const float* H, const Weight& fn, const float* scale, const float* base,
                          int64_t n, const HcParams& p) = 0;

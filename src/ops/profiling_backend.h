@@ -59,9 +59,8 @@ public:
     void rms_norm(float* y, const float* x, const float* weight, int64_t n, int64_t dim, int64_t stride,
                   float eps) override;
     void hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
-                const float* base, int64_t n, const HcParams& p) override;
-    void hc_post(float* H_out, const float* x, const float* H_res, const float* post, const float* comb, int64_t n,
-                 const HcParams& p) override;
+                const float* base, int64_t n, const HcParams& p, const HcPostArgs* first) override;
+    void hc_post(const HcPostArgs& a, int64_t n, const HcParams& p) override;
     void hc_head(float* y, const float* H, const Weight& fn, const float* scale, const float* base, int64_t n,
                  const HcParams& p) override;
     void rope(float* x, int64_t n, int n_heads, int head_dim, int64_t stride, const int32_t* pos,

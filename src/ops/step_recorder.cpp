@@ -12,7 +12,7 @@ namespace dsv4 {
 namespace {
 
 // The key lists every field of these structs; a new field must be added to put() below (this fails first).
-static_assert(sizeof(Weight) == 56 && sizeof(HcParams) == 32 && sizeof(RopeParams) == 16 &&
+static_assert(sizeof(Weight) == 56 && sizeof(HcParams) == 32 && sizeof(HcPostArgs) == 48 && sizeof(RopeParams) == 16 &&
                   sizeof(AttentionArgs) == 104 && sizeof(CompressorArgs) == 80 && sizeof(MoeArgs) == 224,
               "an op argument struct changed: update StepRecorder::put");
 
@@ -157,6 +157,15 @@ void StepRecorder::put(const HcParams& p) {
     put(p.norm_eps);
 }
 
+void StepRecorder::put(const HcPostArgs& a) {
+    put(a.H_out);
+    put(a.x);
+    put(a.x2);
+    put(a.H_res);
+    put(a.post);
+    put(a.comb);
+}
+
 void StepRecorder::put(const RopeParams& r) {
     put(r.freqs);
     put(r.rope_dim);
@@ -204,6 +213,17 @@ void StepRecorder::put(const MoeArgs& a) {
     put(a.up);
     put(a.down);
     put(a.clamp);
+}
+
+void StepRecorder::hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
+                          const float* base, int64_t n, const HcParams& p, const HcPostArgs* first) {
+    // The fused hc_post's arguments are keyed (after a flag, so a plain call never keys like a fused one) and
+    // held by the closure: the caller's struct is gone when the op runs.
+    key(kHcPre, x, post, comb, H, fn, scale, base, n, p, first != nullptr);
+    if (first) put(*first);
+    const bool fused = first != nullptr;
+    const HcPostArgs f = fused ? *first : HcPostArgs{};
+    record([=](Backend& b) { b.hc_pre(x, post, comb, H, fn, scale, base, n, p, fused ? &f : nullptr); });
 }
 
 void StepRecorder::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {

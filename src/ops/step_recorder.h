@@ -70,12 +70,9 @@ public:
         forward(kRmsNorm, &Backend::rms_norm, y, x, weight, n, dim, stride, eps);
     }
     void hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
-                const float* base, int64_t n, const HcParams& p) override {
-        forward(kHcPre, &Backend::hc_pre, x, post, comb, H, fn, scale, base, n, p);
-    }
-    void hc_post(float* H_out, const float* x, const float* H_res, const float* post, const float* comb, int64_t n,
-                 const HcParams& p) override {
-        forward(kHcPost, &Backend::hc_post, H_out, x, H_res, post, comb, n, p);
+                const float* base, int64_t n, const HcParams& p, const HcPostArgs* first) override;
+    void hc_post(const HcPostArgs& a, int64_t n, const HcParams& p) override {
+        forward(kHcPost, &Backend::hc_post, a, n, p);
     }
     void hc_head(float* y, const float* H, const Weight& fn, const float* scale, const float* base, int64_t n,
                  const HcParams& p) override {
@@ -164,6 +161,7 @@ private:
     }
     void put(const Weight& w);
     void put(const HcParams& p);
+    void put(const HcPostArgs& a);
     void put(const RopeParams& r);
     void put(const AttentionArgs& a);
     void put(const CompressorArgs& a);

@@ -34,7 +34,9 @@ struct Check {
     std::string detail;
 };
 
-Check compare(const Case& c, const Arrays& got, const Arrays& want, double tol, bool vs_ref) {
+// tols: a bound per output (empty: tol for every output).
+Check compare(const Case& c, const Arrays& got, const Arrays& want, double tol, const std::vector<double>& tols,
+              bool vs_ref) {
     if (c.compare) {
         const std::string err = c.compare(got, want, vs_ref);
         return {err.empty(), err.empty() ? "custom" : err};
@@ -42,10 +44,12 @@ Check compare(const Case& c, const Arrays& got, const Arrays& want, double tol, 
     Check r;
     char buf[160];
     if (got.size() != want.size()) return {false, "output count differs"};
+    if (!tols.empty() && tols.size() != got.size()) return {false, "the case's bound count differs from its outputs'"};
     for (size_t i = 0; i < got.size(); ++i) {
         const double e = nmse(got[i], want[i]);
-        const bool ok = tol == 0 ? got[i] == want[i] : e <= tol;
-        std::snprintf(buf, sizeof buf, "%sout%zu nmse %.2e (tol %.1e)", i ? ", " : "", i, e, tol);
+        const double t = tols.empty() ? tol : tols[i];
+        const bool ok = t == 0 ? got[i] == want[i] : e <= t;
+        std::snprintf(buf, sizeof buf, "%sout%zu nmse %.2e (tol %.1e)", i ? ", " : "", i, e, t);
         r.detail += buf;
         r.ok = r.ok && ok;
     }
@@ -158,7 +162,8 @@ int main(int argc, char** argv) {
             Instance on_gpu = c.make(*gpu);
             on_gpu.run();
             const Arrays gpu_out = on_gpu.read();
-            const Check k = compare(c, gpu_out, cpu_out, c.tol_of_inputs ? c.tol_of_inputs() : c.tol, false);
+            const Check k = c.tol_of_inputs ? compare(c, gpu_out, cpu_out, c.tol_of_inputs(), {}, false)
+                                            : compare(c, gpu_out, cpu_out, c.tol, c.tols, false);
             ok = ok && k.ok;
             detail += "cuda: " + k.detail;
             ++n_gpu;
@@ -174,7 +179,7 @@ int main(int argc, char** argv) {
                         c.bytes / s * 1e-9, tflops(c, s).c_str());
         }
         if (c.reference && !c.perf_only) {
-            const Check k = compare(c, cpu_out, c.reference(), c.ref_tol, true);
+            const Check k = compare(c, cpu_out, c.reference(), c.ref_tol, c.ref_tols, true);
             ok = ok && k.ok;
             detail += std::string(detail.empty() ? "" : "; ") + "cpu vs ref: " + k.detail;
             ++n_ref;

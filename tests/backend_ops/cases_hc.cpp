@@ -1,5 +1,7 @@
-// Conformance cases of the hyper-connection ops: hc_pre (mix projection, Sinkhorn, collapse), hc_post and
-// hc_head, over stream counts, widths and the f32/f16/bf16 projection formats.
+// Conformance cases of the hyper-connection ops: hc_pre (mix projection, Sinkhorn, collapse; alone and with the
+// previous sublayer's hc_post fused in), hc_post (with and without a second addend) and hc_head, over stream
+// counts, widths and the f32/f16/bf16/Q8_0 projection formats.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -47,10 +49,12 @@ Weight fn_weight(Backend& b, const HcInputs& in, int n_mix) {
     return w;
 }
 
-// mixes[m] = (H_i . fn_m) / sqrt(mean(H_i^2) + eps), in double.
-std::vector<double> ref_mixes(const HcInputs& in, int64_t i, int n_mix, double eps) {
+// mixes[m] = (H_i . fn_m) / sqrt(mean(H_i^2) + eps), in double, for token i of H [n, hc, D] (f32 inputs or a
+// double reference's streams).
+template <class V>
+std::vector<double> ref_mixes(const HcInputs& in, const V* H, int64_t i, int n_mix, double eps) {
     const int64_t flat = in.hc * in.D;
-    const float* h = in.H.data() + i * flat;
+    const V* h = H + i * flat;
     double ss = 0;
     for (int64_t j = 0; j < flat; ++j) ss += (double)h[j] * h[j];
     const double r = 1 / std::sqrt(ss / flat + eps);
@@ -73,6 +77,106 @@ std::string shape_of(int hc, int64_t D, int64_t n, GgmlType t) {
 constexpr int kIters = 20;
 constexpr float kEps = 1e-6f;
 
+// hc_pre in double on the streams H [n, hc, D] with in's fn, scale and base: {x, post, comb}.
+template <class V>
+Arrays ref_hc_pre(const HcInputs& in, const V* H) {
+    const int hc = in.hc, n_mix = (2 + hc) * hc;
+    const int64_t D = in.D;
+    Array xs, posts, combs;
+    for (int64_t i = 0; i < in.n; ++i) {
+        const std::vector<double> m = ref_mixes(in, H, i, n_mix, kEps);
+        std::vector<double> pre(hc), comb(hc * hc);
+        for (int j = 0; j < hc; ++j) {
+            pre[j] = sigmoid(m[j] * in.scale[0] + in.base[j]) + kEps;
+            posts.push_back(2 * sigmoid(m[hc + j] * in.scale[1] + in.base[hc + j]));
+        }
+        // Row softmax (+eps), then alternate column and row normalizations: iters column passes.
+        for (int j = 0; j < hc; ++j) {
+            double mx = -INFINITY, s = 0;
+            for (int k = 0; k < hc; ++k) {
+                comb[j * hc + k] = m[2 * hc + j * hc + k] * in.scale[2] + in.base[2 * hc + j * hc + k];
+                mx = std::max(mx, comb[j * hc + k]);
+            }
+            for (int k = 0; k < hc; ++k) s += comb[j * hc + k] = std::exp(comb[j * hc + k] - mx);
+            for (int k = 0; k < hc; ++k) comb[j * hc + k] = comb[j * hc + k] / s + kEps;
+        }
+        for (int it = 0; it < kIters; ++it) {
+            if (it > 0)
+                for (int j = 0; j < hc; ++j) {
+                    double s = 0;
+                    for (int k = 0; k < hc; ++k) s += comb[j * hc + k];
+                    for (int k = 0; k < hc; ++k) comb[j * hc + k] /= s + kEps;
+                }
+            for (int k = 0; k < hc; ++k) {
+                double s = 0;
+                for (int j = 0; j < hc; ++j) s += comb[j * hc + k];
+                for (int j = 0; j < hc; ++j) comb[j * hc + k] /= s + kEps;
+            }
+        }
+        combs.insert(combs.end(), comb.begin(), comb.end());
+        for (int64_t d = 0; d < D; ++d) {
+            double s = 0;
+            for (int j = 0; j < hc; ++j) s += pre[j] * H[(i * hc + j) * D + d];
+            xs.push_back(s);
+        }
+    }
+    return Arrays{xs, posts, combs};
+}
+
+// hc_pre's bound: the mixes are hc*D-term dots; sigmoid/exp add transcendental error; each of the Sinkhorn
+// iterations rounds every entry a few times (relative error growing at most linearly: (2u (iters+1))^2).
+double hc_pre_tol(int hc, int64_t D) {
+    return tol_dot((double)hc * D) + kTolTransc + 4 * kU2 * (kIters + 1) * (kIters + 1);
+}
+
+// hc_post's inputs: x (and x2) [n, D], the residual streams R [n, hc, D] (unless the case has its own), post
+// [n, hc] in [0, 2], comb [n, hc, hc] in [0, 1] (the ranges the Sinkhorn split gives).
+struct HcPostInputs {
+    std::vector<float> x, x2, R, post, comb;
+};
+
+std::shared_ptr<HcPostInputs> hc_post_inputs(int hc, int64_t D, int64_t n, bool x2, bool residual, Rng& rng) {
+    auto in = std::make_shared<HcPostInputs>();
+    in->x = rng.vec(n * D);
+    if (residual) in->R = rng.vec(n * hc * D);
+    in->post = rng.vec(n * hc, 0, 2);
+    in->comb = rng.vec(n * hc * hc, 0, 1);
+    if (x2) in->x2 = rng.vec(n * D);
+    return in;
+}
+
+// The backend buffers of hc_post's inputs, writing H_out and reading the streams R.
+HcPostArgs hc_post_args(Dev& d, const HcPostInputs& in, float* H_out, const float* R) {
+    HcPostArgs a;
+    a.H_out = H_out;
+    a.x = d.f32(in.x);
+    a.x2 = in.x2.empty() ? nullptr : d.f32(in.x2);
+    a.H_res = R;
+    a.post = d.f32(in.post);
+    a.comb = d.f32(in.comb);
+    return a;
+}
+
+// hc_post in double: H_out [n, hc, D] from in's x (+ x2), post and comb and the streams R.
+template <class V>
+Array ref_hc_post(const HcPostInputs& in, const V* R, int hc, int64_t D, int64_t n) {
+    Array out;
+    for (int64_t i = 0; i < n; ++i)
+        for (int k = 0; k < hc; ++k)
+            for (int64_t d = 0; d < D; ++d) {
+                const double x = (double)in.x[i * D + d] + (in.x2.empty() ? 0.0 : (double)in.x2[i * D + d]);
+                double s = (double)in.post[i * hc + k] * x;
+                for (int j = 0; j < hc; ++j) s += (double)in.comb[(i * hc + j) * hc + k] * R[(i * hc + j) * D + d];
+                out.push_back(s);
+            }
+    return out;
+}
+
+// hc_post's bound: an (hc+1)-term sum per value, one more rounding (x + x2) when x2 is given.
+double hc_post_tol(int hc, bool x2) {
+    return tol_dot(hc + (x2 ? 2.0 : 1.0));
+}
+
 CaseGen hc_pre_case(int hc, int64_t D, int64_t n, GgmlType t, uint64_t seed) {
     return [=]() {
         Case c;
@@ -81,9 +185,7 @@ CaseGen hc_pre_case(int hc, int64_t D, int64_t n, GgmlType t, uint64_t seed) {
         Rng rng(case_seed(seed, c.op + c.shape));
         const int n_mix = (2 + hc) * hc;
         auto in = hc_inputs(hc, D, n, t, n_mix, rng);
-        // The mixes are hc*D-term dots; sigmoid/exp add transcendental error; each of the Sinkhorn iterations
-        // rounds every entry a few times (relative error growing at most linearly: (2u (iters+1))^2).
-        c.tol = tol_dot((double)hc * D) + kTolTransc + 4 * kU2 * (kIters + 1) * (kIters + 1);
+        c.tol = hc_pre_tol(hc, D);
         c.ref_tol = c.tol;
         c.bytes = 4.0 * n * (hc * D + D + hc + hc * hc);
         c.make = [=](Backend& b) {
@@ -98,52 +200,68 @@ CaseGen hc_pre_case(int hc, int64_t D, int64_t n, GgmlType t, uint64_t seed) {
             float* post = d.f32_out(n * hc);
             float* comb = d.f32_out(n * hc * hc);
             const HcParams p{hc, D, kIters, kEps, kEps};
-            inst.run = [&b, x, post, comb, H, fn, scale, base, n, p]() { b.hc_pre(x, post, comb, H, fn, scale, base, n, p); };
+            inst.run = [&b, x, post, comb, H, fn, scale, base, n, p]() {
+                b.hc_pre(x, post, comb, H, fn, scale, base, n, p, nullptr);
+            };
             inst.read = [&d, x, post, comb, n, D, hc]() {
                 return Arrays{d.get(x, n * D), d.get(post, n * hc), d.get(comb, n * hc * hc)};
             };
             return inst;
         };
+        c.reference = [=]() { return ref_hc_pre(*in, in->H.data()); };
+        return c;
+    };
+}
+
+// hc_pre with the previous sublayer's hc_post fused in (H = hc_post(x + x2, R, post, comb) first): outputs
+// H, x, post and comb.
+CaseGen hc_post_pre_case(int hc, int64_t D, int64_t n, GgmlType t, bool x2, uint64_t seed) {
+    return [=]() {
+        Case c;
+        c.op = "hc_pre";
+        c.shape = shape_of(hc, D, n, t) + (x2 ? " +hc_post(x+x2)" : " +hc_post");
+        Rng rng(case_seed(seed, c.op + c.shape));
+        const int n_mix = (2 + hc) * hc;
+        auto in = hc_inputs(hc, D, n, t, n_mix, rng);  // in->H: the hc_post's residual streams
+        auto pin = hc_post_inputs(hc, D, n, x2, false, rng);
+        // Outputs H, x, post, comb. Against the CPU: H is hc_post's (both backends round the same operations in
+        // the same order), then x, post and comb are hc_pre's on the same H.
+        const double post_tol = hc_post_tol(hc, x2), pre_tol = hc_pre_tol(hc, D);
+        c.tols = {post_tol, pre_tol, pre_tol, pre_tol};
+        // Against the double reference, H's rounding (NMSE <= post_tol) also reaches x and the mixes: both are
+        // sums of random-sign products of H's values, so their NMSE grows by about H's; the sigmoid and softmax
+        // arguments (mix * scale + base, |.| <= ~4 here) turn a relative error e of a mix into one of at most
+        // ~4e in post and comb: 16x in NMSE.
+        const double chained = pre_tol + 16 * post_tol;
+        c.ref_tols = {post_tol, chained, chained, chained};
+        c.bytes = 4.0 * n * ((x2 ? 2 : 1) * D + 2 * hc * D + hc + hc * hc + D + hc + hc * hc);
+        c.make = [=](Backend& b) {
+            Instance inst;
+            inst.dev = std::make_unique<Dev>(b);
+            Dev& d = *inst.dev;
+            const Weight fn = fn_weight(b, *in, n_mix);
+            const float* R = d.f32(in->H);
+            const float* scale = d.f32(in->scale);
+            const float* base = d.f32(in->base);
+            float* H = d.f32_out(n * hc * D);
+            const HcPostArgs first = hc_post_args(d, *pin, H, R);
+            float* x = d.f32_out(n * D);
+            float* post = d.f32_out(n * hc);
+            float* comb = d.f32_out(n * hc * hc);
+            const HcParams p{hc, D, kIters, kEps, kEps};
+            inst.run = [&b, x, post, comb, H, fn, scale, base, n, p, first]() {
+                b.hc_pre(x, post, comb, H, fn, scale, base, n, p, &first);
+            };
+            inst.read = [&d, H, x, post, comb, n, D, hc]() {
+                return Arrays{d.get(H, n * hc * D), d.get(x, n * D), d.get(post, n * hc), d.get(comb, n * hc * hc)};
+            };
+            return inst;
+        };
         c.reference = [=]() {
-            Array xs, posts, combs;
-            for (int64_t i = 0; i < n; ++i) {
-                const std::vector<double> m = ref_mixes(*in, i, n_mix, kEps);
-                std::vector<double> pre(hc), comb(hc * hc);
-                for (int j = 0; j < hc; ++j) {
-                    pre[j] = sigmoid(m[j] * in->scale[0] + in->base[j]) + kEps;
-                    posts.push_back(2 * sigmoid(m[hc + j] * in->scale[1] + in->base[hc + j]));
-                }
-                // Row softmax (+eps), then alternate column and row normalizations: iters column passes.
-                for (int j = 0; j < hc; ++j) {
-                    double mx = -INFINITY, s = 0;
-                    for (int k = 0; k < hc; ++k) {
-                        comb[j * hc + k] = m[2 * hc + j * hc + k] * in->scale[2] + in->base[2 * hc + j * hc + k];
-                        mx = std::max(mx, comb[j * hc + k]);
-                    }
-                    for (int k = 0; k < hc; ++k) s += comb[j * hc + k] = std::exp(comb[j * hc + k] - mx);
-                    for (int k = 0; k < hc; ++k) comb[j * hc + k] = comb[j * hc + k] / s + kEps;
-                }
-                for (int it = 0; it < kIters; ++it) {
-                    if (it > 0)
-                        for (int j = 0; j < hc; ++j) {
-                            double s = 0;
-                            for (int k = 0; k < hc; ++k) s += comb[j * hc + k];
-                            for (int k = 0; k < hc; ++k) comb[j * hc + k] /= s + kEps;
-                        }
-                    for (int k = 0; k < hc; ++k) {
-                        double s = 0;
-                        for (int j = 0; j < hc; ++j) s += comb[j * hc + k];
-                        for (int j = 0; j < hc; ++j) comb[j * hc + k] /= s + kEps;
-                    }
-                }
-                combs.insert(combs.end(), comb.begin(), comb.end());
-                for (int64_t d = 0; d < D; ++d) {
-                    double s = 0;
-                    for (int j = 0; j < hc; ++j) s += pre[j] * in->H[(i * hc + j) * D + d];
-                    xs.push_back(s);
-                }
-            }
-            return Arrays{xs, posts, combs};
+            const Array H = ref_hc_post(*pin, in->H.data(), hc, D, n);
+            Arrays out = ref_hc_pre(*in, H.data());
+            out.insert(out.begin(), H);
+            return out;
         };
         return c;
     };
@@ -176,7 +294,7 @@ CaseGen hc_head_case(int hc, int64_t D, int64_t n, GgmlType t, uint64_t seed) {
         c.reference = [=]() {
             Array y;
             for (int64_t i = 0; i < n; ++i) {
-                const std::vector<double> m = ref_mixes(*in, i, hc, kEps);
+                const std::vector<double> m = ref_mixes(*in, in->H.data(), i, hc, kEps);
                 for (int64_t d = 0; d < D; ++d) {
                     double s = 0;
                     for (int j = 0; j < hc; ++j)
@@ -190,44 +308,28 @@ CaseGen hc_head_case(int hc, int64_t D, int64_t n, GgmlType t, uint64_t seed) {
     };
 }
 
-CaseGen hc_post_case(int hc, int64_t D, int64_t n, uint64_t seed) {
+CaseGen hc_post_case(int hc, int64_t D, int64_t n, bool x2, uint64_t seed) {
     return [=]() {
         Case c;
         c.op = "hc_post";
-        c.shape = shape_of(hc, D, n, GgmlType::F32);
+        c.shape = shape_of(hc, D, n, GgmlType::F32) + (x2 ? " x+x2" : "");
         Rng rng(case_seed(seed, c.op + c.shape));
-        auto x = std::make_shared<std::vector<float>>(rng.vec(n * D));
-        auto R = std::make_shared<std::vector<float>>(rng.vec(n * hc * D));
-        auto post = std::make_shared<std::vector<float>>(rng.vec(n * hc, 0, 2));
-        auto comb = std::make_shared<std::vector<float>>(rng.vec(n * hc * hc, 0, 1));
-        c.tol = tol_dot(hc + 1.0);  // an (hc+1)-term sum per value
+        auto in = hc_post_inputs(hc, D, n, x2, true, rng);
+        c.tol = hc_post_tol(hc, x2);
         c.ref_tol = c.tol;
-        c.bytes = 4.0 * n * (D + 2 * hc * D);
+        c.bytes = 4.0 * n * ((x2 ? 2 : 1) * D + 2 * hc * D);
         c.make = [=](Backend& b) {
             Instance inst;
             inst.dev = std::make_unique<Dev>(b);
             Dev& d = *inst.dev;
-            const float* xd = d.f32(*x);
-            const float* Rd = d.f32(*R);
-            const float* pd = d.f32(*post);
-            const float* cd = d.f32(*comb);
             float* out = d.f32_out(n * hc * D);
+            const HcPostArgs a = hc_post_args(d, *in, out, d.f32(in->R));
             const HcParams p{hc, D, kIters, kEps, kEps};
-            inst.run = [&b, out, xd, Rd, pd, cd, n, p]() { b.hc_post(out, xd, Rd, pd, cd, n, p); };
+            inst.run = [&b, a, n, p]() { b.hc_post(a, n, p); };
             inst.read = [&d, out, n, hc, D]() { return Arrays{d.get(out, n * hc * D)}; };
             return inst;
         };
-        c.reference = [=]() {
-            Array out;
-            for (int64_t i = 0; i < n; ++i)
-                for (int k = 0; k < hc; ++k)
-                    for (int64_t d = 0; d < D; ++d) {
-                        double s = (double)(*post)[i * hc + k] * (*x)[i * D + d];
-                        for (int j = 0; j < hc; ++j) s += (double)(*comb)[(i * hc + j) * hc + k] * (*R)[(i * hc + j) * D + d];
-                        out.push_back(s);
-                    }
-            return Arrays{out};
-        };
+        c.reference = [=]() { return Arrays{ref_hc_post(*in, in->R.data(), hc, D, n)}; };
         return c;
     };
 }
@@ -241,7 +343,7 @@ void add_hc_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
                 const GgmlType t = D == 83 ? GgmlType::F16 : (D == 7 && hc == 2 ? GgmlType::BF16 : GgmlType::F32);
                 out.push_back(hc_pre_case(hc, D, n, t, o.seed));
                 out.push_back(hc_head_case(hc, D, n, t, o.seed));
-                out.push_back(hc_post_case(hc, D, n, o.seed));
+                out.push_back(hc_post_case(hc, D, n, false, o.seed));
             }
     // The decode path (n <= 8, f32/f16/bf16/Q8_0 fn), the general one on either side of its bounds and the
     // prefill tile kernel (n >= 64): Q8_0 (some files store fn so), the most streams (hc = 16: 288 mixes),
@@ -256,11 +358,33 @@ void add_hc_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(hc_pre_case(4, 4096, 1, GgmlType::F16, o.seed));
     out.push_back(hc_head_case(4, 4096, 2, GgmlType::F16, o.seed));
     // hc_post's stream kernel (hc = 4, D a multiple of 4): few tokens (several slices each) and many.
-    for (int64_t n : {1, 7, 300}) out.push_back(hc_post_case(4, 1024, n, o.seed));
+    for (int64_t n : {1, 7, 300}) out.push_back(hc_post_case(4, 1024, n, false, o.seed));
+    // hc_post with a second addend (the MoE's routed and shared parts): the stream kernel and the general one
+    // (D % 4 != 0, hc != 4).
+    for (int64_t n : {1, 7, 300}) out.push_back(hc_post_case(4, 1024, n, true, o.seed));
+    out.push_back(hc_post_case(4, 7, 2, true, o.seed));
+    out.push_back(hc_post_case(3, 83, 7, true, o.seed));
+    // hc_pre with the previous sublayer's hc_post fused in: decode sizes, which the dots kernel fuses (n <= 9: one
+    // and two groups of 8 tokens), and a prefill size (n = 100: a separate hc_post before the tile kernel for
+    // hc <= 4; the dots kernel for hc = 5); one stream and odd stream counts; D = 769 and 83 (256-column chunks
+    // that straddle two streams) and 1024; fn in F32, F16 and Q8_0 (hc * 1024 values: whole Q8_0 blocks). x2 in
+    // every case but n = 2, so both forms of the kernel run for every hc and format.
+    for (int hc : {1, 3, 4, 5})
+        for (int64_t n : {1, 2, 7, 9, 100}) {
+            out.push_back(hc_post_pre_case(hc, 769, n, GgmlType::F32, n != 2, o.seed));
+            out.push_back(hc_post_pre_case(hc, 83, n, GgmlType::F16, n != 2, o.seed));
+            out.push_back(hc_post_pre_case(hc, 1024, n, GgmlType::Q8_0, n != 2, o.seed));
+        }
+    out.push_back(hc_post_pre_case(2, 7, 3, GgmlType::BF16, true, o.seed));
+    out.push_back(hc_post_pre_case(4, 4096, 1, GgmlType::F16, true, o.seed));  // V4-Flash decode
+    // A format the dots kernel does not decode (square sums + matmul): hc_post runs as its own kernel first.
+    out.push_back(hc_post_pre_case(4, 1024, 2, GgmlType::Q4_K, true, o.seed));
     if (o.perf)
         for (int64_t n : {1, 128}) {  // V4-Flash width
             out.push_back(hc_pre_case(4, 4096, n, GgmlType::F32, o.seed));
-            out.push_back(hc_post_case(4, 4096, n, o.seed));
+            out.push_back(hc_post_case(4, 4096, n, false, o.seed));
+            out.push_back(hc_post_case(4, 4096, n, true, o.seed));
+            out.push_back(hc_post_pre_case(4, 4096, n, GgmlType::F32, true, o.seed));
         }
 }
 

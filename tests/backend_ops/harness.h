@@ -70,6 +70,9 @@ struct Case {
     // NMSE bounds (0: bit-identical): CUDA vs CPU, and CPU vs the double reference.
     double tol = 0;
     double ref_tol = 0;
+    // Optional: one bound per output in place of tol / ref_tol, for an op whose outputs come from different
+    // computations (hc_pre with a fused hc_post).
+    std::vector<double> tols, ref_tols;
     // Optional: a CUDA vs CPU bound computed from the case's inputs, in place of `tol`; called only when a CUDA
     // backend runs the case (it may cost as much as the op).
     std::function<double()> tol_of_inputs;

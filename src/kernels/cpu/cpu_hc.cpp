@@ -33,7 +33,11 @@ void hc_mixes(float* mixes, const float* Hi, const float* fnw, int64_t n_mix, in
 }  // namespace
 
 void CpuBackend::hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
-                        const float* base, int64_t n, const HcParams& p) {
+                        const float* base, int64_t n, const HcParams& p, const HcPostArgs* first) {
+    if (first) {  // the oracle of the fused form: the two ops one after the other
+        DSV4_CHECK(first->H_out == H);
+        hc_post(*first, n, p);
+    }
     const int hc = p.hc;
     const int64_t D = p.dim, flat = hc * D;
     const int n_mix = (2 + hc) * hc;
@@ -57,21 +61,23 @@ void CpuBackend::hc_pre(float* x, float* post, float* comb, const float* H, cons
     });
 }
 
-void CpuBackend::hc_post(float* H_out, const float* x, const float* H_res, const float* post, const float* comb,
-                         int64_t n, const HcParams& p) {
+void CpuBackend::hc_post(const HcPostArgs& a, int64_t n, const HcParams& p) {
     const int hc = p.hc;
     const int64_t D = p.dim;
     pool_.parallel_for(n, 1, [&](int64_t b, int64_t e, int) {
         for (int64_t i = b; i < e; ++i) {
-            const float* R = H_res + i * hc * D;
-            const float* c = comb + i * hc * hc;
+            const float* R = a.H_res + i * hc * D;
+            const float* c = a.comb + i * hc * hc;
+            const float* x = a.x + i * D;
+            const float* x2 = a.x2 ? a.x2 + i * D : nullptr;
             for (int k = 0; k < hc; ++k) {
-                float* out = H_out + (i * hc + k) * D;
-                const float pk = post[i * hc + k];
+                float* out = a.H_out + (i * hc + k) * D;
+                const float pk = a.post[i * hc + k];
                 for (int64_t d = 0; d < D; ++d) {
                     float s = 0;  // the j-sum first, then the post term (reference order)
                     for (int j = 0; j < hc; ++j) s += c[j * hc + k] * R[j * D + d];
-                    out[d] = pk * x[i * D + d] + s;
+                    const float xd = x2 ? x[d] + x2[d] : x[d];  // the f32 sum `add` would have stored
+                    out[d] = pk * xd + s;
                 }
             }
         }

@@ -45,9 +45,8 @@ public:
     void rms_norm(float* y, const float* x, const float* weight, int64_t n, int64_t dim, int64_t stride,
                   float eps) override;
     void hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
-                const float* base, int64_t n, const HcParams& p) override;
-    void hc_post(float* H_out, const float* x, const float* H_res, const float* post, const float* comb, int64_t n,
-                 const HcParams& p) override;
+                const float* base, int64_t n, const HcParams& p, const HcPostArgs* first) override;
+    void hc_post(const HcPostArgs& a, int64_t n, const HcParams& p) override;
     void hc_head(float* y, const float* H, const Weight& fn, const float* scale, const float* base, int64_t n,
                  const HcParams& p) override;
     void rope(float* x, int64_t n, int n_heads, int head_dim, int64_t stride, const int32_t* pos,
@@ -121,14 +120,15 @@ public:
 
     // hc_pre / hc_head (cuda_hc.cu): the D slices per token of the finishing kernel, and the two sums it
     // needs: partial square sums ss [n, P_ss] of each token's streams and partial mix projections
-    // raw [n, P_raw, fn.rows] (summed over P_raw in order; f32 kernels in every gemm mode).
+    // raw [n, P_raw, fn.rows] (summed over P_raw in order; f32 kernels in every gemm mode). With `first` (an
+    // hc_post writing H), H is written first: by the dots kernel itself where it can, else by hc_post.
     struct HcDots {
         float* raw = nullptr;
         double* ss = nullptr;
         int P_raw = 1, P_ss = 1;
     };
     int hc_slices(int64_t n, const HcParams& p) const;
-    HcDots hc_dots(Scratch& s, const float* H, const Weight& fn, int64_t n, const HcParams& p);
+    HcDots hc_dots(Scratch& s, const float* H, const Weight& fn, int64_t n, const HcParams& p, const HcPostArgs* first);
 
     // Memory handed out while a graph is captured: chunks bumped through, freed with the graph.
     struct CapturePool {

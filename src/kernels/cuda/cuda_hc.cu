@@ -51,6 +51,36 @@ __global__ void __launch_bounds__(kThreads) hc_ss_kernel(double* ss, const float
     if (threadIdx.x == 0) ss[i * P + p] = t;
 }
 
+// Stream k of hc_post at one position: pk x + sum_j c[j, k] r(j), the j-sum first, then the post term (the
+// reference order and roundings). c: the token's hc x hc comb; r(j): residual stream j at the position.
+template <class R>
+__device__ __forceinline__ float hc_post_value(const float* c, int hc, int k, R r, float pk, float x) {
+    float s = 0;
+    for (int j = 0; j < hc; ++j) s = __fadd_rn(s, __fmul_rn(c[j * hc + k], r(j)));
+    return __fadd_rn(__fmul_rn(pk, x), s);
+}
+
+// hc_post's x at flat index e of [n, D]: x + x2 rounded once to f32 (what `add` stores), or x alone.
+__device__ __forceinline__ float hc_post_input(const HcPostArgs& a, int64_t e) {
+    return a.x2 ? __fadd_rn(a.x[e], a.x2[e]) : a.x[e];
+}
+
+// Element f (stream f / D, position f % D) of token i's streams after the hc_post `a`: written to a.H_out and
+// returned. hc == 4 is inlined with the stream count known, so the residual loads go out together; hc * D
+// < 2^31 (checked by the caller), so the index division is a 32-bit one.
+__device__ __forceinline__ float hc_post_element_n(const HcPostArgs& a, int64_t i, int f, int hc, int D) {
+    const int k = (int)((unsigned)f / (unsigned)D), d = f - k * D;
+    const float* R = a.H_res + i * hc * (int64_t)D + d;
+    const float v = hc_post_value(
+        a.comb + i * hc * hc, hc, k, [&](int j) { return R[(int64_t)j * D]; }, a.post[i * hc + k],
+        hc_post_input(a, i * D + d));
+    a.H_out[i * hc * (int64_t)D + f] = v;
+    return v;
+}
+__device__ __forceinline__ float hc_post_element(const HcPostArgs& a, int64_t i, int f, int hc, int D) {
+    return hc == 4 ? hc_post_element_n(a, i, f, 4, D) : hc_post_element_n(a, i, f, hc, D);
+}
+
 // Columns of one chunk of the fused dots kernel, the tokens a block takes, and the formats it decodes (those
 // fn is stored in).
 constexpr int kDotCols = 256;
@@ -60,11 +90,13 @@ constexpr bool dots_format(GgmlType t) {
 }
 
 // Block (p, q): chunk p (kDotCols columns) of the flattened streams H_i of tokens i in [kDotTokens q, +
-// kDotTokens): ss[i, p] = its square sum (double) and part[i, p, m] = its dot with fn row m.
+// kDotTokens): ss[i, p] = its square sum (double) and part[i, p, m] = its dot with fn row m. With a fused
+// hc_post (first.H_out == H, else null), the block first computes its chunk of H from first's inputs, writes
+// it and works on those values (the chunks of all blocks cover H once).
 template <GgmlType T>
 __global__ void __launch_bounds__(kThreads)
-    hc_dots_kernel(float* part, double* ss, const float* H, const uint8_t* fn, size_t row_bytes, int n_mix,
-                   int64_t flat, int64_t n_all, int P, QuantTables tables) {
+    hc_dots_kernel(float* part, double* ss, const float* H, HcPostArgs first, int hc, int dim, const uint8_t* fn,
+                   size_t row_bytes, int n_mix, int64_t flat, int64_t n_all, int P, QuantTables tables) {
     pdl_begin();
     using D = Dq<T>;
     __shared__ float hs[kDotTokens][kDotCols];
@@ -78,7 +110,9 @@ __global__ void __launch_bounds__(kThreads)
     const int cols = (int)(flat - c0 < kDotCols ? flat - c0 : kDotCols);
     for (int t = threadIdx.x; t < n * kDotCols; t += kThreads) {
         const int i = t / kDotCols, c = t % kDotCols;
-        hs[i][c] = c < cols ? H[i * flat + c0 + c] : 0.0f;
+        float v = 0.0f;
+        if (c < cols) v = first.H_out ? hc_post_element(first, i0 + i, (int)(c0 + c), hc, dim) : H[i * flat + c0 + c];
+        hs[i][c] = v;
     }
     __syncthreads();
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -379,43 +413,33 @@ __global__ void __launch_bounds__(kThreads) hc_head_finish_kernel(float* y, cons
 
 // Block (stream row i hc + k, slice y of D): no per-element index division (64-bit divisions made the flat
 // form 4x slower than its memory traffic on prefill chunks).
-// Stream k of hc_post at one position: pk x + sum_j c[j, k] r(j), the j-sum first, then the post term (the
-// reference order and roundings). c: the token's hc x hc comb; r(j): residual stream j at the position.
-template <class R>
-__device__ __forceinline__ float hc_post_value(const float* c, int hc, int k, R r, float pk, float x) {
-    float s = 0;
-    for (int j = 0; j < hc; ++j) s = __fadd_rn(s, __fmul_rn(c[j * hc + k], r(j)));
-    return __fadd_rn(__fmul_rn(pk, x), s);
-}
-
-__global__ void hc_post_kernel(float* H_out, const float* x, const float* H_res, const float* post, const float* comb,
-                               int hc, int64_t D) {
+__global__ void hc_post_kernel(HcPostArgs a, int hc, int64_t D) {
     pdl_begin();
     const int64_t ik = blockIdx.x, i = ik / hc;
     const int k = (int)(ik % hc);
-    const float* R = H_res + i * hc * D;
-    const float* c = comb + i * hc * hc;
-    const float pk = post[ik];
+    const float* R = a.H_res + i * hc * D;
+    const float* c = a.comb + i * hc * hc;
+    const float pk = a.post[ik];
     for (int64_t d = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; d < D; d += (int64_t)gridDim.y * blockDim.x)
-        H_out[ik * D + d] = hc_post_value(
-            c, hc, k, [&](int j) { return R[j * D + d]; }, pk, x[i * D + d]);
+        a.H_out[ik * D + d] = hc_post_value(
+            c, hc, k, [&](int j) { return R[j * D + d]; }, pk, hc_post_input(a, i * D + d));
 }
 
 // hc_post for HC streams known at compile time: block (token i, slice y of D), a thread per 4 consecutive d
 // (D % 4 == 0, 16-byte aligned rows) computing every stream k, so token i's residual streams and x are read
 // once instead of once per k. The values are hc_post_kernel's (hc_post_value).
 template <int HC>
-__global__ void __launch_bounds__(kThreads) hc_post_streams_kernel(float* H_out, const float* x, const float* H_res,
-                                                                   const float* post, const float* comb, int64_t D) {
+__global__ void __launch_bounds__(kThreads) hc_post_streams_kernel(HcPostArgs a, int64_t D) {
     pdl_begin();
     __shared__ float c[HC * HC], pk[HC];
     const int64_t i = blockIdx.x;
-    if (threadIdx.x < HC * HC) c[threadIdx.x] = comb[i * HC * HC + threadIdx.x];
-    if (threadIdx.x < HC) pk[threadIdx.x] = post[i * HC + threadIdx.x];
+    if (threadIdx.x < HC * HC) c[threadIdx.x] = a.comb[i * HC * HC + threadIdx.x];
+    if (threadIdx.x < HC) pk[threadIdx.x] = a.post[i * HC + threadIdx.x];
     __syncthreads();
-    const float4* R = reinterpret_cast<const float4*>(H_res + i * HC * D);
-    const float4* xi = reinterpret_cast<const float4*>(x + i * D);
-    float4* out = reinterpret_cast<float4*>(H_out + i * HC * D);
+    const float4* R = reinterpret_cast<const float4*>(a.H_res + i * HC * D);
+    const float4* xi = reinterpret_cast<const float4*>(a.x + i * D);
+    const float4* x2i = a.x2 ? reinterpret_cast<const float4*>(a.x2 + i * D) : nullptr;
+    float4* out = reinterpret_cast<float4*>(a.H_out + i * HC * D);
     const int64_t D4 = D / 4;
     for (int64_t d = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; d < D4; d += (int64_t)gridDim.y * blockDim.x) {
         alignas(16) float r[HC][4];
@@ -424,6 +448,12 @@ __global__ void __launch_bounds__(kThreads) hc_post_streams_kernel(float* H_out,
 #pragma unroll
         for (int j = 0; j < HC; ++j) *reinterpret_cast<float4*>(r[j]) = R[j * D4 + d];
         *reinterpret_cast<float4*>(xv) = xi[d];
+        if (x2i) {  // x + x2 rounded once, as hc_post_input
+            alignas(16) float x2v[4];
+            *reinterpret_cast<float4*>(x2v) = x2i[d];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) xv[e] = __fadd_rn(xv[e], x2v[e]);
+        }
 #pragma unroll
         for (int k = 0; k < HC; ++k) {
 #pragma unroll
@@ -443,14 +473,15 @@ int64_t per_token_blocks(int64_t n, int sms) {
 }  // namespace
 
 void CudaBackend::hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
-                         const float* base, int64_t n, const HcParams& p) {
+                         const float* base, int64_t n, const HcParams& p, const HcPostArgs* first) {
     DSV4_CHECK(p.hc > 0 && p.hc <= kMaxHc);
     const int n_mix = (2 + p.hc) * p.hc;
     DSV4_CHECK(fn.rows == n_mix && fn.cols == p.hc * p.dim);
     DSV4_CHECK(n <= INT32_MAX);
+    DSV4_CHECK(!first || first->H_out == H);
     if (n <= 0) return;
     Scratch s(*this);
-    const HcDots dots = hc_dots(s, H, fn, n, p);
+    const HcDots dots = hc_dots(s, H, fn, n, p, first);
     if (!branches_on()) {
         launch_pdl(hc_pre_finish_kernel, dim3((unsigned)n, (unsigned)hc_slices(n, p)), kThreads, 0, stream_, x, post,
                    comb, H, dots, scale, base, p);
@@ -468,22 +499,19 @@ void CudaBackend::hc_pre(float* x, float* post, float* comb, const float* H, con
     CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::hc_post(float* H_out, const float* x, const float* H_res, const float* post, const float* comb,
-                          int64_t n, const HcParams& p) {
+void CudaBackend::hc_post(const HcPostArgs& a, int64_t n, const HcParams& p) {
     if (n <= 0 || p.hc <= 0 || p.dim <= 0) return;
     DSV4_CHECK(n * p.hc <= INT32_MAX);
-    if (p.hc == 4 && p.dim % 4 == 0 && aligned16(H_out, x, H_res)) {
+    if (p.hc == 4 && p.dim % 4 == 0 && aligned16(a.H_out, a.x, a.x2, a.H_res)) {
         // A block per token and slice; a few slices per token when few tokens come, so the GPU fills.
         const unsigned slices =
             (unsigned)std::min<int64_t>(per_token_blocks(n, props_.multiProcessorCount), ceil_div(p.dim / 4, kThreads));
-        launch_pdl(hc_post_streams_kernel<4>, dim3((unsigned)n, slices), kThreads, 0, stream_, H_out, x, H_res, post,
-                   comb, p.dim);
+        launch_pdl(hc_post_streams_kernel<4>, dim3((unsigned)n, slices), kThreads, 0, stream_, a, p.dim);
         CUDA_CHECK_LAUNCH();
         return;
     }
     const unsigned slices = (unsigned)std::min<int64_t>(ceil_div(p.dim, kThreads), 65535);
-    launch_pdl(hc_post_kernel, dim3((unsigned)(n * p.hc), slices), kThreads, 0, stream_, H_out, x, H_res, post, comb,
-               p.hc, p.dim);
+    launch_pdl(hc_post_kernel, dim3((unsigned)(n * p.hc), slices), kThreads, 0, stream_, a, p.hc, p.dim);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -494,7 +522,7 @@ void CudaBackend::hc_head(float* y, const float* H, const Weight& fn, const floa
     DSV4_CHECK(n <= INT32_MAX);
     if (n <= 0) return;
     Scratch s(*this);
-    const HcDots dots = hc_dots(s, H, fn, n, p);
+    const HcDots dots = hc_dots(s, H, fn, n, p, nullptr);
     launch_pdl(hc_head_finish_kernel, dim3((unsigned)n, (unsigned)hc_slices(n, p)), kThreads, 0, stream_, y, H, dots,
                scale, base, p);
     CUDA_CHECK_LAUNCH();
@@ -505,9 +533,15 @@ int CudaBackend::hc_slices(int64_t n, const HcParams& p) const {
                                   std::max<int64_t>(1, p.dim / kThreads));
 }
 
-CudaBackend::HcDots CudaBackend::hc_dots(Scratch& s, const float* H, const Weight& fn, int64_t n, const HcParams& p) {
+CudaBackend::HcDots CudaBackend::hc_dots(Scratch& s, const float* H, const Weight& fn, int64_t n, const HcParams& p,
+                                         const HcPostArgs* first) {
     const int64_t flat = p.hc * p.dim;
     const int n_mix = (int)fn.rows;
+    const bool tile = n >= kTileMinTokens && n_mix <= kTileMixes;
+    // The fused hc_post rides in the per-chunk dots kernel (decode sizes; its 32-bit element index needs
+    // flat < 2^31); before the tile kernel or the square sums + matmul it runs as its own kernel.
+    const bool fused = first && dots_format(fn.type) && !tile && flat <= INT32_MAX;
+    if (first && !fused) hc_post(*first, n, p);
     HcDots d;
     if (dots_format(fn.type)) {
         const int P = (int)((flat + kDotCols - 1) / kDotCols);
@@ -517,14 +551,15 @@ CudaBackend::HcDots CudaBackend::hc_dots(Scratch& s, const float* H, const Weigh
         dispatch_weight_type(fn.type, [&](auto tag) {
             constexpr GgmlType T = decltype(tag)::type;
             if constexpr (dots_format(T)) {
-                if (n >= kTileMinTokens && n_mix <= kTileMixes) {
+                if (tile) {
                     CUDA_CHECK(cudaFuncSetAttribute(hc_dots_tile_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                     (int)kTileSmem));
                     launch_pdl(hc_dots_tile_kernel<T>, dim3((unsigned)P, ceil_div(n, kTileTokens)), kThreads, kTileSmem,
                                stream_, d.raw, d.ss, H, fn.data, fn.row_bytes, n_mix, flat, n, P, tables_);
                 } else {
                     launch_pdl(hc_dots_kernel<T>, dim3((unsigned)P, ceil_div(n, kDotTokens)), kThreads, 0, stream_,
-                               d.raw, d.ss, H, fn.data, fn.row_bytes, n_mix, flat, n, P, tables_);
+                               d.raw, d.ss, H, fused ? *first : HcPostArgs{}, p.hc, (int)p.dim, fn.data, fn.row_bytes,
+                               n_mix, flat, n, P, tables_);
                 }
             }
         });
