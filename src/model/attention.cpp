@@ -232,14 +232,16 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
         a.kv_win = kvw;
         a.win_idx = lists[si].win_idx;
         a.n_win = win;
+        a.out_rope = rope;  // the output's inverse RoPE, in the attention op
+        a.pos = c.pos + s.row0;
         c.b.attention(a);
 
         // Several tokens: they go into the ring now (the older ring rows were copied above).
         if (n > 1) c.b.scatter_rows(lc.window, kv, lists[si].ring_rows, n, hd);
     }
 
-    // Inverse RoPE on the output, then the grouped low-rank projection: group g = heads [g*hpg, (g+1)*hpg).
-    c.b.rope(o_all, N, nh, hd, (int64_t)nh * hd, c.pos, rope, true);
+    // The output (inverse-RoPE'd by the attention op) through the grouped low-rank projection: group g = heads
+    // [g*hpg, (g+1)*hpg).
     const int G = cfg.o_groups, hpg = nh / G;
     const int64_t orank = cfg.o_lora_rank;
     float* z = c.f32(N * G * orank);

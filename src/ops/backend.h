@@ -61,7 +61,8 @@ struct RopeParams {
 
 // One attention call: per query, the KV rows it attends to come from a window source (indices into
 // kv_win, -1 = none) and a compressed source (either an index list into kv_comp, -1 = none, or when
-// comp_idx is null, the first comp_count[q] rows of kv_comp).
+// comp_idx is null, the first comp_count[q] rows of kv_comp). Optionally the output then gets the inverse
+// RoPE: exactly rope(out, n, n_heads, head_dim, n_heads * head_dim, pos, out_rope, true).
 struct AttentionArgs {
     float* out = nullptr;        // [n, n_heads, head_dim]
     const float* q = nullptr;    // [n, n_heads, head_dim]
@@ -77,6 +78,8 @@ struct AttentionArgs {
     const int32_t* comp_idx = nullptr;  // [n, n_comp] or null
     int n_comp = 0;
     const int32_t* comp_count = nullptr;  // [n] when comp_idx is null
+    RopeParams out_rope;                  // the output's inverse RoPE when out_rope.freqs is non-null
+    const int32_t* pos = nullptr;         // [n] the queries' positions, for out_rope
 };
 
 // The compressor update for a run of consecutive tokens of one sequence. state_kv/state_sc hold the last
