@@ -57,18 +57,14 @@ int64_t compress(Model::Ctx& c, const SeqSlice& s, const CompressorWeights& w, c
     a.overlap = overlap;
     b.compressor(a);
     if (n_new == 0) return 0;
-    b.rms_norm(out, out, w.norm, n_new, d, d, cfg.norm_eps);
     const int32_t* epos = c.i32_memo("epos/" + std::to_string(s.row0) + "/" + std::to_string(ratio), [&] {
         std::vector<int32_t> v(n_new);
         for (int64_t j = 0; j < n_new; ++j) v[j] = (int32_t)((first + j) * ratio);  // block start position
         return v;
     });
-    b.rope(out, n_new, 1, d, d, epos, rope, false);
-    if (indexer) {
-        b.hadamard(out, n_new, d, c.opt.quant_sim);
-    } else if (c.opt.quant_sim) {
-        b.fp8_sim(out, n_new, d - cfg.rope_dim, d, 64);
-    }
+    // Norm, RoPE at the block start, and the FP8 round trip of the main compressor's non-RoPE dims.
+    b.norm_rope(out, n_new, 1, d, d, w.norm, cfg.norm_eps, epos, rope, !indexer && c.opt.quant_sim ? 64 : 0);
+    if (indexer) b.hadamard(out, n_new, d, c.opt.quant_sim);
     const int32_t* rows = c.i32_memo("erow/" + std::to_string(s.row0) + "/" + std::to_string(ratio), [&] {
         std::vector<int32_t> v(n_new);
         for (int64_t j = 0; j < n_new; ++j) v[j] = (int32_t)(first + j);
@@ -188,9 +184,8 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
     // token's row into the window ring), the compressors and the indexer (a branch; they read x and qr), and
     // the query (the main line).
     c.b.branch();
-    c.b.rms_norm(kv_all, kv_all, L.kv_norm, N, hd, hd, cfg.norm_eps);
-    c.b.rope(kv_all, N, 1, hd, hd, c.pos, rope, false);
-    if (c.opt.quant_sim) c.b.fp8_sim(kv_all, N, hd - cfg.rope_dim, hd, 64);
+    // The KV row: kv_norm, RoPE, and in quant-sim mode the FP8 round trip of its non-RoPE dims.
+    c.b.norm_rope(kv_all, N, 1, hd, hd, L.kv_norm, cfg.norm_eps, c.pos, rope, c.opt.quant_sim ? 64 : 0);
     for (size_t si = 0; si < c.seqs.size(); ++si) {
         const SeqSlice& s = c.seqs[si];
         if (s.n == 1) c.b.scatter_rows(s.cache->layer(il).window, kv_all + s.row0 * hd, lists[si].ring_rows, 1, hd);
@@ -209,8 +204,7 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
 
     float* q_all = c.f32(N * nh * hd);  // [N, nh, hd]
     c.b.matmul(q_all, (int64_t)nh * hd, qr_all, cfg.q_lora_rank, L.q_b, N);
-    c.b.rms_norm(q_all, q_all, nullptr, N * nh, hd, hd, cfg.norm_eps);
-    c.b.rope(q_all, N, nh, hd, (int64_t)nh * hd, c.pos, rope, false);
+    c.b.norm_rope(q_all, N, nh, hd, (int64_t)nh * hd, nullptr, cfg.norm_eps, c.pos, rope, 0);
     c.b.join();
     float* o_all = c.f32(N * nh * hd);
 
@@ -238,14 +232,16 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
         a.kv_win = kvw;
         a.win_idx = lists[si].win_idx;
         a.n_win = win;
+        a.out_rope = rope;  // the output's inverse RoPE, in the attention op
+        a.pos = c.pos + s.row0;
         c.b.attention(a);
 
         // Several tokens: they go into the ring now (the older ring rows were copied above).
         if (n > 1) c.b.scatter_rows(lc.window, kv, lists[si].ring_rows, n, hd);
     }
 
-    // Inverse RoPE on the output, then the grouped low-rank projection: group g = heads [g*hpg, (g+1)*hpg).
-    c.b.rope(o_all, N, nh, hd, (int64_t)nh * hd, c.pos, rope, true);
+    // The output (inverse-RoPE'd by the attention op) through the grouped low-rank projection: group g = heads
+    // [g*hpg, (g+1)*hpg).
     const int G = cfg.o_groups, hpg = nh / G;
     const int64_t orank = cfg.o_lora_rank;
     float* z = c.f32(N * G * orank);

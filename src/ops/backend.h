@@ -71,7 +71,8 @@ struct RopeParams {
 
 // One attention call: per query, the KV rows it attends to come from a window source (indices into
 // kv_win, -1 = none) and a compressed source (either an index list into kv_comp, -1 = none, or when
-// comp_idx is null, the first comp_count[q] rows of kv_comp).
+// comp_idx is null, the first comp_count[q] rows of kv_comp). Optionally the output then gets the inverse
+// RoPE: exactly rope(out, n, n_heads, head_dim, n_heads * head_dim, pos, out_rope, true).
 struct AttentionArgs {
     float* out = nullptr;        // [n, n_heads, head_dim]
     const float* q = nullptr;    // [n, n_heads, head_dim]
@@ -87,6 +88,8 @@ struct AttentionArgs {
     const int32_t* comp_idx = nullptr;  // [n, n_comp] or null
     int n_comp = 0;
     const int32_t* comp_count = nullptr;  // [n] when comp_idx is null
+    RopeParams out_rope;                  // the output's inverse RoPE when out_rope.freqs is non-null
+    const int32_t* pos = nullptr;         // [n] the queries' positions, for out_rope
 };
 
 // The compressor update for a run of consecutive tokens of one sequence. state_kv/state_sc hold the last
@@ -177,6 +180,15 @@ public:
                       const RopeParams& r, bool inverse) = 0;
     // FP8 E4M3 round trip of dims [0, n_dims) of each row, blocks of `block`, power-of-two scales.
     virtual void fp8_sim(float* x, int64_t n, int64_t n_dims, int64_t stride, int block) = 0;
+    // rms_norm, rope and fp8_sim of each head in one op, in place. For each of n rows (row stride `stride` >=
+    // n_heads * head_dim floats) and each of its n_heads contiguous heads of head_dim floats: the RMS norm of the
+    // head (times weight[head_dim] when non-null; eps as rms_norm), then RoPE (forward) on the head's last
+    // r.rope_dim dims (even, <= head_dim; 0 = none) at position pos[row], then, when fp8_block > 0, the FP8 E4M3
+    // round trip of the head's dims [0, head_dim - r.rope_dim) in blocks of fp8_block (as fp8_sim; that count
+    // must be a multiple of fp8_block; every head gets it, also when n_heads > 1). The default issues exactly
+    // rms_norm, rope and fp8_sim (the CPU's result is theirs bit for bit); a backend may fuse them.
+    virtual void norm_rope(float* x, int64_t n, int n_heads, int head_dim, int64_t stride, const float* weight,
+                           float eps, const int32_t* pos, const RopeParams& r, int fp8_block);
     // Hadamard rotation (scale dim^-0.5) of each row of `dim` (a power of two), then optionally the FP4
     // E2M1 round trip in blocks of 32.
     virtual void hadamard(float* x, int64_t n, int dim, bool fp4_sim) = 0;
@@ -227,6 +239,10 @@ public:
     // before. Null: not supported, every op runs as it is called.
     virtual GraphSupport* graph_support() { return nullptr; }
 };
+
+// Aborts, naming the problem, when norm_rope's arguments are inconsistent (every implementation checks them).
+void norm_rope_check(int64_t n, int n_heads, int head_dim, int64_t stride, const int32_t* pos, const RopeParams& r,
+                     int fp8_block);
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
 

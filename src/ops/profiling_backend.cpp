@@ -139,6 +139,10 @@ void ProfilingBackend::rope(float* x, int64_t n, int n_heads, int head_dim, int6
 void ProfilingBackend::fp8_sim(float* x, int64_t n, int64_t n_dims, int64_t stride, int block) {
     timed("fp8_sim", 0, [&] { b_.fp8_sim(x, n, n_dims, stride, block); });
 }
+void ProfilingBackend::norm_rope(float* x, int64_t n, int n_heads, int head_dim, int64_t stride, const float* weight,
+                                 float eps, const int32_t* pos, const RopeParams& r, int fp8_block) {
+    timed("norm_rope", 0, [&] { b_.norm_rope(x, n, n_heads, head_dim, stride, weight, eps, pos, r, fp8_block); });
+}
 void ProfilingBackend::hadamard(float* x, int64_t n, int dim, bool fp4_sim) {
     timed("hadamard", 0, [&] { b_.hadamard(x, n, dim, fp4_sim); });
 }

@@ -85,6 +85,10 @@ public:
     void fp8_sim(float* x, int64_t n, int64_t n_dims, int64_t stride, int block) override {
         forward(kFp8Sim, &Backend::fp8_sim, x, n, n_dims, stride, block);
     }
+    void norm_rope(float* x, int64_t n, int n_heads, int head_dim, int64_t stride, const float* weight, float eps,
+                   const int32_t* pos, const RopeParams& r, int fp8_block) override {
+        forward(kNormRope, &Backend::norm_rope, x, n, n_heads, head_dim, stride, weight, eps, pos, r, fp8_block);
+    }
     void hadamard(float* x, int64_t n, int dim, bool fp4_sim) override {
         forward(kHadamard, &Backend::hadamard, x, n, dim, fp4_sim);
     }
@@ -131,6 +135,7 @@ private:
         kHcHead,
         kRope,
         kFp8Sim,
+        kNormRope,
         kHadamard,
         kCompressor,
         kIndexerTopk,

@@ -23,18 +23,19 @@ enum class Comp { none, idx, count };
 // E[(v - o)^2] / E[v^2] ~ 1: 2u^2/27. Sum: (1 + 2/27) u^2; bound 8x that.
 constexpr double kTolBf16Attention = 8.0 * (1.0 + 2.0 / 27.0) * kUb2;
 
+// With out_rope, the output's inverse RoPE on its last 64 dims at random positions (AttentionArgs::out_rope).
 CaseGen attention_case(int64_t n, int H, int hd, int n_win, Comp comp, int n_comp, bool sinks, bool empty_row,
-                       bool perf_only, uint64_t seed, Mode mode = Mode::F32) {
+                       bool perf_only, uint64_t seed, Mode mode = Mode::F32, bool out_rope = false) {
     return [=]() {
         Case c;
         c.op = "attention";
         char buf[160];
-        std::snprintf(buf, sizeof buf, "%sn=%lld H=%d hd=%d win=%d comp=%s/%d%s%s", mode == Mode::BF16 ? "bf16 " : "",
+        std::snprintf(buf, sizeof buf, "%sn=%lld H=%d hd=%d win=%d comp=%s/%d%s%s%s", mode == Mode::BF16 ? "bf16 " : "",
                       (long long)n, H, hd, n_win,
                       comp == Comp::none  ? "none"
                       : comp == Comp::idx ? "idx"
                                           : "count",
-                      n_comp, sinks ? " sinks" : "", empty_row ? " empty-row" : "");
+                      n_comp, sinks ? " sinks" : "", empty_row ? " empty-row" : "", out_rope ? " rope" : "");
         c.shape = buf;
         c.perf_only = perf_only;
         Rng rng(case_seed(seed, c.op + c.shape));
@@ -54,9 +55,15 @@ CaseGen attention_case(int64_t n, int H, int hd, int n_win, Comp comp, int n_com
             if (comp == Comp::idx) std::fill(cidx->begin(), cidx->begin() + n_comp, -1);
             (*ccount)[0] = 0;
         }
+        const int rd = 64;  // out_rope's dims
+        auto pos = std::make_shared<std::vector<int32_t>>((size_t)n);
+        for (auto& p : *pos) p = rng.uniform_int(0, 100000);
+        auto freqs = std::make_shared<std::vector<float>>((size_t)rd / 2);
+        for (int t = 0; t < rd / 2; ++t) (*freqs)[t] = 1.0f / std::pow(10000.0f, (float)(2 * t) / (float)rd);
         const int L = n_win + (comp == Comp::none ? 0 : n_comp);
-        // hd-term score dots, one exp per row, an L-term weighted sum and its normalization.
-        c.ref_tol = tol_dot(hd) + kTolTransc + tol_dot(L);
+        // hd-term score dots, one exp per row, an L-term weighted sum and its normalization; out_rope adds the
+        // rope op's bound (a rotation keeps the attention's error norm).
+        c.ref_tol = tol_dot(hd) + kTolTransc + tol_dot(L) + (out_rope ? kTolTransc : 0.0);
         c.tol = c.ref_tol + (mode == Mode::BF16 ? kTolBf16Attention : 0.0);
         c.bytes = 4.0 * (2 * n * H * hd + (double)n * L * hd);
         c.make = [=](Backend& b) {
@@ -83,6 +90,10 @@ CaseGen attention_case(int64_t n, int H, int hd, int n_win, Comp comp, int n_com
                     a.comp_count = d.i32(*ccount);
                 }
             }
+            if (out_rope) {
+                a.out_rope = RopeParams{d.f32(*freqs), rd};
+                a.pos = d.i32(*pos);
+            }
             in.run = [&b, a, mode]() {
                 const ScopedMode scope(b, mode);
                 b.attention(a);
@@ -103,6 +114,7 @@ CaseGen attention_case(int64_t n, int H, int hd, int n_win, Comp comp, int n_com
                 if (comp == Comp::count)
                     for (int k = 0; k < (*ccount)[i]; ++k) rows.push_back(kvc->data() + (int64_t)k * hd);
                 for (int h = 0; h < H; ++h) {
+                    const size_t o0 = out.size();
                     const float* qh = q->data() + (i * H + h) * hd;
                     std::vector<double> s(rows.size());
                     double m = -INFINITY;
@@ -119,6 +131,15 @@ CaseGen attention_case(int64_t n, int H, int hd, int n_win, Comp comp, int n_com
                         double o = 0;
                         for (size_t r = 0; r < rows.size(); ++r) o += s[r] * rows[r][k];
                         out.push_back(rows.empty() ? 0.0 : o / l);
+                    }
+                    if (!out_rope) continue;
+                    for (int t = 0; t < rd / 2; ++t) {  // the inverse rotation, at an f32 angle
+                        const double ang = (float)(*pos)[i] * (*freqs)[t];
+                        double& x0 = out[o0 + hd - rd + 2 * t];
+                        double& x1 = out[o0 + hd - rd + 2 * t + 1];
+                        const double a0 = x0, a1 = x1;
+                        x0 = a0 * std::cos(ang) + a1 * std::sin(ang);
+                        x1 = -a0 * std::sin(ang) + a1 * std::cos(ang);
                     }
                 }
             }
@@ -365,6 +386,27 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(attention_case(18, 70, 128, 40, Comp::none, 0, true, false, false, s, Mode::BF16));
     out.push_back(attention_case(33, 4, 64, 0, Comp::idx, 100, false, true, false, s, Mode::BF16));
     out.push_back(attention_case(16, 12, 83, 16, Comp::count, 50, true, true, false, s, Mode::BF16));
+    // The output's inverse RoPE (out_rope), on every path that writes the output: the merge of splits (decode:
+    // 64 heads of 512, also with an empty query; head_dim 130 in the scalar layout, 1024), the kernel's own store
+    // with one split (n = 40 and 270: two and four heads per warp; 130 and 1024 in the scalar and widest layouts),
+    // every dim RoPE'd (head_dim 64); head_dim 83 (pairs start at odd dims) and the tensor-core kernel run the
+    // rope op after the attention.
+    for (bool empty : {false, true}) {
+        out.push_back(attention_case(1, 64, 512, 128, Comp::idx, 400, true, empty, false, s, Mode::F32, true));
+        out.push_back(attention_case(40, 64, 512, 32, Comp::idx, 64, true, empty, false, s, Mode::F32, true));
+    }
+    out.push_back(attention_case(3, 64, 512, 128, Comp::count, 700, true, false, false, s, Mode::F32, true));
+    out.push_back(attention_case(270, 33, 512, 16, Comp::idx, 40, false, false, false, s, Mode::F32, true));
+    out.push_back(attention_case(1, 12, 130, 32, Comp::idx, 200, true, false, false, s, Mode::F32, true));
+    out.push_back(attention_case(200, 5, 130, 16, Comp::count, 100, true, true, false, s, Mode::F32, true));
+    out.push_back(attention_case(1, 8, 1024, 32, Comp::idx, 64, true, false, false, s, Mode::F32, true));
+    out.push_back(attention_case(200, 3, 1024, 16, Comp::count, 50, true, true, false, s, Mode::F32, true));
+    out.push_back(attention_case(7, 16, 64, 32, Comp::idx, 64, true, true, false, s, Mode::F32, true));
+    out.push_back(attention_case(300, 12, 64, 32, Comp::idx, 40, true, false, false, s, Mode::F32, true));
+    out.push_back(attention_case(1, 12, 83, 32, Comp::idx, 200, true, false, false, s, Mode::F32, true));
+    out.push_back(attention_case(200, 5, 83, 16, Comp::count, 100, true, true, false, s, Mode::F32, true));
+    out.push_back(attention_case(20, 16, 128, 32, Comp::idx, 40, true, false, false, s, Mode::BF16, true));
+    out.push_back(attention_case(16, 64, 512, 64, Comp::idx, 64, true, true, false, s, Mode::BF16, true));
     out.push_back(indexer_case(1, 4, 64, 83, 8, false, false, s));
     out.push_back(indexer_case(7, 16, 64, 769, 16, false, false, s));
     out.push_back(indexer_case(7, 16, 128, 3000, 512, false, false, s));

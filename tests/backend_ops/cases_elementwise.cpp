@@ -1,4 +1,4 @@
-// Conformance cases of the per-row and element-wise ops: rms_norm, rope, fp8_sim, hadamard (with and
+// Conformance cases of the per-row and element-wise ops: rms_norm, rope, fp8_sim, norm_rope, hadamard (with and
 // without the FP4 round trip), swiglu, add, copy_rows, gather_rows, scatter_rows and fill.
 #include <algorithm>
 #include <bit>
@@ -81,6 +81,142 @@ std::string dims(std::initializer_list<std::pair<const char*, long long>> kv) {
         s.append(k).append("=").append(std::to_string(v));
     }
     return s;
+}
+
+// norm_rope of n rows of `heads` heads of hd floats (row stride heads * hd + pad), RoPE on the last 64 dims, with
+// or without a weight and the FP8 round trip of the other dims in blocks of fp8_block (0: none).
+//
+// Bounds: outside the FP8 dims (the RoPE dims, the normed dims without FP8, the gaps between rows, which must keep
+// their values) the NMSE of rms_norm followed by rope, kTolElem + kTolTransc, against the CPU and against the
+// double reference. The FP8 dims: the reference quantizes the CPU's own rms_norm output with the table quantizer,
+// so the CPU must match it exactly (as fp8_sim does). Against the CPU another backend's norm can differ in the last
+// ulp (its double sum of squares in another order may round 1/rms the other way), and the round trip is the same
+// function of the normed value, so an FP8 value is either the CPU's exactly or, when its normed value sits within
+// an ulp of a rounding boundary (or its block's amax within an ulp of a power-of-two scale boundary), it rounds the
+// other way: then it differs by one FP8 step. So each FP8 value must equal the CPU's within the f32 chain bound
+// (4u relative, one rounding of kTolElem) or within one E4M3 step: 1/8 of the larger magnitude (3 mantissa bits)
+// or, below the normal range, the subnormal spacing 2^-9 s at the larger of the two possible block scales (s <=
+// the CPU block's amax / 224 or the amax floor's scale, doubled). Such a value needs a normed value within an ulp
+// of a boundary (probability ~2^-20 per value), so at most one block's worth (fp8_block values: one scale flip)
+// may differ by more than the chain bound.
+CaseGen norm_rope_case(int64_t n, int heads, int hd, int pad, bool weighted, int fp8_block, uint64_t seed) {
+    return [=]() {
+        Case c;
+        c.op = "norm_rope";
+        c.shape = dims({{"n", n}, {"heads", heads}, {"hd", hd}, {"stride", (long long)heads * hd + pad},
+                        {"weight", weighted}, {"fp8", fp8_block}});
+        const int rd = 64, off = hd - rd;
+        const int64_t stride = (int64_t)heads * hd + pad;
+        const float eps = 1e-6f;
+        Rng rng(case_seed(seed, c.op + c.shape));
+        auto x = std::make_shared<std::vector<float>>(rng.vec(n * stride, -3, 3));
+        // Spans of 32 values scaled by 1e-4 .. 1: FP8 blocks far below the head's RMS (small scales, subnormal
+        // E4M3 values, the amax floor) occur beside large ones.
+        for (int64_t i = 0; i < n * stride; i += 32) {
+            const float m = std::pow(10.0f, rng.uniform(-4, 0));
+            for (int64_t j = i; j < std::min<int64_t>(i + 32, n * stride); ++j) (*x)[j] *= m;
+        }
+        auto w = std::make_shared<std::vector<float>>(rng.vec(hd, 0.5f, 1.5f));
+        std::vector<int32_t> pos((size_t)n);
+        for (auto& p : pos) p = rng.uniform_int(0, 100000);
+        std::vector<float> freqs((size_t)rd / 2);
+        for (int t = 0; t < rd / 2; ++t) freqs[t] = 1.0f / std::pow(10000.0f, (float)(2 * t) / (float)rd);
+        auto is_fp8 = [=](int64_t e) {  // element e of the buffer is in a head's FP8 dims
+            const int64_t col = e % stride;
+            return fp8_block > 0 && col < (int64_t)heads * hd && col % hd < off;
+        };
+        const double tol = kTolElem + kTolTransc;  // rms_norm then rope, against the CPU and the reference
+        c.tol = tol;
+        c.ref_tol = tol;
+        c.bytes = 8.0 * n * stride;
+        c.make = [=](Backend& b) {
+            Instance in;
+            in.dev = std::make_unique<Dev>(b);
+            Dev& d = *in.dev;
+            float* xd = d.f32(*x);
+            const float* wd = weighted ? d.f32(*w) : nullptr;
+            const int32_t* pd = d.i32(pos);
+            const RopeParams r{d.f32(freqs), rd};
+            in.run = [&b, xd, n, heads, hd, stride, wd, eps, pd, r, fp8_block]() {
+                b.norm_rope(xd, n, heads, hd, stride, wd, eps, pd, r, fp8_block);
+            };
+            in.read = [&d, xd, n, stride]() { return Arrays{d.get(xd, n * stride)}; };
+            return in;
+        };
+        c.reference = [=]() {
+            Array r(x->begin(), x->end());
+            std::vector<float> normed;  // the CPU's rms_norm of every head, for the FP8 dims
+            if (fp8_block > 0) {
+                auto cpu = make_cpu_backend(1);
+                normed = *x;
+                for (int h = 0; h < heads; ++h)
+                    cpu->rms_norm(normed.data() + h * hd, normed.data() + h * hd, weighted ? w->data() : nullptr, n, hd,
+                                  stride, eps);
+            }
+            for (int64_t i = 0; i < n; ++i)
+                for (int h = 0; h < heads; ++h) {
+                    const int64_t at = i * stride + (int64_t)h * hd;
+                    double ss = 0;
+                    for (int j = 0; j < hd; ++j) ss += (double)(*x)[at + j] * (*x)[at + j];
+                    const double s = 1 / std::sqrt(ss / hd + eps);
+                    for (int j = 0; j < hd; ++j) r[at + j] = (*x)[at + j] * s * (weighted ? (*w)[j] : 1.0);
+                    for (int t = 0; t < rd / 2; ++t) {
+                        const double ang = (float)pos[i] * freqs[t];  // the angle is an f32 product
+                        const double a = r[at + off + 2 * t], cc = r[at + off + 2 * t + 1];
+                        r[at + off + 2 * t] = a * std::cos(ang) - cc * std::sin(ang);
+                        r[at + off + 2 * t + 1] = a * std::sin(ang) + cc * std::cos(ang);
+                    }
+                    if (fp8_block == 0) continue;
+                    for (int j = 0; j < off; ++j) r[at + j] = normed[at + j];
+                    for (int j = 0; j < off; j += fp8_block) ref_fake_quant(r.data() + at + j, fp8_block, false);
+                    for (int j = 0; j < off; ++j) r[at + j] = (float)r[at + j];
+                }
+            return Arrays{r};
+        };
+        c.compare = [=](const Arrays& got, const Arrays& want, bool vs_ref) -> std::string {
+            const Array& g = got[0];
+            const Array& v = want[0];
+            if (g.size() != v.size()) return "output size differs";
+            Array g_rest, v_rest;
+            int64_t beyond = 0;
+            // The floor of the block scale: the smallest power of two >= 1e-4f / 448 (ref_fake_quant's rule).
+            double s_floor = std::ldexp(1.0, -140);
+            while (s_floor < (double)1e-4f / 448) s_floor *= 2;
+            for (int64_t e = 0; e < (int64_t)g.size(); ++e) {
+                if (!is_fp8(e)) {
+                    g_rest.push_back(g[e]);
+                    v_rest.push_back(v[e]);
+                    continue;
+                }
+                if (vs_ref) {
+                    if (!(g[e] == v[e])) return "FP8 value " + std::to_string(e) + " differs from the reference";
+                    continue;
+                }
+                const double diff = std::fabs(g[e] - v[e]);
+                if (diff <= 4 * kU * std::fabs(v[e])) continue;
+                ++beyond;
+                const int64_t block0 = e - (e % stride % hd) % fp8_block;  // the block's first element
+                double amax = 0;
+                for (int j = 0; j < fp8_block; ++j) amax = std::max(amax, std::fabs(v[block0 + j]));
+                const double s_hi = 2 * std::max(amax / 224, s_floor);
+                const double step = std::max(std::max(std::fabs(g[e]), std::fabs(v[e])) / 8, std::ldexp(s_hi, -9));
+                if (!(diff <= step))
+                    return "FP8 value " + std::to_string(e) + ": " + std::to_string(g[e]) + " vs " +
+                           std::to_string(v[e]) + ", more than one E4M3 step apart";
+            }
+            if (beyond > fp8_block)
+                return std::to_string(beyond) + " FP8 values differ by an E4M3 step (at most " +
+                       std::to_string(fp8_block) + ")";
+            const double e = nmse(g_rest, v_rest);
+            if (!(e <= tol)) {
+                char buf[96];
+                std::snprintf(buf, sizeof buf, "non-FP8 nmse %.2e (tol %.1e)", e, tol);
+                return buf;
+            }
+            return "";
+        };
+        return c;
+    };
 }
 
 }  // namespace
@@ -171,6 +307,27 @@ void add_elementwise_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
                     return r;
                 }));
         }
+
+    // norm_rope: the model's shapes (the KV row and compressed entries: 1 head of 512; V4-Flash's query: 64 heads of
+    // 512; the indexer's entries: 1 of 128; 64 heads of 64: every dim RoPE'd), strided rows (pad 4 keeps the rows
+    // 16-byte aligned: CUDA's fused kernel; pad 5 or 7 and head_dim 83 do not: its separate kernels), other FP8
+    // block widths (32, 128: other lane groups of the fused kernel; 256: separate kernels), head_dim 1024 (the
+    // fused kernel's largest) and 1088 (past it).
+    struct NormRopeShape {
+        int heads, hd, pad, fp8_block;
+    };
+    for (int64_t n : {1, 7, 83})
+        for (const NormRopeShape& sh : {NormRopeShape{1, 512, 0, 64}, NormRopeShape{64, 512, 0, 64},
+                                        NormRopeShape{1, 128, 0, 64}, NormRopeShape{64, 64, 0, 64},
+                                        NormRopeShape{8, 128, 4, 64}, NormRopeShape{3, 83, 7, 19},
+                                        NormRopeShape{2, 192, 5, 64}, NormRopeShape{2, 256, 4, 32},
+                                        NormRopeShape{1, 576, 0, 128}, NormRopeShape{3, 320, 4, 256},
+                                        NormRopeShape{1, 1024, 0, 64}, NormRopeShape{1, 1088, 0, 64}})
+            for (bool weighted : {false, true})
+                for (bool fp8 : {false, true}) {
+                    if (n == 83 && sh.heads * sh.hd > 4096 && weighted != fp8) continue;  // the largest: two of four
+                    out.push_back(norm_rope_case(n, sh.heads, sh.hd, sh.pad, weighted, fp8 ? sh.fp8_block : 0, seed));
+                }
 
     for (int64_t n : {1, 7, 83})
         for (int dim : {32, 64, 128, 512, 1024, 2048})

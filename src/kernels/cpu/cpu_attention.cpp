@@ -1,9 +1,11 @@
-// CPU sparse attention with sinks over per-query KV index lists, and the lightning indexer's top-k.
+// CPU sparse attention with sinks over per-query KV index lists (then the output's inverse RoPE, when asked, by
+// the rope op itself), and the lightning indexer's top-k.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <vector>
 
+#include "core/check.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_dot.h"
 
@@ -58,6 +60,10 @@ void CpuBackend::attention(const AttentionArgs& a) {
             for (int d = 0; d < hd; ++d) o[d] *= inv;
         }
     });
+    if (a.out_rope.freqs) {
+        DSV4_CHECK_MSG(a.pos, "attention: the output's RoPE needs the queries' positions");
+        rope(a.out, a.n, H, hd, (int64_t)H * hd, a.pos, a.out_rope, true);
+    }
 }
 
 void CpuBackend::indexer_topk(int32_t* idx, const float* q, const float* w, const float* keys,

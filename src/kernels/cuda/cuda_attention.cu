@@ -81,6 +81,43 @@ __device__ __forceinline__ void store_slice(float* v, const float (&x)[NE], floa
     }
 }
 
+// store_slice with the output's inverse RoPE (AttentionArgs::out_rope at position pos) on the scaled values of the
+// last rope_dim dims. head_dim - rope_dim is even (CudaBackend::attention sees to it), so a pair starts at an even
+// dim: in the 16-byte layout it is the (x, y) or (z, w) of one float4; in the scalar one it is dim 32 e + lane of
+// lanes 2m and 2m + 1, exchanged by a shuffle that every lane of the warp takes part in (the caller's branches
+// around it are warp-uniform).
+template <int NE, bool VEC>
+__device__ __forceinline__ void store_slice_rope(float* v, const float (&x)[NE], float scale, int lane, int hd,
+                                                 const RopeParams& r, int32_t pos) {
+    const int off = hd - r.rope_dim;
+    if constexpr (VEC) {
+#pragma unroll
+        for (int j = 0; j < NE / 4; ++j) {
+            const int d = 128 * j + 4 * lane;
+            if (d >= hd) continue;
+            float o[4] = {x[4 * j] * scale, x[4 * j + 1] * scale, x[4 * j + 2] * scale, x[4 * j + 3] * scale};
+#pragma unroll
+            for (int k = 0; k < 4; k += 2)
+                if (d + k >= off) rope_pair(o[k], o[k + 1], pos, r.freqs[(d + k - off) / 2], true);
+            *reinterpret_cast<float4*>(v + d) = make_float4(o[0], o[1], o[2], o[3]);
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < NE; ++e) {
+            const int d = 32 * e + lane;
+            float o = x[e] * scale;
+            const float other = __shfl_xor_sync(0xffffffffu, o, 1);
+            if (d >= off && d < hd) {
+                const bool first = (d - off) % 2 == 0;  // lane even
+                float a = first ? o : other, c = first ? other : o;
+                rope_pair(a, c, pos, r.freqs[(d - off) / 2], true);
+                o = first ? a : c;
+            }
+            if (d < hd) v[d] = o;
+        }
+    }
+}
+
 // First half of the tile's butterfly. v[k] is this lane's partial dot of row 8c + k of chunk c; each step
 // keeps half of the values (the rows named by one more bit of the lane) and adds the partner's copy of
 // them. Returns row 8c + (lane >> 2), summed over the 8 lanes that differ in bits 2..4.
@@ -253,7 +290,12 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, in
         if (splits == 1) {
             float inv = 0.0f;  // no valid entry: acc is zero and so is the output, as on the CPU
             if (m[hh] != -INFINITY) inv = 1.0f / (l[hh] + (a.sinks ? expf(a.sinks[h[hh]] - m[hh]) : 0.0f));
-            store_slice<NE, VEC>(a.out + (i * H + h[hh]) * hd, acc[hh], inv, lane, hd);
+            float* o = a.out + (i * H + h[hh]) * hd;
+            if (a.out_rope.freqs) {
+                store_slice_rope<NE, VEC>(o, acc[hh], inv, lane, hd, a.out_rope, a.pos[i]);
+            } else {
+                store_slice<NE, VEC>(o, acc[hh], inv, lane, hd);
+            }
         } else {
             const int64_t slot = (i * splits + split) * H + h[hh];
             if (lane == 0) part_ml[slot] = make_float2(m[hh], l[hh]);
@@ -264,7 +306,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, in
 
 // Block (query-head ih = i H + h, dims [blockIdx.y kMergeThreads, +kMergeThreads)): out = sum_s w_s O_s /
 // (sum_s w_s l_s + exp(sink - M)), w_s = exp(m_s - M), M = max_s m_s. Splits without a valid entry (m_s =
-// -inf, O_s never written) get w_s = 0 and are left out; all of them: M = -inf and the output is zero.
+// -inf, O_s never written) get w_s = 0 and are left out; all of them: M = -inf and the output is zero. With
+// out_rope, the inverse RoPE of the last rope_dim dims: head_dim - rope_dim is even, so dim d's pair partner d ^ 1
+// is thread threadIdx.x ^ 1 of the same warp (a shuffle; no thread returns before it).
 __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttentionArgs a, int splits,
                                                                         const float2* part_ml,
                                                                         const float* part_o) {
@@ -285,16 +329,28 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(Attentio
     }
     __syncthreads();
     const int d = blockIdx.y * kMergeThreads + threadIdx.x;
-    if (d >= hd) return;
-    // All the splits' loads are issued before the sum (unrolled to the cap), so one L2 round trip.
-    float x[kMaxSplits];
-#pragma unroll
-    for (int s = 0; s < kMaxSplits; ++s)
-        x[s] = s < splits && w_s[s] != 0.0f ? part_o[((i * splits + s) * H + h) * hd + d] : 0.0f;
     float o = 0.0f;
+    if (d < hd) {
+        // All the splits' loads are issued before the sum (unrolled to the cap), so one L2 round trip.
+        float x[kMaxSplits];
 #pragma unroll
-    for (int s = 0; s < kMaxSplits; ++s) o = fmaf(w_s[s], x[s], o);
-    a.out[ih * hd + d] = o * inv_s;
+        for (int s = 0; s < kMaxSplits; ++s)
+            x[s] = s < splits && w_s[s] != 0.0f ? part_o[((i * splits + s) * H + h) * hd + d] : 0.0f;
+#pragma unroll
+        for (int s = 0; s < kMaxSplits; ++s) o = fmaf(w_s[s], x[s], o);
+        o = o * inv_s;
+    }
+    if (a.out_rope.freqs) {  // uniform over the block
+        const float other = __shfl_xor_sync(0xffffffffu, o, 1);
+        const int off = hd - a.out_rope.rope_dim;
+        if (d >= off && d < hd) {
+            const bool first = (d - off) % 2 == 0;  // d even
+            float x0 = first ? o : other, x1 = first ? other : o;
+            rope_pair(x0, x1, a.pos[i], a.out_rope.freqs[(d - off) / 2], true);
+            o = first ? x0 : x1;
+        }
+    }
+    if (d < hd) a.out[ih * hd + d] = o;
 }
 
 using AttentionKernel = void (*)(AttentionArgs, int, float2*, float*);
@@ -313,7 +369,24 @@ void CudaBackend::attention(const AttentionArgs& a) {
     if (a.n <= 0 || a.n_heads <= 0) return;
     const int H = a.n_heads, hd = a.head_dim;
     DSV4_CHECK_MSG(hd > 0 && hd <= kMaxHeadDim, "attention: head_dim %d is outside (0, %d]", hd, kMaxHeadDim);
-    if (attention_tc(*this, a)) return;  // bf16 mode, prefill-sized calls
+    if (a.out_rope.freqs) {
+        const int rd = a.out_rope.rope_dim;
+        DSV4_CHECK_MSG(a.pos && rd >= 0 && rd <= hd && rd % 2 == 0,
+                       "attention: the output's RoPE on %d of %d dims needs positions and an even count", rd, hd);
+        // The f32 kernels rotate the output where they store it, a RoPE pair in one thread or two neighbouring
+        // lanes, which needs the pairs to start at an even dim. Otherwise, and after the tensor-core kernel, the
+        // attention runs without it and the rope op follows.
+        AttentionArgs plain = a;
+        plain.out_rope = RopeParams{};
+        const bool odd = (hd - rd) % 2 != 0;
+        if (odd || attention_tc(*this, plain)) {
+            if (odd) attention(plain);
+            rope(a.out, a.n, H, hd, (int64_t)H * hd, a.pos, a.out_rope, true);
+            return;
+        }
+    } else if (attention_tc(*this, a)) {  // bf16 mode, prefill-sized calls
+        return;
+    }
     const bool vec = hd % 4 == 0 && rows_aligned16(a);
     // Heads per warp: each row slice read from shared memory feeds HPW heads' FMAs, so 4 keep the shared
     // reads level with the FMAs where 2 leave them the bound, but 4 take about 220 registers (one block per

@@ -52,6 +52,8 @@ public:
     void rope(float* x, int64_t n, int n_heads, int head_dim, int64_t stride, const int32_t* pos,
               const RopeParams& r, bool inverse) override;
     void fp8_sim(float* x, int64_t n, int64_t n_dims, int64_t stride, int block) override;
+    void norm_rope(float* x, int64_t n, int n_heads, int head_dim, int64_t stride, const float* weight, float eps,
+                   const int32_t* pos, const RopeParams& r, int fp8_block) override;
     void hadamard(float* x, int64_t n, int dim, bool fp4_sim) override;
     void compressor(const CompressorArgs& a) override;
     void indexer_topk(int32_t* idx, const float* q, const float* w, const float* keys, const int32_t* n_visible,

@@ -93,6 +93,18 @@ __device__ __forceinline__ float swiglu_value(float g, float u, float clamp) {
     return g / (1.0f + expf(-g)) * u;
 }
 
+// RoPE of one interleaved pair (a, c) at angle pos * freq (an f32 product, as on the CPU), rotated back when
+// `inverse`: a' = a cos - c sin, c' = a sin + c cos with every product and sum rounded on its own, as the CPU's
+// code is written (__fmul_rn/__fadd_rn are never fused; GCC contracts the CPU's into multiply-adds where the
+// target has them, a difference of an ulp that the rope bounds cover, like cosf/sinf's last ulp).
+__device__ __forceinline__ void rope_pair(float& a, float& c, int32_t pos, float freq, bool inverse) {
+    const float ang = (float)pos * freq;
+    const float cs = cosf(ang), sn = inverse ? -sinf(ang) : sinf(ang);
+    const float a0 = a, c0 = c;
+    a = __fsub_rn(__fmul_rn(a0, cs), __fmul_rn(c0, sn));
+    c = __fadd_rn(__fmul_rn(a0, sn), __fmul_rn(c0, cs));
+}
+
 // Order-preserving 64-bit key of (score, index) for top-k selection: a larger key is a higher score, then a
 // lower index; -0 counts as +0 (they compare equal as floats). key_index recovers the index.
 __device__ __forceinline__ uint32_t score_bits(float s) {

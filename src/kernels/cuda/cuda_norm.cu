@@ -1,6 +1,8 @@
-// CUDA per-row ops: RMS norm (sum of squares in double, as the CPU oracle), RoPE, the FP8 fake quantizer
-// and the Walsh-Hadamard rotation with the optional FP4 round trip. The scalar numerics come from
-// ops/numerics.h, the same code the CPU runs, so FP8/FP4 rounding is bit-identical.
+// CUDA per-row ops: RMS norm (sum of squares in double, as the CPU oracle), RoPE, the FP8 fake quantizer, the
+// three fused per head (norm_rope), and the Walsh-Hadamard rotation with the optional FP4 round trip. The scalar
+// numerics come from ops/numerics.h, the same code the CPU runs, so FP8/FP4 rounding is bit-identical.
+#include <algorithm>
+
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
@@ -15,15 +17,14 @@ constexpr int kNormThreads = 256;
 constexpr int kNormVecs = 8;
 
 // One 16-byte aligned row of at most threads * 4 * kNormVecs floats, normed by `threads` threads of which this is
-// thread t (a block or a warp): each loads its float4s before using any (a row is one dependent load, not one
-// per loop trip) and keeps them for the scaling pass; sum() adds a double over those threads.
+// thread t (a block or a warp) into v: each loads its float4s t, t + threads, ... before using any (a row is one
+// dependent load, not one per loop trip) and scales them in place (times weight when non-null); sum() adds a
+// double over those threads. Slots past the row hold zeros.
 template <class Sum>
-__device__ __forceinline__ void rms_norm_row_vec(float* y, const float* x, const float* weight, int64_t dim, float eps,
-                                                 int t, int threads, Sum sum) {
+__device__ __forceinline__ void rms_norm_vec_regs(float4 (&v)[kNormVecs], const float* x, const float* weight,
+                                                  int64_t dim, float eps, int t, int threads, Sum sum) {
     const float4* xi = reinterpret_cast<const float4*>(x);
-    float4* yi = reinterpret_cast<float4*>(y);
     const int nv = (int)(dim / 4);
-    float4 v[kNormVecs];
 #pragma unroll
     for (int k = 0; k < kNormVecs; ++k) {
         const int j = t + k * threads;
@@ -45,7 +46,22 @@ __device__ __forceinline__ void rms_norm_row_vec(float* y, const float* x, const
             const float4 w = wv[j];
             o = make_float4(__fmul_rn(w.x, o.x), __fmul_rn(w.y, o.y), __fmul_rn(w.z, o.z), __fmul_rn(w.w, o.w));
         }
-        yi[j] = o;
+        v[k] = o;
+    }
+}
+
+// rms_norm_vec_regs, then the row's store.
+template <class Sum>
+__device__ __forceinline__ void rms_norm_row_vec(float* y, const float* x, const float* weight, int64_t dim, float eps,
+                                                 int t, int threads, Sum sum) {
+    float4 v[kNormVecs];
+    rms_norm_vec_regs(v, x, weight, dim, eps, t, threads, sum);
+    float4* yi = reinterpret_cast<float4*>(y);
+    const int nv = (int)(dim / 4);
+#pragma unroll
+    for (int k = 0; k < kNormVecs; ++k) {
+        const int j = t + k * threads;
+        if (j < nv) yi[j] = v[k];
     }
 }
 
@@ -95,13 +111,11 @@ __global__ void rope_kernel(float* x, int64_t n, int n_heads, int head_dim, int6
         const int p = (int)(t % half);
         const int h = (int)((t / half) % n_heads);
         const int64_t i = t / ((int64_t)half * n_heads);
-        const float ang = (float)pos[i] * freqs[p];
-        const float cs = cosf(ang), sn = inverse ? -sinf(ang) : sinf(ang);
         float* v = x + i * stride + (int64_t)h * head_dim + off + 2 * p;
-        const float a = v[0], c = v[1];
-        // Two roundings per product and one per sum, as the CPU computes it.
-        v[0] = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(c, sn));
-        v[1] = __fadd_rn(__fmul_rn(a, sn), __fmul_rn(c, cs));
+        float a = v[0], c = v[1];
+        rope_pair(a, c, pos[i], freqs[p], inverse);
+        v[0] = a;
+        v[1] = c;
     }
 }
 
@@ -117,6 +131,61 @@ __global__ void fp8_sim_kernel(float* x, int64_t n, int64_t blocks_per_row, int6
         for (int j = lane; j < block; j += kWarp) amax = fmaxf(amax, fabsf(v[j]));
         const float s = fake_quant_scale(warp_max(amax), false);
         for (int j = lane; j < block; j += kWarp) v[j] = fake_quant_value(v[j], s, false);
+    }
+}
+
+// norm_rope with a warp per (row, head) for heads of head_dim <= kWarp * 4 * kNormVecs floats that are 16-byte
+// aligned (x, weight, head_dim and stride in floats multiples of 4): the head's RMS norm in registers exactly as
+// the rms_norm kernels compute it (rms_norm_vec_regs), RoPE on its last rope_dim dims, the FP8 round trip of dims
+// [0, head_dim - rope_dim) in blocks of `block` values (0: none), then one store. Lane l holds the float4 slots
+// j = l + kWarp k (dims 4j .. 4j + 3), so:
+// - a RoPE pair starts at an even dim (head_dim - rope_dim is even), so it is the (x, y) or (z, w) of one float4;
+// - an FP8 block (block a power of two in [4, 4 kWarp], blocks starting at multiples of block, the FP8 dims a
+//   whole number of them) is the block / 4 consecutive lanes of one slot k starting at a multiple of block / 4, so
+//   its absolute maximum is a shuffle reduction over the lane bits below block / 4 (fmaxf is exact in any order);
+//   a lane group is wholly inside or outside the FP8 dims, and every lane takes part in every shuffle.
+__global__ void __launch_bounds__(kNormThreads)
+    norm_rope_kernel(float* x, int64_t n_warps, int n_heads, int head_dim, int64_t stride, const float* weight,
+                     float eps, const int32_t* pos, const float* freqs, int rope_dim, int block) {
+    pdl_begin();
+    const int64_t w = (int64_t)blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+    if (w >= n_warps) return;  // warp-uniform
+    const int lane = threadIdx.x % kWarp;
+    const int64_t row = w / n_heads;
+    float* head = x + row * stride + (w % n_heads) * (int64_t)head_dim;
+    float4 v[kNormVecs];
+    rms_norm_vec_regs(v, head, weight, head_dim, eps, lane, kWarp, [](double s) { return warp_sum(s); });
+    const int nv = head_dim / 4, off = head_dim - rope_dim;
+    if (rope_dim > 0) {
+        const int32_t p = pos[row];
+#pragma unroll
+        for (int k = 0; k < kNormVecs; ++k) {
+            const int d = 4 * (lane + k * kWarp);
+            if (d >= head_dim) break;
+            if (d >= off) rope_pair(v[k].x, v[k].y, p, freqs[(d - off) / 2], false);
+            if (d + 2 >= off) rope_pair(v[k].z, v[k].w, p, freqs[(d + 2 - off) / 2], false);
+        }
+    }
+    if (block > 0) {
+        const int group = block / 4;  // lanes per FP8 block
+#pragma unroll
+        for (int k = 0; k < kNormVecs; ++k) {
+            if (4 * kWarp * k >= off) break;  // warp-uniform: slot k holds no FP8 dims
+            const bool fp8 = 4 * (lane + k * kWarp) < off;
+            float amax = fp8 ? fmaxf(fmaxf(fabsf(v[k].x), fabsf(v[k].y)), fmaxf(fabsf(v[k].z), fabsf(v[k].w))) : 0.0f;
+            for (int m = 1; m < group; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+            if (fp8) {
+                const float s = fake_quant_scale(amax, false);
+                v[k] = make_float4(fake_quant_value(v[k].x, s, false), fake_quant_value(v[k].y, s, false),
+                                   fake_quant_value(v[k].z, s, false), fake_quant_value(v[k].w, s, false));
+            }
+        }
+    }
+    float4* out = reinterpret_cast<float4*>(head);
+#pragma unroll
+    for (int k = 0; k < kNormVecs; ++k) {
+        const int j = lane + k * kWarp;
+        if (j < nv) out[j] = v[k];
     }
 }
 
@@ -233,6 +302,26 @@ void CudaBackend::fp8_sim(float* x, int64_t n, int64_t n_dims, int64_t stride, i
     const int64_t per_row = n_dims / block;
     if (n * per_row <= 0) return;
     launch_pdl(fp8_sim_kernel, grid_for(n * per_row * kWarp, 128), 128, 0, stream_, x, n, per_row, stride, block);
+    CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::norm_rope(float* x, int64_t n, int n_heads, int head_dim, int64_t stride, const float* weight,
+                            float eps, const int32_t* pos, const RopeParams& r, int fp8_block) {
+    norm_rope_check(n, n_heads, head_dim, stride, pos, r, fp8_block);
+    if (n == 0) return;
+    // The fused kernel's shapes (norm_rope_kernel); anything else runs the three kernels one after another.
+    const bool fp8_fits =
+        fp8_block == 0 || (fp8_block >= 4 && fp8_block <= 4 * kWarp && (fp8_block & (fp8_block - 1)) == 0);
+    if (head_dim % 4 != 0 || stride % 4 != 0 || head_dim > kWarp * 4 * kNormVecs || !aligned16(x, weight) ||
+        !fp8_fits) {
+        Backend::norm_rope(x, n, n_heads, head_dim, stride, weight, eps, pos, r, fp8_block);  // the separate kernels
+        return;
+    }
+    const int64_t warps = n * n_heads;
+    DSV4_CHECK(warps <= INT32_MAX);
+    const int per_block = (int)std::min<int64_t>(kNormThreads / kWarp, warps);
+    launch_pdl(norm_rope_kernel, ceil_div(warps, per_block), per_block * kWarp, 0, stream_, x, warps, n_heads, head_dim,
+               stride, weight, eps, pos, r.freqs, r.rope_dim, fp8_block);
     CUDA_CHECK_LAUNCH();
 }
 
