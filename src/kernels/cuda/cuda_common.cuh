@@ -93,13 +93,20 @@ __device__ __forceinline__ float swiglu_value(float g, float u, float clamp) {
     return g / (1.0f + expf(-g)) * u;
 }
 
+// cosf and sinf of pos * freq, not inlined: each accurate sinf/cosf brings its large-argument reduction, so a
+// kernel that rotates several pairs per thread from unrolled loops carried dozens of copies (norm_rope: 99 KB of
+// SASS, "no instruction" its first stall in Nsight Compute). One shared copy costs a call per pair.
+static __device__ __noinline__ float2 rope_cos_sin(int32_t pos, float freq) {
+    const float ang = (float)pos * freq;
+    return make_float2(cosf(ang), sinf(ang));
+}
 // RoPE of one interleaved pair (a, c) at angle pos * freq (an f32 product, as on the CPU), rotated back when
 // `inverse`: a' = a cos - c sin, c' = a sin + c cos with every product and sum rounded on its own, as the CPU's
 // code is written (__fmul_rn/__fadd_rn are never fused; GCC contracts the CPU's into multiply-adds where the
 // target has them, a difference of an ulp that the rope bounds cover, like cosf/sinf's last ulp).
 __device__ __forceinline__ void rope_pair(float& a, float& c, int32_t pos, float freq, bool inverse) {
-    const float ang = (float)pos * freq;
-    const float cs = cosf(ang), sn = inverse ? -sinf(ang) : sinf(ang);
+    const float2 t = rope_cos_sin(pos, freq);
+    const float cs = t.x, sn = inverse ? -t.y : t.y;
     const float a0 = a, c0 = c;
     a = __fsub_rn(__fmul_rn(a0, cs), __fmul_rn(c0, sn));
     c = __fadd_rn(__fmul_rn(a0, sn), __fmul_rn(c0, cs));

@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <type_traits>
 
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
@@ -129,7 +128,7 @@ struct DownSrc {
     const uint8_t* down = nullptr;
     size_t expert_bytes = 0, row_bytes = 0;
     int64_t d[R] = {};            // output rows (clamped into range)
-    const int* expert = nullptr;  // [item]: expert of this warp's item-th slot in summation order
+    const int* expert = nullptr;  // [item]: expert of the item-th slot in summation order
     const int* pair = nullptr;    // [item]: its (token, slot) pair
     const X* h = nullptr;
     int64_t h_stride = 0;  // in X
@@ -139,10 +138,8 @@ struct DownSrc {
     __device__ const X* x(int item, int) const { return h + (int64_t)pair[item] * h_stride; }
 };
 
-// Grid x: (token, output row pair) groups, wg warps each. The wg warps of a group split each row's stages
-// (split_items false) or, when a row is a single stage, the k slots: warp s streams the slots of ranks s,
-// s + wg, ... whole (split_items true). Either way the slots' products are summed in rank order.
-template <GgmlType T, class C, bool split_items>
+// Grid x: (token, output row pair) groups, wg warps each.
+template <GgmlType T, class C>
 __global__ void __launch_bounds__(kThreads, min_blocks<C, 1>())
     moe_down_sum_kernel(MoeDecodeParams a, int wg, QuantTables tb) {
     pdl_begin();
@@ -170,12 +167,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks<C, 1>())
                 const int ej = a.ids[token * a.k + j];
                 rank += ej < e || (ej == e && j < lane);
             }
-            // Split items: this warp keeps the slots of ranks split, split + wg, ... (item j = rank split + j wg).
-            if (!split_items || rank % wg == split) {  // (split_items is a template argument)
-                const int item = split_items ? rank / wg : rank;
-                expert[warp][item] = e;
-                pair[warp][item] = (int)p;
-            }
+            expert[warp][rank] = e;
+            pair[warp][rank] = (int)p;
         }
         __syncwarp();
         DownSrc<R, X> src;
@@ -188,10 +181,9 @@ __global__ void __launch_bounds__(kThreads, min_blocks<C, 1>())
         src.pair = pair[warp];
         src.h = static_cast<const X*>(a.hq);
         src.h_stride = XOf<C>::row(a.F);
-        const int n_items = !split_items ? a.k : split < a.k ? (a.k - split + wg - 1) / wg : 0;
         stream_rows<C, R, 1>(
-            src, n_items, (int)(a.F / C::kElems), split_items ? 0 : split, split_items ? 1 : wg, 1, ring[warp], lut,
-            [] {}, [&](int item, const float(&acc)[R][1]) {
+            src, a.k, (int)(a.F / C::kElems), split, wg, 1, ring[warp], lut, [] {},
+            [&](int item, const float(&acc)[R][1]) {
                 if (lane == 0)
 #pragma unroll
                     for (int r = 0; r < R; ++r) partial[warp][item][r] = acc[r][0];
@@ -201,13 +193,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks<C, 1>())
     if (live && split == 0 && lane < R && d0 + lane < a.D) {
         float total = 0.0f;
         for (int item = 0; item < a.k; ++item) {
-            float y;
-            if constexpr (split_items) {
-                y = partial[warp + item % wg][item / wg][lane];
-            } else {
-                y = partial[warp][item][lane];
-                for (int w = 1; w < wg; ++w) y += partial[warp + w][item][lane];
-            }
+            float y = partial[warp][item][lane];
+            for (int w = 1; w < wg; ++w) y += partial[warp + w][item][lane];
             total += y;
         }
         a.out[token * a.D + d0 + lane] = total;
@@ -303,22 +290,10 @@ bool moe_experts_decode(CudaBackend& b, const MoeArgs& a) {
             using C = decltype(codec);
             constexpr int R = kRowsPerWarp;
             const int64_t groups = a.n * ((D + R - 1) / R);
-            const int64_t stages = (F / C::kElems + Stage<C, R>::kBlocks - 1) / Stage<C, R>::kBlocks;
-            int wg = warps_per_group(groups, stages);
-            // A row of one stage cannot be split: split the k slots instead while the groups leave the GPU short
-            // of warps (V4-Flash, one token: 2048 warps for 132 SMs; the down rows are 672 bytes).
-            const bool split_items = stages == 1 && a.k > 1;
-            if (split_items)
-                while (wg < kWarpsPerBlock && 2 * wg <= a.k && groups * wg < kTargetWarps) wg *= 2;
-            auto launch = [&](auto split) {
-                constexpr auto K = moe_down_sum_kernel<T, C, decltype(split)::value>;
-                prefer_shared<K>();
-                launch_pdl(K, ceil_div(groups * wg, kWarpsPerBlock), kThreads, 0, b.stream(), p, wg, b.tables());
-            };
-            if (split_items && wg > 1)
-                launch(std::true_type{});
-            else
-                launch(std::false_type{});
+            const int wg = warps_per_group(groups, (F / C::kElems + Stage<C, R>::kBlocks - 1) / Stage<C, R>::kBlocks);
+            prefer_shared<moe_down_sum_kernel<T, C>>();
+            launch_pdl(moe_down_sum_kernel<T, C>, ceil_div(groups * wg, kWarpsPerBlock), kThreads, 0, b.stream(), p, wg,
+                       b.tables());
         };
         with_codec<T>(down_digits, go);
     });

@@ -20,25 +20,25 @@ constexpr int kNormVecs = 8;
 // thread t (a block or a warp) into v: each loads its float4s t, t + threads, ... before using any (a row is one
 // dependent load, not one per loop trip) and scales them in place (times weight when non-null); sum() adds a
 // double over those threads. Slots past the row hold zeros.
-template <class Sum>
-__device__ __forceinline__ void rms_norm_vec_regs(float4 (&v)[kNormVecs], const float* x, const float* weight,
+template <int V = kNormVecs, class Sum>
+__device__ __forceinline__ void rms_norm_vec_regs(float4 (&v)[V], const float* x, const float* weight,
                                                   int64_t dim, float eps, int t, int threads, Sum sum) {
     const float4* xi = reinterpret_cast<const float4*>(x);
     const int nv = (int)(dim / 4);
 #pragma unroll
-    for (int k = 0; k < kNormVecs; ++k) {
+    for (int k = 0; k < V; ++k) {
         const int j = t + k * threads;
         v[k] = j < nv ? xi[j] : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     double ss = 0;
 #pragma unroll
-    for (int k = 0; k < kNormVecs; ++k)
+    for (int k = 0; k < V; ++k)
         ss += (double)v[k].x * v[k].x + (double)v[k].y * v[k].y + (double)v[k].z * v[k].z + (double)v[k].w * v[k].w;
     ss = sum(ss);
     const float r = 1.0f / sqrtf((float)(ss / (double)dim) + eps);
     const float4* wv = reinterpret_cast<const float4*>(weight);
 #pragma unroll
-    for (int k = 0; k < kNormVecs; ++k) {
+    for (int k = 0; k < V; ++k) {
         const int j = t + k * threads;
         if (j >= nv) break;
         float4 o = make_float4(__fmul_rn(v[k].x, r), __fmul_rn(v[k].y, r), __fmul_rn(v[k].z, r), __fmul_rn(v[k].w, r));
@@ -144,6 +144,7 @@ __global__ void fp8_sim_kernel(float* x, int64_t n, int64_t blocks_per_row, int6
 //   whole number of them) is the block / 4 consecutive lanes of one slot k starting at a multiple of block / 4, so
 //   its absolute maximum is a shuffle reduction over the lane bits below block / 4 (fmaxf is exact in any order);
 //   a lane group is wholly inside or outside the FP8 dims, and every lane takes part in every shuffle.
+template <int V>
 __global__ void __launch_bounds__(kNormThreads)
     norm_rope_kernel(float* x, int64_t n_warps, int n_heads, int head_dim, int64_t stride, const float* weight,
                      float eps, const int32_t* pos, const float* freqs, int rope_dim, int block) {
@@ -153,13 +154,13 @@ __global__ void __launch_bounds__(kNormThreads)
     const int lane = threadIdx.x % kWarp;
     const int64_t row = w / n_heads;
     float* head = x + row * stride + (w % n_heads) * (int64_t)head_dim;
-    float4 v[kNormVecs];
-    rms_norm_vec_regs(v, head, weight, head_dim, eps, lane, kWarp, [](double s) { return warp_sum(s); });
+    float4 v[V];
+    rms_norm_vec_regs<V>(v, head, weight, head_dim, eps, lane, kWarp, [](double s) { return warp_sum(s); });
     const int nv = head_dim / 4, off = head_dim - rope_dim;
     if (rope_dim > 0) {
         const int32_t p = pos[row];
 #pragma unroll
-        for (int k = 0; k < kNormVecs; ++k) {
+        for (int k = 0; k < V; ++k) {
             const int d = 4 * (lane + k * kWarp);
             if (d >= head_dim) break;
             if (d >= off) rope_pair(v[k].x, v[k].y, p, freqs[(d - off) / 2], false);
@@ -169,7 +170,7 @@ __global__ void __launch_bounds__(kNormThreads)
     if (block > 0) {
         const int group = block / 4;  // lanes per FP8 block
 #pragma unroll
-        for (int k = 0; k < kNormVecs; ++k) {
+        for (int k = 0; k < V; ++k) {
             if (4 * kWarp * k >= off) break;  // warp-uniform: slot k holds no FP8 dims
             const bool fp8 = 4 * (lane + k * kWarp) < off;
             float amax = fp8 ? fmaxf(fmaxf(fabsf(v[k].x), fabsf(v[k].y)), fmaxf(fabsf(v[k].z), fabsf(v[k].w))) : 0.0f;
@@ -183,7 +184,7 @@ __global__ void __launch_bounds__(kNormThreads)
     }
     float4* out = reinterpret_cast<float4*>(head);
 #pragma unroll
-    for (int k = 0; k < kNormVecs; ++k) {
+    for (int k = 0; k < V; ++k) {
         const int j = lane + k * kWarp;
         if (j < nv) out[j] = v[k];
     }
@@ -320,8 +321,20 @@ void CudaBackend::norm_rope(float* x, int64_t n, int n_heads, int head_dim, int6
     const int64_t warps = n * n_heads;
     DSV4_CHECK(warps <= INT32_MAX);
     const int per_block = (int)std::min<int64_t>(kNormThreads / kWarp, warps);
-    launch_pdl(norm_rope_kernel, ceil_div(warps, per_block), per_block * kWarp, 0, stream_, x, warps, n_heads, head_dim,
-               stride, weight, eps, pos, r.freqs, r.rope_dim, fp8_block);
+    // V float4 slots per lane: the head's size rounded up to a power of two (fewer slots, less code to fetch).
+    const int slots = (int)ceil_div(head_dim, 4 * kWarp);
+    auto launch = [&](auto kernel) {
+        launch_pdl(kernel, ceil_div(warps, per_block), per_block * kWarp, 0, stream_, x, warps, n_heads, head_dim,
+                   stride, weight, eps, pos, r.freqs, r.rope_dim, fp8_block);
+    };
+    if (slots <= 1)
+        launch(norm_rope_kernel<1>);
+    else if (slots <= 2)
+        launch(norm_rope_kernel<2>);
+    else if (slots <= 4)
+        launch(norm_rope_kernel<4>);
+    else
+        launch(norm_rope_kernel<kNormVecs>);
     CUDA_CHECK_LAUNCH();
 }
 
