@@ -21,7 +21,7 @@ inline int fail(const std::string& message) {
 struct DeviceOptions {
     std::string device = "auto";  // auto | cpu | cuda
     int threads = 0;              // CPU threads (0 = all cores)
-    std::string gemm;             // CUDA matmul precision: f32 | bf16 | "" (= $DSV4_GEMM, else bf16)
+    std::string gemm;             // CUDA matmul precision: f32 | bf16 | "" (= $DSV4_GEMM, else f32)
 };
 
 void add_device_options(CLI::App& app, DeviceOptions& d);
@@ -29,7 +29,7 @@ void add_device_options(CLI::App& app, DeviceOptions& d);
 void add_no_graphs_flag(CLI::App& app, bool& no_graphs);
 // The backend the options ask for: "auto" picks CUDA when built with it and a GPU is present, else CPU.
 Result<std::unique_ptr<Backend>> make_backend(const DeviceOptions& d);
-// The CUDA matmul precision the options ask for: --gemm, else $DSV4_GEMM, else "bf16"; an error for an
+// The CUDA matmul precision the options ask for: --gemm, else $DSV4_GEMM, else "f32"; an error for an
 // unknown value in the environment. Checked on every backend, applied only by CUDA.
 Result<std::string> gemm_precision_name(const DeviceOptions& d);
 
