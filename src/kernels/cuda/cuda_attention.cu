@@ -82,10 +82,9 @@ __device__ __forceinline__ void store_slice(float* v, const float (&x)[NE], floa
 }
 
 // store_slice with the output's inverse RoPE (AttentionArgs::out_rope at position pos) on the scaled values of the
-// last rope_dim dims. head_dim - rope_dim is even (CudaBackend::attention sees to it), so a pair starts at an even
-// dim: in the 16-byte layout it is the (x, y) or (z, w) of one float4; in the scalar one it is dim 32 e + lane of
-// lanes 2m and 2m + 1, exchanged by a shuffle that every lane of the warp takes part in (the caller's branches
-// around it are warp-uniform).
+// last rope_dim dims. head_dim - rope_dim is even (CudaBackend::attention sees to it): in the 16-byte layout a pair
+// is in one float4 (rope_float4); in the scalar one it is dim 32 e + lane of two neighbouring lanes (rope_lanes,
+// whose shuffle every lane takes part in: the caller's branches around it are warp-uniform).
 template <int NE, bool VEC>
 __device__ __forceinline__ void store_slice_rope(float* v, const float (&x)[NE], float scale, int lane, int hd,
                                                  const RopeParams& r, int32_t pos) {
@@ -95,24 +94,15 @@ __device__ __forceinline__ void store_slice_rope(float* v, const float (&x)[NE],
         for (int j = 0; j < NE / 4; ++j) {
             const int d = 128 * j + 4 * lane;
             if (d >= hd) continue;
-            float o[4] = {x[4 * j] * scale, x[4 * j + 1] * scale, x[4 * j + 2] * scale, x[4 * j + 3] * scale};
-#pragma unroll
-            for (int k = 0; k < 4; k += 2)
-                if (d + k >= off) rope_pair(o[k], o[k + 1], pos, r.freqs[(d + k - off) / 2], true);
-            *reinterpret_cast<float4*>(v + d) = make_float4(o[0], o[1], o[2], o[3]);
+            float4 o = make_float4(x[4 * j] * scale, x[4 * j + 1] * scale, x[4 * j + 2] * scale, x[4 * j + 3] * scale);
+            rope_float4(o, d, off, pos, r.freqs, true);
+            *reinterpret_cast<float4*>(v + d) = o;
         }
     } else {
 #pragma unroll
         for (int e = 0; e < NE; ++e) {
             const int d = 32 * e + lane;
-            float o = x[e] * scale;
-            const float other = __shfl_xor_sync(0xffffffffu, o, 1);
-            if (d >= off && d < hd) {
-                const bool first = (d - off) % 2 == 0;  // lane even
-                float a = first ? o : other, c = first ? other : o;
-                rope_pair(a, c, pos, r.freqs[(d - off) / 2], true);
-                o = first ? a : c;
-            }
+            const float o = rope_lanes(x[e] * scale, d, off, hd, pos, r.freqs, true);
             if (d < hd) v[d] = o;
         }
     }
@@ -340,16 +330,8 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(Attentio
         for (int s = 0; s < kMaxSplits; ++s) o = fmaf(w_s[s], x[s], o);
         o = o * inv_s;
     }
-    if (a.out_rope.freqs) {  // uniform over the block
-        const float other = __shfl_xor_sync(0xffffffffu, o, 1);
-        const int off = hd - a.out_rope.rope_dim;
-        if (d >= off && d < hd) {
-            const bool first = (d - off) % 2 == 0;  // d even
-            float x0 = first ? o : other, x1 = first ? other : o;
-            rope_pair(x0, x1, a.pos[i], a.out_rope.freqs[(d - off) / 2], true);
-            o = first ? x0 : x1;
-        }
-    }
+    if (a.out_rope.freqs)  // uniform over the block
+        o = rope_lanes(o, d, hd - a.out_rope.rope_dim, hd, a.pos[i], a.out_rope.freqs, true);
     if (d < hd) a.out[ih * hd + d] = o;
 }
 
@@ -363,30 +345,9 @@ AttentionKernel kernel_for(int ne) {
     return attention_kernel<16, HPW, VEC>;
 }
 
-}  // namespace
-
-void CudaBackend::attention(const AttentionArgs& a) {
-    if (a.n <= 0 || a.n_heads <= 0) return;
+// The f32 kernels (attention_kernel, then attention_merge_kernel over the splits), with the output's RoPE if asked.
+void attention_f32(CudaBackend& b, const AttentionArgs& a) {
     const int H = a.n_heads, hd = a.head_dim;
-    DSV4_CHECK_MSG(hd > 0 && hd <= kMaxHeadDim, "attention: head_dim %d is outside (0, %d]", hd, kMaxHeadDim);
-    if (a.out_rope.freqs) {
-        const int rd = a.out_rope.rope_dim;
-        DSV4_CHECK_MSG(a.pos && rd >= 0 && rd <= hd && rd % 2 == 0,
-                       "attention: the output's RoPE on %d of %d dims needs positions and an even count", rd, hd);
-        // The f32 kernels rotate the output where they store it, a RoPE pair in one thread or two neighbouring
-        // lanes, which needs the pairs to start at an even dim. Otherwise, and after the tensor-core kernel, the
-        // attention runs without it and the rope op follows.
-        AttentionArgs plain = a;
-        plain.out_rope = RopeParams{};
-        const bool odd = (hd - rd) % 2 != 0;
-        if (odd || attention_tc(*this, plain)) {
-            if (odd) attention(plain);
-            rope(a.out, a.n, H, hd, (int64_t)H * hd, a.pos, a.out_rope, true);
-            return;
-        }
-    } else if (attention_tc(*this, a)) {  // bf16 mode, prefill-sized calls
-        return;
-    }
     const bool vec = hd % 4 == 0 && rows_aligned16(a);
     // Heads per warp: each row slice read from shared memory feeds HPW heads' FMAs, so 4 keep the shared
     // reads level with the FMAs where 2 leave them the bound, but 4 take about 220 registers (one block per
@@ -399,7 +360,7 @@ void CudaBackend::attention(const AttentionArgs& a) {
     if (ne > 16) {
         hpw = 1;
         kernel = vec ? attention_kernel<32, 1, true> : attention_kernel<32, 1, false>;
-    } else if (vec && a.n * ((H + 4 * kWarps - 1) / (4 * kWarps)) >= 2 * (int64_t)props_.multiProcessorCount) {
+    } else if (vec && a.n * ((H + 4 * kWarps - 1) / (4 * kWarps)) >= 2 * (int64_t)b.props().multiProcessorCount) {
         hpw = 4;
         kernel = kernel_for<true, 4>(ne);
     } else {
@@ -411,8 +372,8 @@ void CudaBackend::attention(const AttentionArgs& a) {
     // kMinSplitEntries entries per split where the count is known here (with comp_count it is on the device).
     const int64_t blocks = a.n * n_groups;
     int splits = 1;
-    if (blocks < props_.multiProcessorCount) {
-        int64_t s = std::min<int64_t>(kMaxSplits, (props_.multiProcessorCount + blocks - 1) / blocks);
+    if (blocks < b.props().multiProcessorCount) {
+        int64_t s = std::min<int64_t>(kMaxSplits, (b.props().multiProcessorCount + blocks - 1) / blocks);
         if (!a.kv_comp || a.comp_idx) {
             const int64_t entries = a.n_win + (a.kv_comp ? a.n_comp : 0);
             s = std::min<int64_t>(s, (entries + kMinSplitEntries - 1) / kMinSplitEntries);
@@ -422,25 +383,45 @@ void CudaBackend::attention(const AttentionArgs& a) {
     DSV4_CHECK(blocks * splits <= INT32_MAX && a.n * H <= INT32_MAX);
 
     const size_t smem = (size_t)kTile * hd * sizeof(float);
-    DSV4_CHECK_MSG(smem <= (size_t)props_.sharedMemPerBlockOptin,
+    DSV4_CHECK_MSG(smem <= (size_t)b.props().sharedMemPerBlockOptin,
                    "attention: head_dim %d needs %zu bytes of shared memory per block", hd, smem);
     if (smem > 48 * 1024)
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 
     if (splits == 1) {
-        launch_pdl(kernel, (unsigned)blocks, kThreads, smem, stream_, a, 1, nullptr, nullptr);
+        launch_pdl(kernel, (unsigned)blocks, kThreads, smem, b.stream(), a, 1, nullptr, nullptr);
         CUDA_CHECK_LAUNCH();
         return;
     }
-    Scratch s(*this);
+    CudaBackend::Scratch s(b);
     const int64_t slots = a.n * splits * H;
     float2* part_ml = s.get<float2>(slots);
     float* part_o = s.get<float>(slots * hd);
-    launch_pdl(kernel, (unsigned)(blocks * splits), kThreads, smem, stream_, a, splits, part_ml, part_o);
+    launch_pdl(kernel, (unsigned)(blocks * splits), kThreads, smem, b.stream(), a, splits, part_ml, part_o);
     CUDA_CHECK_LAUNCH();
     launch_pdl(attention_merge_kernel, dim3((unsigned)(a.n * H), ceil_div(hd, kMergeThreads)), kMergeThreads, 0,
-               stream_, a, splits, part_ml, part_o);
+               b.stream(), a, splits, part_ml, part_o);
     CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void CudaBackend::attention(const AttentionArgs& a) {
+    if (a.n <= 0 || a.n_heads <= 0) return;
+    const int H = a.n_heads, hd = a.head_dim;
+    DSV4_CHECK_MSG(hd > 0 && hd <= kMaxHeadDim, "attention: head_dim %d is outside (0, %d]", hd, kMaxHeadDim);
+    const RopeParams& r = a.out_rope;
+    DSV4_CHECK_MSG(!r.freqs || (a.pos && r.rope_dim >= 0 && r.rope_dim <= hd && r.rope_dim % 2 == 0),
+                   "attention: the output's RoPE on %d of %d dims needs positions and an even count", r.rope_dim, hd);
+    // The f32 kernels rotate the output where they store it, a RoPE pair in one thread or two neighbouring lanes,
+    // which needs the pairs to start at an even dim. Otherwise, and after the tensor-core kernel (bf16 mode,
+    // prefill-sized calls), the attention runs without it and the rope op follows.
+    AttentionArgs plain = a;
+    plain.out_rope = RopeParams{};
+    const bool tc = attention_tc(*this, plain);
+    const bool rotate_in_kernel = (hd - r.rope_dim) % 2 == 0;
+    if (!tc) attention_f32(*this, rotate_in_kernel ? a : plain);
+    if (r.freqs && (tc || !rotate_in_kernel)) rope(a.out, a.n, H, hd, (int64_t)H * hd, a.pos, r, true);
 }
 
 }  // namespace dsv4::cuda

@@ -111,6 +111,24 @@ __device__ __forceinline__ void rope_pair(float& a, float& c, int32_t pos, float
     a = __fsub_rn(__fmul_rn(a0, cs), __fmul_rn(c0, sn));
     c = __fadd_rn(__fmul_rn(a0, sn), __fmul_rn(c0, cs));
 }
+// RoPE of the dims d .. d + 3 held in one float4 of a head whose RoPE dims start at `off` (even, so a pair is
+// its (x, y) or its (z, w)); dims before off are left as they are.
+__device__ __forceinline__ void rope_float4(float4& v, int d, int off, int32_t pos, const float* freqs, bool inverse) {
+    if (d >= off) rope_pair(v.x, v.y, pos, freqs[(d - off) / 2], inverse);
+    if (d + 2 >= off) rope_pair(v.z, v.w, pos, freqs[(d + 2 - off) / 2], inverse);
+}
+// RoPE of a head held a dim per lane: this lane's value o of dim d, where dim d ^ 1 is lane ^ 1's (d and the lane
+// have the same parity) and the RoPE dims [off, hd) start at an even off. Returns o rotated, or as it is outside
+// [off, hd). Every lane of the warp must call it (a shuffle).
+__device__ __forceinline__ float rope_lanes(float o, int d, int off, int hd, int32_t pos, const float* freqs,
+                                            bool inverse) {
+    const float other = __shfl_xor_sync(0xffffffffu, o, 1);
+    if (d < off || d >= hd) return o;
+    const bool first = (d - off) % 2 == 0;  // d even
+    float a = first ? o : other, c = first ? other : o;
+    rope_pair(a, c, pos, freqs[(d - off) / 2], inverse);
+    return first ? a : c;
+}
 
 // Order-preserving 64-bit key of (score, index) for top-k selection: a larger key is a higher score, then a
 // lower index; -0 counts as +0 (they compare equal as floats). key_index recovers the index.

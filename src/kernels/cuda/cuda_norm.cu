@@ -163,8 +163,7 @@ __global__ void __launch_bounds__(kNormThreads)
         for (int k = 0; k < V; ++k) {
             const int d = 4 * (lane + k * kWarp);
             if (d >= head_dim) break;
-            if (d >= off) rope_pair(v[k].x, v[k].y, p, freqs[(d - off) / 2], false);
-            if (d + 2 >= off) rope_pair(v[k].z, v[k].w, p, freqs[(d + 2 - off) / 2], false);
+            rope_float4(v[k], d, off, p, freqs, false);
         }
     }
     if (block > 0) {
