@@ -90,6 +90,13 @@ struct Model::BlockCarry {
     float* shared;  // [n, D]
     float* post;    // [n, hc]
     float* comb;    // [n, hc, hc]
+
+    // From the step's scratch, for its c.n tokens.
+    static BlockCarry alloc(Ctx& c) {
+        const int64_t n = c.n, D = c.cfg.n_embd;
+        const int hc = c.cfg.hc;
+        return BlockCarry{c.f32(n * D), c.f32(n * D), c.f32(n * hc), c.f32(n * hc * hc)};
+    }
 };
 
 HcPostArgs Model::block_forward(Ctx& c, int il, const LayerWeights& L, float* H, float* H2, const HcPostArgs* first,
@@ -199,7 +206,7 @@ Status Model::step_batch(std::span<BatchItem> items, const StepOptions& opt) {
     float* H = c.f32(N * hc * D);   // [N, hc, D]: every stream starts as the embedding
     for (int k = 0; k < hc; ++k) c.b.copy_rows(H + k * D, hc * D, e, D, N, D);
     float* H2 = c.f32(N * hc * D);
-    const BlockCarry carry{c.f32(N * D), c.f32(N * D), c.f32(N * hc), c.f32(N * hc * hc)};
+    const BlockCarry carry = BlockCarry::alloc(c);
     HcPostArgs last;  // the last hc_post of the block before, run fused by the next block's first op
     for (int il = 0; il < cfg_.n_layer; ++il) {
         const size_t layer_mark = c.mark();
@@ -269,7 +276,7 @@ Status Model::mtp_step(KvCache& cache, std::span<const float> hidden, std::span<
     for (int64_t i = 0; i < n; ++i)
         for (int k = 0; k < hc; ++k) c.b.add(X + (i * hc + k) * D, X + (i * hc + k) * D, ep + i * D, D);
     float* X2 = c.f32(n * hc * D);
-    const BlockCarry carry{c.f32(n * D), c.f32(n * D), c.f32(n * hc), c.f32(n * hc * hc)};
+    const BlockCarry carry = BlockCarry::alloc(c);
     const HcPostArgs last = block_forward(c, cfg_.n_layer, m.block, X, X2, nullptr, carry);
     c.b.hc_post(last, n, hc_params(cfg_));  // X [n, hc, D]: hc_head reads it next
     if (logits) output_logits(c, X, m.hc_head_fn, m.hc_head_base, m.hc_head_scale, m.norm, rows, *logits);

@@ -221,10 +221,10 @@ void StepRecorder::hc_pre(float* x, float* post, float* comb, const float* H, co
                           const float* base, int64_t n, const HcParams& p, const HcPostArgs* first) {
     // The fused hc_post's arguments are keyed (after a flag, so a plain call never keys like a fused one) and
     // held by the closure: the caller's struct is gone when the op runs.
-    key(kHcPre, x, post, comb, H, fn, scale, base, n, p, first != nullptr);
-    if (first) put(*first);
     const bool fused = first != nullptr;
+    key(kHcPre, x, post, comb, H, fn, scale, base, n, p, fused);
     const HcPostArgs f = fused ? *first : HcPostArgs{};
+    if (fused) put(f);
     record([=](Backend& b) { b.hc_pre(x, post, comb, H, fn, scale, base, n, p, fused ? &f : nullptr); });
 }
 
