@@ -7,13 +7,8 @@
 #   ncu.txt             device time per kernel of one 4K decode step (Nsight Compute, graphs off)
 #   gemv.log            bench_gemv (decode GEMV and MoE at V4-Flash shapes)
 # Needs the build from scripts/gpu_build.sh (build-gpu/). STEPS picks steps (default: all).
-set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/dsv4-out}
-STEPS=${STEPS:-"gemv decode bf16 depths ncu"}
-BIN=build-gpu/bin
-mkdir -p "$OUT"
-has() { [[ " $STEPS " == *" $1 "* ]]; }
+DEFAULT_STEPS="gemv decode bf16 depths ncu"
+source "$(dirname "$0")/gpu_steps.sh"
 flash=(--synth flash --device cuda --peak-gbs 4800 --json)
 run() {  # name, time limit, command...
   local name=$1 limit=$2

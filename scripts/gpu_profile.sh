@@ -7,13 +7,8 @@
 #                   the big decode kernels of one step of a 4-layer Flash (window, window, CSA, HCA layers) at
 #                   4K context, graphs off; scripts/ncu_sections.py summarizes it
 # STEPS picks steps (default: all). Results land in $OUT.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/dsv4-out}
-STEPS=${STEPS:-"gemv ncu"}
-BIN=build-gpu/bin
-mkdir -p "$OUT"
-has() { [[ " $STEPS " == *" $1 "* ]]; }
+DEFAULT_STEPS="gemv ncu"
+source "$(dirname "$0")/gpu_steps.sh"
 if has gemv; then
   timeout 120 "$BIN/bench_gemv" --n 1 --only floor >"$OUT/gemv.log" 2>&1
   for op in q_a q_b wo_a wo_b shexp lm_head moe; do timeout 60 "$BIN/bench_gemv" --n 1 --only $op | tail -n +3; done >>"$OUT/gemv.log" 2>&1

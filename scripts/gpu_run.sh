@@ -3,12 +3,8 @@
 # op conformance test, golden logits with --device cuda, and the per-op benchmark. Everything lands in $OUT
 # (at most 8 files come back): build.log, conformance.log, golden.log, logits-<set>.tgz, perf.log.
 # Each step has a time limit so a hang cannot eat the lease. STEPS picks steps (default: all).
-set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/dsv4-out}
-STEPS=${STEPS:-"build conformance golden perf"}
-mkdir -p "$OUT"
-has() { [[ " $STEPS " == *" $1 "* ]]; }
+DEFAULT_STEPS="build conformance golden perf"
+source "$(dirname "$0")/gpu_steps.sh"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader
 if has build; then
   start=$SECONDS
@@ -19,14 +15,14 @@ if has build; then
   echo "build: ok in $((SECONDS - start)) s"
 fi
 if has conformance; then
-  timeout 240 build-gpu/bin/test-backend-ops >"$OUT/conformance.log" 2>&1
+  timeout 240 "$BIN/test-backend-ops" >"$OUT/conformance.log" 2>&1
   echo "conformance: exit $?"
   grep -E "^FAIL|^  |^test-backend-ops" "$OUT/conformance.log" | head -60
 fi
 if has golden; then
   rm -rf /tmp/dsv4-logits
   start=$SECONDS
-  DEVICE=cuda timeout 300 scripts/gpu_golden.sh build-gpu/bin/dsv4 carry/golden /tmp/dsv4-logits >"$OUT/golden.log" 2>&1
+  DEVICE=cuda timeout 300 scripts/gpu_golden.sh "$BIN/dsv4" carry/golden /tmp/dsv4-logits >"$OUT/golden.log" 2>&1
   echo "golden: exit $? in $((SECONDS - start)) s"
   grep -v "^logits:" "$OUT/golden.log" | tail -5
   grep "^logits:" "$OUT/golden.log" | head -40
@@ -36,7 +32,7 @@ if has golden; then
   done
 fi
 if has perf; then
-  timeout 300 build-gpu/bin/test-backend-ops --perf >"$OUT/perf.log" 2>&1
+  timeout 300 "$BIN/test-backend-ops" --perf >"$OUT/perf.log" 2>&1
   echo "perf: exit $?"
   grep -E "^perf (matmul .*K=4096|moe_experts .*D=4096|attention .*H=64|indexer_topk .*keys=32768|hc_.*D=4096)" \
     "$OUT/perf.log" | cut -c6- | sed 's/  */ /g' | head -130
