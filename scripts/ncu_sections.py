@@ -3,10 +3,10 @@
 duration, throughputs, occupancy, registers, issue rate and the largest warp stall reasons (cycles per issued
 instruction), then the launches grouped by kernel name.
 usage: ncu_sections.py NCU_CSV | ncu_sections.py --stall-metrics (the --metrics list gpu_profile.sh passes)"""
-import csv
-import re
 import sys
 from collections import defaultdict
+
+from ncu_csv import kernel_name, metric_rows, microseconds, value
 
 STALLS = ["long_scoreboard", "short_scoreboard", "wait", "barrier", "mio_throttle", "lg_throttle",
           "math_pipe_throttle", "not_selected", "selected", "no_instruction", "membar", "drain", "sleeping",
@@ -39,20 +39,14 @@ KEYS = {  # metric name in the details page -> short label
 
 launches = defaultdict(dict)
 info = {}
-with open(sys.argv[1], newline="") as f:
-    lines = [l for l in f if l.startswith('"')]
-for r in csv.DictReader(lines):
+for r in metric_rows(sys.argv[1]):
     i = int(r["ID"])
-    name = re.sub(r"\(.*", "", r["Kernel Name"]).strip()
-    name = re.sub(r"^void ", "", name)
-    info[i] = (name, r.get("Grid Size", ""), r.get("Block Size", ""))
-    m, unit, v = r["Metric Name"], r.get("Metric Unit", ""), r["Metric Value"].replace(",", "")
+    info[i] = (kernel_name(r).removeprefix("void "), r.get("Grid Size", ""), r.get("Block Size", ""))
+    m = r["Metric Name"]
     try:
-        v = float(v)
+        v = microseconds(r) if m == "Duration" else value(r)
     except ValueError:
         continue
-    if m == "Duration":
-        v *= {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1, "us": 1, "msecond": 1e3, "ms": 1e3}.get(unit, 1)
     for r_ in STALLS:
         if m == stall_metric(r_):
             launches[i]["stall:" + r_] = v

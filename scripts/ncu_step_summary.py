@@ -2,24 +2,15 @@
 """Summarize `ncu --metrics gpu__time_duration.sum --csv` output of a `dsv4 bench ... --no-graphs` run: the
 kernels of the last model step (from the last embedding kernel on), grouped by kernel name, with their summed
 device time. usage: ncu_step_summary.py NCU_CSV [EMBED_KERNEL_SUBSTRING]"""
-import csv
-import re
 import sys
 from collections import defaultdict
 
+from ncu_csv import kernel_name, metric_rows, microseconds
+
 path = sys.argv[1]
 marker = sys.argv[2] if len(sys.argv) > 2 else "embed"
-rows = []
-with open(path, newline="") as f:
-    lines = [l for l in f if l.startswith('"')]
-for r in csv.DictReader(lines):
-    if r.get("Metric Name") != "gpu__time_duration.sum":
-        continue
-    v = float(r["Metric Value"].replace(",", ""))
-    unit = r.get("Metric Unit", "ns")
-    ns = v * {"ns": 1, "nsecond": 1, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6}.get(unit, 1)
-    name = re.sub(r"\(.*", "", r["Kernel Name"]).strip()
-    rows.append((int(r["ID"]), name, ns, r.get("Grid Size", ""), r.get("Block Size", "")))
+rows = [(int(r["ID"]), kernel_name(r), 1e3 * microseconds(r), r.get("Grid Size", ""), r.get("Block Size", ""))
+        for r in metric_rows(path) if r.get("Metric Name") == "gpu__time_duration.sum"]
 rows.sort()
 starts = [i for i, r in enumerate(rows) if marker in r[1]]
 if not starts:
