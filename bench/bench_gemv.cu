@@ -114,6 +114,12 @@ public:
         owned_.clear();
     }
 
+    // Copies of a call's bytes that the calls rotate over: enough to exceed kRotateBytes (so no call finds its
+    // bytes in L2), or one with --no-rotate.
+    int copies_for(double bytes) const {
+        return o_.no_rotate ? 1 : (int)std::max(1.0, std::ceil(kRotateBytes / bytes));
+    }
+
     // Median seconds of one call(i), i = 0, 1, ... (the callee rotates its buffers by i).
     double time(const std::function<void(int)>& call) {
         for (int i = 0; i < 3; ++i) call(i);
@@ -147,7 +153,7 @@ public:
         if (!o_.only.empty() && std::string(op).find(o_.only) == std::string::npos) return;
         const size_t row_bytes = ggml_row_bytes(ggml_traits(t), K);
         const double call_bytes = (double)groups * M * row_bytes;
-        const int copies = o_.no_rotate ? 1 : (int)std::max(1.0, std::ceil(kRotateBytes / call_bytes));
+        const int copies = copies_for(call_bytes);
         std::vector<Weight> ws;
         for (int c = 0; c < copies; ++c) {
             Weight w;
@@ -185,7 +191,7 @@ public:
     void floor(double bytes) {
         if (!o_.only.empty() && std::string("floor").find(o_.only) == std::string::npos) return;
         const size_t n16 = (size_t)(bytes / 16);
-        const int copies = o_.no_rotate ? 1 : (int)std::max(1.0, std::ceil(kRotateBytes / bytes));
+        const int copies = copies_for(bytes);
         std::vector<const uint4*> bufs;
         for (int c = 0; c < copies; ++c) bufs.push_back(reinterpret_cast<const uint4*>(random_bytes(n16 * 16)));
         const int blocks = 4 * cb_.props().multiProcessorCount;
