@@ -153,6 +153,17 @@ void add_decode_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
         out.push_back(gemv_case(t, 2, K, 33, K, 33, 1, o.seed));
         out.push_back(gemv_case(t, 3, K, 33, K + 5, 33, 0, o.seed));
     }
+    // The Q8_0 kernel with the activation in registers (cuda_gemv_q8_xreg.cu: n = 1, K a multiple of 512 up to
+    // 16384): half a block per lane (K = 512, 1536, 15872 = 31 warps) and a whole one (1024, 4096, 16384), fewer
+    // rows than a stage (1, 3), a row view (first = 1), and 5000 rows of K = 16384 (one block per SM on an
+    // H200: 40 rows per block, so the warps' sums are flushed twice, the second time for a partial chunk).
+    const GgmlType q8 = GgmlType::Q8_0;
+    for (int64_t K : {512, 1024, 1536, 4096, 15872})
+        out.push_back(gemv_case(q8, 1, K, 83, K + 4, 83, 0, o.seed));
+    out.push_back(gemv_case(q8, 1, 1024, 1, 1024, 1, 0, o.seed));
+    out.push_back(gemv_case(q8, 1, 4096, 3, 4096, 3, 0, o.seed));
+    out.push_back(gemv_case(q8, 1, 2048, 33, 2048, 33, 1, o.seed));
+    out.push_back(gemv_case(q8, 1, 16384, 5000, 16384, 5000, 0, o.seed));
     // MoE: every decode format for all three stacks, one token and seven tokens of 6 slots (42 pairs).
     for (GgmlType t : kDecodeTypes) {
         const int64_t be = ggml_traits(t).block_elems;

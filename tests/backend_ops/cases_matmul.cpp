@@ -188,6 +188,16 @@ void add_matmul_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
         for (int g = 0; g < 8; ++g) groups.push_back({q8, 256, 64, 256 * g, 64 * g});
         out.push_back(matmul_batch_case(groups, n, 8 * 256, 8 * 64, o.seed));
     }
+    // One activation row, Q8_0 jobs of one K (a multiple of 512): the kernel with the activation in registers,
+    // for a layer's projections of one input (whole blocks per lane) and wo_a-like groups (half blocks).
+    {
+        const GgmlType q8 = GgmlType::Q8_0;
+        out.push_back(matmul_batch_case({{q8, 1024, 96, 0, 0}, {q8, 1024, 33, 0, 96}, {q8, 1024, 130, 0, 129}}, 1,
+                                        1024, 259, o.seed));
+        std::vector<BatchJobSpec> groups;
+        for (int g = 0; g < 8; ++g) groups.push_back({q8, 512, 64 + g, 512 * g, 80 * g});
+        out.push_back(matmul_batch_case(groups, 1, 8 * 512, 8 * 80, o.seed));
+    }
     // A one-job GEMV with at least 8 row groups (2 rows each) per resident warp runs on the persistent grid
     // (the LM head's form on a GPU): 100001 rows of 3 blocks (an odd last group), 1 and 3 activation rows,
     // a format with activation digits and one without.

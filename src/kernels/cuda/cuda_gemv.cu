@@ -284,6 +284,7 @@ bool launch(const MatmulParams* ps, int count, const QuantTables& t, cudaStream_
         min_stages = std::min(min_stages, (nb + Stage<C, R>::kBlocks - 1) / Stage<C, R>::kBlocks);
     }
     const bool use_digits = has_digit_codec(T) && digits != nullptr && digits_enabled();
+    if (T == GgmlType::Q8_0 && use_digits && b.n == 1 && launch_gemv_q8_xreg(ps, count, s)) return true;
     if (use_digits) quantize_inputs(b, ps, count, *digits, s);
     with_codec<T>(use_digits, [&](auto codec) { launch_codec<T, decltype(codec)>(b, min_stages, t, s); });
     return true;

@@ -35,6 +35,12 @@ bool launch_gemv_staged(const MatmulParams& p, const QuantTables& t, cudaStream_
 // null), the formats that have a digit codec quantize each distinct input first and use integer dots.
 bool launch_gemv_batch(const MatmulParams* ps, int count, const QuantTables& t, cudaStream_t s, DigitAlloc* digits);
 
+// The Q8_0 GEMV with the activation in registers (cuda_gemv_q8_xreg.cu): 1..16 matmuls of one activation row
+// (n = 1) that share K (a multiple of 512, at most 16384), Q8_0 weights with 16-byte aligned rows and
+// 16-byte aligned inputs, as one launch that quantizes its input itself; returns false, launching nothing,
+// otherwise or when DSV4_GEMV_XREG=0 (A/B).
+bool launch_gemv_q8_xreg(const MatmulParams* ps, int count, cudaStream_t s);
+
 // The previous staged kernel (cuda_gemv_staged.cu), same contract.
 bool launch_gemv_warp_staged(const MatmulParams& p, const QuantTables& t, cudaStream_t s);
 
