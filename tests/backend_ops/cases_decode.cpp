@@ -1,8 +1,8 @@
 // Conformance cases of the decode paths: the pipelined GEMV (cuda_gemv.cu) for every format it handles,
 // n = 1..8, odd and multi-stage shapes (split-K), K not a multiple of 256 where the block allows, strided
 // x/y, row views that start mid-word and activation strides that force the fallback; and the MoE decode
-// path (cuda_moe_decode.cu): small n*k, the boundary n*k = 64 and beyond it, experts repeated across and
-// within tokens, mixed gate/up and down formats (V4-Flash: IQ2_XXS and Q2_K), V4-Flash widths.
+// path (cuda_moe_decode.cu, cuda_moe_gate_up_xreg.cu): small n*k, the boundary n*k = 64 and beyond it, experts
+// repeated across and within tokens, mixed gate/up and down formats (V4-Flash: IQ2_XXS and Q2_K), V4-Flash widths.
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
@@ -158,8 +158,7 @@ void add_decode_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     // rows than a stage (1, 3), a row view (first = 1), and 5000 rows of K = 16384 (one block per SM on an
     // H200: 40 rows per block, so the warps' sums are flushed twice, the second time for a partial chunk).
     const GgmlType q8 = GgmlType::Q8_0;
-    for (int64_t K : {512, 1024, 1536, 4096, 15872})
-        out.push_back(gemv_case(q8, 1, K, 83, K + 4, 83, 0, o.seed));
+    for (int64_t K : {512, 1024, 1536, 4096, 15872}) out.push_back(gemv_case(q8, 1, K, 83, K + 4, 83, 0, o.seed));
     out.push_back(gemv_case(q8, 1, 1024, 1, 1024, 1, 0, o.seed));
     out.push_back(gemv_case(q8, 1, 4096, 3, 4096, 3, 0, o.seed));
     out.push_back(gemv_case(q8, 1, 2048, 33, 2048, 33, 1, o.seed));
@@ -181,6 +180,16 @@ void add_decode_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(moe_case(iq, q2, 13, 32, 5, 512, 256, 10.0f, {}, " n*k=65", o.seed));  // the grouped path
     out.push_back(moe_case(iq, q2, 1, 8, 6, 4096, 2048, 10.0f, {}, " V4-Flash widths", o.seed));
     out.push_back(moe_case(GgmlType::Q8_0, GgmlType::Q6_K, 2, 8, 6, 1024, 512, 0.0f, {}, " mixed", o.seed));
+    // The kernels with the activation in registers (one token): IQ2_XXS gate/up (cuda_moe_gate_up_xreg.cu, D a
+    // multiple of 512) and Q2_K down (cuda_moe_down_xreg.cu, F a multiple of 512, k * F / 512 <= 32 warps),
+    // whole 32-value blocks per lane where D (F) is a multiple of 1024, else halves. D = 1536 and 3072: rows
+    // of 396 and 792 bytes (each row starts at another offset in its 16-byte word); F = 1536 with 5 slots (15
+    // warps, down rows of 504 bytes); repeated experts in a token (the summation order's ties); 8 slots.
+    out.push_back(moe_case(iq, GgmlType::Q8_0, 1, 8, 3, 1536, 96, 10.0f, {}, " xreg odd widths", o.seed));
+    out.push_back(moe_case(iq, q2, 1, 8, 6, 3072, 1024, 10.0f, {}, " xreg whole blocks", o.seed));
+    out.push_back(moe_case(iq, q2, 1, 8, 6, 512, 512, 0.0f, {3, 3, 1, 6, 0, 6}, " repeated ids, xreg", o.seed));
+    out.push_back(moe_case(iq, q2, 1, 32, 8, 512, 512, 10.0f, {}, " k=8, xreg", o.seed));
+    out.push_back(moe_case(GgmlType::Q8_0, q2, 1, 8, 5, 512, 1536, 0.0f, {}, " xreg down odd widths", o.seed));
 }
 
 }  // namespace dsv4::backend_ops

@@ -4,13 +4,13 @@
 // waiting on those loads (long scoreboard) and a 35.6 MB matrix taking 20.5 us where a plain read takes 12.7.
 //
 // Here a block of W warps covers the input: lane l of warp w owns values [512 H w + 16 H l, + 16 H) (H = 2: one
-// whole Q8_0 block per lane, H = 1: half a block, the default: see values_per_lane_h), quantizes them itself to
-// the digits of cuda_gemv_digits.cuh (the same digits quantize_digits_kernel writes, so no quantize kernel
-// runs) and keeps them in registers while the block streams its rows: each warp copies its 544 H-byte slice
-// of the next kRows rows into a cp.async ring, every lane multiplies its weights by its digits (3 dp4a per 4
-// weights), a butterfly leaves each row's warp sum on one lane, and every kChunk rows the warps' sums are
-// added in warp order in shared memory and stored. The grid is one wave; each block takes a contiguous run
-// of rows of one job (a batch's jobs share K, as a layer's projections of one input or wo_a's groups do).
+// whole Q8_0 block per lane, H = 1: half a block, the default: see gemv_h in cuda_gemv_xreg.cuh), quantizes them itself
+// to the digits of cuda_gemv_digits.cuh (the same digits quantize_digits_kernel writes, so no quantize kernel runs) and
+// keeps them in registers while the block streams its rows: each warp copies its 544 H-byte slice of the next kRows
+// rows into a cp.async ring, every lane multiplies its weights by its digits (3 dp4a per 4 weights), a butterfly leaves
+// each row's warp sum on one lane, and every kChunk rows the warps' sums are added in warp order in shared memory and
+// stored. The grid is one wave; each block takes a contiguous run of rows of one job (a batch's jobs share K, as a
+// layer's projections of one input or wo_a's groups do).
 #include <algorithm>
 #include <array>
 #include <cstdlib>
@@ -19,19 +19,19 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_gemv.cuh"
 #include "kernels/cuda/cuda_gemv_digits.cuh"
+#include "kernels/cuda/cuda_gemv_xreg.cuh"
 
 namespace dsv4::cuda {
 
 namespace {
 
 using namespace gemv;
+using namespace xreg;
 
-constexpr int kRows = 4;        // rows per stage (the butterfly below is written for 4)
-constexpr int kStages = 3;      // ring depth: two stages in flight while one is multiplied
-constexpr int kChunk = 32;      // rows between two flushes of the warps' sums
-constexpr int kMaxWarps = 32;   // a block of at most 1024 threads
+constexpr int kStages = 3;  // ring depth: two stages in flight while one is multiplied
+constexpr int kChunk = 32;  // rows between two flushes of the warps' sums
 constexpr int kMaxJobs = 16;
-static_assert(kRows == 4 && kChunk % kRows == 0 && kChunk <= kWarp, "the butterfly and the flush assume these");
+static_assert(kChunk % kRows == 0 && kChunk <= kWarp, "the flush takes whole stages, a row per lane of warp 0");
 
 template <int H>
 struct Geom {
@@ -61,30 +61,6 @@ struct Batch {
     int64_t rows_per_block;  // a multiple of kRows
 };
 
-// The digits of this lane's kValues input values, and their block's scale.
-template <int H>
-__device__ __forceinline__ float lane_digits(const float* x, uint32_t (&a0)[Geom<H>::kWords],
-                                             uint32_t (&a1)[Geom<H>::kWords], uint32_t (&a2)[Geom<H>::kWords]) {
-    constexpr int kW = Geom<H>::kWords;
-    float v[kW][4];
-    float m = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kW; ++i) {
-        const float4 q = *reinterpret_cast<const float4*>(x + 4 * i);
-        v[i][0] = q.x, v[i][1] = q.y, v[i][2] = q.z, v[i][3] = q.w;
-        m = fmaxf(m, abs_max4(v[i]));
-    }
-    if constexpr (H == 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));  // the other half of the block
-    float scale, inv;
-    const bool ok = digit_scale(m, scale, inv);
-#pragma unroll
-    for (int i = 0; i < kW; ++i) {
-        a0[i] = a1[i] = a2[i] = 0;
-        if (ok) digits_of4(v[i], inv, a0[i], a1[i], a2[i]);
-    }
-    return scale;
-}
-
 template <int H>
 __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) gemv_q8_xreg_kernel(const __grid_constant__ Batch b) {
     using G = Geom<H>;
@@ -109,7 +85,8 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) gemv_q8_xreg_kernel(const
             const uint8_t* src = slice + (size_t)row * J.row_bytes;
             uint4* dst = slot + r * G::kSliceWords;
 #pragma unroll
-            for (int v = 0; v < G::kSliceWords / kWarp; ++v) cp_async16(dst + kWarp * v + lane, src + 16 * (kWarp * v + lane));
+            for (int v = 0; v < G::kSliceWords / kWarp; ++v)
+                cp_async16(dst + kWarp * v + lane, src + 16 * (kWarp * v + lane));
             constexpr int kRest = G::kSliceWords % kWarp, kFull = G::kSliceWords - kRest;
             if (lane < kRest) cp_async16(dst + kFull + lane, src + 16 * (kFull + lane));
         }
@@ -123,8 +100,8 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) gemv_q8_xreg_kernel(const
 
     uint32_t a0[G::kWords], a1[G::kWords], a2[G::kWords];
     const float sx = lane_digits<H>(J.x + (size_t)warp * G::kSliceValues + G::kValues * lane, a0, a1, a2);
-    const int scale_at = 34 * (H * lane / 2);                                // the lane's block in the slice
-    const int data_at = scale_at + 2 + (H == 1 ? 16 * (lane & 1) : 0);       // its first weight byte
+    const int scale_at = 34 * (H * lane / 2);                           // the lane's block in the slice
+    const int data_at = scale_at + 2 + (H == 1 ? 16 * (lane & 1) : 0);  // its first weight byte
 
     for (int s = 0; s < n_stages; ++s) {
         if (s + kStages - 1 < n_stages) issue(s + kStages - 1);
@@ -142,18 +119,8 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) gemv_q8_xreg_kernel(const
             digit_dot<true, G::kWords>(w, a0, a1, a2, ds);
             acc[r] = (half_bits(ld16(p + scale_at)) * sx) * digit_value(ds);
         }
-        __syncwarp();  // every lane is done with this slot before a later issue() refills it
-        // Butterfly over the 32 lanes: rows {0, 1} stay on lanes 0-15 and {2, 3} on 16-31, then one row per 8
-        // lanes; lane 8 r ends with row r's warp sum.
-        const bool hi16 = lane & 16, hi8 = lane & 8;
-        float k0 = hi16 ? acc[2] : acc[0], k1 = hi16 ? acc[3] : acc[1];
-        k0 += __shfl_xor_sync(0xffffffffu, hi16 ? acc[0] : acc[2], 16);
-        k1 += __shfl_xor_sync(0xffffffffu, hi16 ? acc[1] : acc[3], 16);
-        float k = hi8 ? k1 : k0;
-        k += __shfl_xor_sync(0xffffffffu, hi8 ? k0 : k1, 8);
-        k += __shfl_xor_sync(0xffffffffu, k, 4);
-        k += __shfl_xor_sync(0xffffffffu, k, 2);
-        k += __shfl_xor_sync(0xffffffffu, k, 1);
+        __syncwarp();                           // every lane is done with this slot before a later issue() refills it
+        const float k = butterfly4(acc, lane);  // lane 8 r: row r's warp sum
         constexpr int kStagesPerChunk = kChunk / kRows;
         const int chunk = s / kStagesPerChunk, at = (s % kStagesPerChunk) * kRows;
         float* buf = sums + (chunk & 1) * n_warps * kChunk;  // two buffers: one sync per chunk suffices
@@ -171,23 +138,6 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) gemv_q8_xreg_kernel(const
     cp_async_wait<0>();
 }
 
-bool enabled() {
-    static const bool on = env_switch_on("DSV4_GEMV_XREG");
-    return on;
-}
-
-// Values per lane: 16 (H = 1) by default. A warp then runs half the chain of dependent instructions that a
-// whole block per lane (H = 2) gives it, and a block has twice the warps: small matrices, whose time is
-// that chain, gain most (measured on the H200, run 49: H = 2 made 9 MB calls 1.4 us slower than the
-// pipelined GEMV). DSV4_GEMV_XREG_H=2 takes whole blocks where K allows (A/B).
-int values_per_lane_h() {
-    static const int h = [] {
-        const char* v = std::getenv("DSV4_GEMV_XREG_H");
-        return v && std::strcmp(v, "2") == 0 ? 2 : 1;
-    }();
-    return h;
-}
-
 // Waves of blocks the rows are dealt over: 1 (every block resident at once, each quantizing its input once);
 // DSV4_GEMV_XREG_WAVES=N deals them over N waves' worth of smaller blocks (A/B of load balance against the
 // per-block quantization).
@@ -200,48 +150,18 @@ int64_t waves() {
     return n;
 }
 
-struct DeviceLimits {
-    int sms = 0;
-    size_t smem_optin = 0;
-};
-const DeviceLimits& limits() {
-    static const DeviceLimits l = [] {
-        DeviceLimits d;
-        int dev = 0, v = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-        d.smem_optin = (size_t)v;
-        return d;
-    }();
-    return l;
-}
-
 // Resident blocks of w warps per SM, for every w (once per H).
 template <int H>
-int blocks_per_sm(int w) {
-    static const std::array<int, kMaxWarps + 1> table = [] {
-        constexpr auto K = gemv_q8_xreg_kernel<H>;
-        CUDA_CHECK(cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)limits().smem_optin));
-        CUDA_CHECK(cudaFuncSetAttribute(K, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                        (int)cudaSharedmemCarveoutMaxShared));
-        std::array<int, kMaxWarps + 1> t{};
-        for (int i = 1; i <= kMaxWarps; ++i) {
-            int n = 0;
-            if (Geom<H>::smem(i) <= limits().smem_optin)
-                CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, K, i * kWarp, Geom<H>::smem(i)));
-            t[i] = std::max(n, 1);
-        }
-        return t;
-    }();
+int blocks_per_sm(int w) {  // 0: a block of w warps cannot run
+    static const auto table = occupancy<gemv_q8_xreg_kernel<H>>(Geom<H>::smem);
     return table[w];
 }
 
 template <int H>
-void launch_h(Batch& b, const MatmulParams* ps, int count, int w, cudaStream_t s) {
+void launch_h(Batch& b, const MatmulParams* ps, int count, int w, int bps, cudaStream_t s) {
     int64_t rows = 0;
     for (int j = 0; j < count; ++j) rows += ps[j].M;
-    const int64_t wave = (int64_t)blocks_per_sm<H>(w) * limits().sms * waves();
+    const int64_t wave = (int64_t)bps * limits().sms * waves();
     const int64_t per = (rows + wave * kRows - 1) / (wave * kRows) * kRows;  // at least one stage
     int64_t blocks = 0;
     for (int j = 0; j < count; ++j) {
@@ -254,15 +174,31 @@ void launch_h(Batch& b, const MatmulParams* ps, int count, int w, cudaStream_t s
     launch_pdl(gemv_q8_xreg_kernel<H>, (unsigned)blocks, w * kWarp, Geom<H>::smem(w), s, b);
 }
 
+// The least weight bytes of a launch taken here: 16 MB (DSV4_GEMV_XREG_MIN_MB=N sets N MB). Smaller launches
+// stay on the pipelined kernel: its many small blocks leave room for the kernels of the step's other branch,
+// where this kernel's one wave fills every SM, and the small calls do not gain here anyway (bench_gemv: 8.9 MB
+// in 10.5 us against 9.4). Measured on the H200 (run 52): decode at 4K 99.23 tokens/s with 16 MB, 92.92 with 0.
+double min_bytes() {
+    static const double b = [] {
+        const char* v = std::getenv("DSV4_GEMV_XREG_MIN_MB");
+        return (v ? std::atof(v) : 16.0) * 1e6;
+    }();
+    return b;
+}
+
 }  // namespace
 
 bool launch_gemv_q8_xreg(const MatmulParams* ps, int count, cudaStream_t s) {
-    if (!enabled() || count < 1 || count > kMaxJobs) return false;
+    if (!gemv_enabled() || count < 1 || count > kMaxJobs) return false;
+    double bytes = 0;
+    for (int j = 0; j < count; ++j) bytes += (double)ps[j].M * (double)ps[j].row_bytes;
+    if (bytes < min_bytes()) return false;
     const int64_t K = ps[0].K;
     if (K % 512 != 0 || K > 512 * kMaxWarps) return false;
-    const int h = values_per_lane_h() == 2 && K % 1024 == 0 ? 2 : 1;
+    const int h = gemv_h() == 2 && K % 1024 == 0 ? 2 : 1;
     const int w = (int)(K / (512 * h));
-    if ((h == 2 ? Geom<2>::smem(w) : Geom<1>::smem(w)) > limits().smem_optin) return false;
+    const int bps = h == 2 ? blocks_per_sm<2>(w) : blocks_per_sm<1>(w);
+    if (bps == 0) return false;
     for (int j = 0; j < count; ++j) {
         const MatmulParams& p = ps[j];
         // 16-byte copies of each warp's slice need 16-byte aligned rows (K % 512 == 0 makes row_bytes a
@@ -272,9 +208,9 @@ bool launch_gemv_q8_xreg(const MatmulParams* ps, int count, cudaStream_t s) {
     }
     Batch b{};
     if (h == 2)
-        launch_h<2>(b, ps, count, w, s);
+        launch_h<2>(b, ps, count, w, bps, s);
     else
-        launch_h<1>(b, ps, count, w, s);
+        launch_h<1>(b, ps, count, w, bps, s);
     return true;
 }
 

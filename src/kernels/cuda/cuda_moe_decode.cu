@@ -260,43 +260,52 @@ bool moe_experts_decode(CudaBackend& b, const MoeArgs& a) {
     // between the two.
     const bool gate_digits = has_digit_codec(a.gate.type) && digits_enabled();
     const bool down_digits = has_digit_codec(a.down.type) && digits_enabled();
-    if (gate_digits) {
-        XDigits* xq = s.get<XDigits>(a.n * (D / kDigitBlock));
-        launch_quantize_digits(xq, a.x, D, a.n, D, b.stream());
-        p.x = xq;
+    // IQ2_XXS gate/up with the token's activation in registers (it quantizes x itself), else the pipelined
+    // kernel over x's digits.
+    if (!(gate_digits && launch_moe_gate_up_xreg(a, p.h, b.tables(), b.stream()))) {
+        if (gate_digits) {
+            XDigits* xq = s.get<XDigits>(a.n * (D / kDigitBlock));
+            launch_quantize_digits(xq, a.x, D, a.n, D, b.stream());
+            p.x = xq;
+        }
+        dispatch_codec(a.gate.type, [&](auto tag) {
+            constexpr GgmlType T = decltype(tag)::type;
+            auto go = [&](auto codec) {
+                using C = decltype(codec);
+                constexpr int R = kRowsPerWarp;
+                const int64_t groups = P * ((F + kGateItems - 1) / kGateItems);
+                const int wg =
+                    warps_per_group(groups, (D / C::kElems + Stage<C, R>::kBlocks - 1) / Stage<C, R>::kBlocks);
+                prefer_shared<moe_gate_up_kernel<T, C>>();
+                launch_pdl(moe_gate_up_kernel<T, C>, ceil_div(groups * wg, kWarpsPerBlock), kThreads, 0, b.stream(), p,
+                           wg, b.tables());
+            };
+            with_codec<T>(gate_digits, go);
+        });
     }
-    dispatch_codec(a.gate.type, [&](auto tag) {
-        constexpr GgmlType T = decltype(tag)::type;
-        auto go = [&](auto codec) {
-            using C = decltype(codec);
-            constexpr int R = kRowsPerWarp;
-            const int64_t groups = P * ((F + kGateItems - 1) / kGateItems);
-            const int wg = warps_per_group(groups, (D / C::kElems + Stage<C, R>::kBlocks - 1) / Stage<C, R>::kBlocks);
-            prefer_shared<moe_gate_up_kernel<T, C>>();
-            launch_pdl(moe_gate_up_kernel<T, C>, ceil_div(groups * wg, kWarpsPerBlock), kThreads, 0, b.stream(), p, wg,
-                       b.tables());
-        };
-        with_codec<T>(gate_digits, go);
-    });
     CUDA_CHECK_LAUNCH();
-    if (down_digits) {
-        XDigits* hq = s.get<XDigits>(P * (F / kDigitBlock));
-        launch_quantize_digits(hq, p.h, F, P, F, b.stream());
-        p.hq = hq;
+    // Q2_K down with h in registers (it quantizes h itself), else the pipelined kernel over h's digits.
+    if (!(down_digits && launch_moe_down_xreg(a, p.h, b.stream()))) {
+        if (down_digits) {
+            XDigits* hq = s.get<XDigits>(P * (F / kDigitBlock));
+            launch_quantize_digits(hq, p.h, F, P, F, b.stream());
+            p.hq = hq;
+        }
+        dispatch_codec(a.down.type, [&](auto tag) {
+            constexpr GgmlType T = decltype(tag)::type;
+            auto go = [&](auto codec) {
+                using C = decltype(codec);
+                constexpr int R = kRowsPerWarp;
+                const int64_t groups = a.n * ((D + R - 1) / R);
+                const int wg =
+                    warps_per_group(groups, (F / C::kElems + Stage<C, R>::kBlocks - 1) / Stage<C, R>::kBlocks);
+                prefer_shared<moe_down_sum_kernel<T, C>>();
+                launch_pdl(moe_down_sum_kernel<T, C>, ceil_div(groups * wg, kWarpsPerBlock), kThreads, 0, b.stream(), p,
+                           wg, b.tables());
+            };
+            with_codec<T>(down_digits, go);
+        });
     }
-    dispatch_codec(a.down.type, [&](auto tag) {
-        constexpr GgmlType T = decltype(tag)::type;
-        auto go = [&](auto codec) {
-            using C = decltype(codec);
-            constexpr int R = kRowsPerWarp;
-            const int64_t groups = a.n * ((D + R - 1) / R);
-            const int wg = warps_per_group(groups, (F / C::kElems + Stage<C, R>::kBlocks - 1) / Stage<C, R>::kBlocks);
-            prefer_shared<moe_down_sum_kernel<T, C>>();
-            launch_pdl(moe_down_sum_kernel<T, C>, ceil_div(groups * wg, kWarpsPerBlock), kThreads, 0, b.stream(), p, wg,
-                       b.tables());
-        };
-        with_codec<T>(down_digits, go);
-    });
     CUDA_CHECK_LAUNCH();
     return true;
 }

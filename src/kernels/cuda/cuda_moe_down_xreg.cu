@@ -1,0 +1,212 @@
+// MoE down projection and sum at decode with the activations in registers (the form of cuda_gemv_q8_xreg.cu,
+// shared pieces in cuda_gemv_xreg.cuh), for a Q2_K down stack (V4-Flash's routed experts). The pipelined
+// kernel (moe_down_sum_kernel in cuda_moe_decode.cu) needs h quantized by a kernel of its own and re-reads the
+// digits for every row pair; it ran at 21.5 us per layer with 24.6% occupancy.
+//
+// A block takes one token and a run of output rows d. Its warps are the token's k slots times F / 512 H
+// slices: warp group i holds the i-th slot in the CPU's summation order (ascending expert id, ties by slot)
+// and lane l of slice s the values [512 H s + 16 H l, + 16 H) of that slot's h row as digits (with their f32
+// sums, for Q2_K's block minimum). Each warp streams its slice of its expert's rows d (two 84-byte Q2_K
+// blocks per 512 values) through its ring, four rows to a stage; every 32 rows warp 0 adds, for each row,
+// the slices of each slot and then the slots in order, and writes the token's output.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_gemv_xreg.cuh"
+#include "kernels/cuda/cuda_moe_decode.cuh"
+
+namespace dsv4::cuda {
+
+namespace {
+
+using namespace gemv;
+using namespace xreg;
+
+constexpr int kStages = 6;  // ring depth: a stage is only 4 x 168 H bytes per warp
+constexpr int kChunk = 32;  // rows between two flushes of the warps' sums
+constexpr int kMaxSlots = 32;
+static_assert(kChunk % kRows == 0 && kChunk <= kWarp, "the flush takes whole stages, a row per lane of warp 0");
+
+struct Params {
+    const float* h;       // [n * k, F]
+    const int32_t* ids;   // [n, k]
+    float* out;           // [n, D]
+    const uint8_t* down;  // [E][D][F]
+    size_t row_bytes;
+    int64_t D, F;
+    int k, n_experts;
+    int slices;  // warps per slot: F / (512 H)
+    int64_t rows_per_block;
+    int64_t blocks_per_token;
+};
+
+template <int H>
+struct Geom {
+    static constexpr int kValues = 16 * H;  // per lane: H Q2_K units (16 values each)
+    static constexpr int kWords = 4 * H;
+    static constexpr int kSliceValues = kWarp * kValues;             // 512 H
+    static constexpr int kSliceBytes = kSliceValues / 256 * 84;      // 168 H
+    static constexpr int kSlotWords = (12 + kSliceBytes + 15) / 16;  // covering words from a 4-aligned start
+    static constexpr size_t smem(int w) {
+        return (size_t)w * kStages * kRows * kSlotWords * 16 + 2 * (size_t)w * kChunk * sizeof(float);
+    }
+};
+
+template <int H>
+__global__ void __launch_bounds__(kMaxWarps* kWarp, 1) moe_down_xreg_kernel(const __grid_constant__ Params a) {
+    using G = Geom<H>;
+    extern __shared__ uint4 smem[];
+    __shared__ int item_expert[kMaxSlots], item_pair[kMaxSlots];
+    const int n_warps = blockDim.x / kWarp, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    const int64_t token = blockIdx.x / a.blocks_per_token;
+    const int64_t d0 = (blockIdx.x % a.blocks_per_token) * a.rows_per_block;
+    const int rows = (int)(a.D - d0 < a.rows_per_block ? a.D - d0 : a.rows_per_block);
+    const int n_stages = (rows + kRows - 1) / kRows;
+    uint4* ring = smem + (size_t)warp * kStages * kRows * G::kSlotWords;
+    float* sums = reinterpret_cast<float*>(smem + (size_t)n_warps * kStages * kRows * G::kSlotWords);
+
+    pdl_wait();  // h and the expert ids come from the kernels before
+    pdl_trigger();
+    if (warp == 0 && lane < a.k) {  // slot lane goes to rank #{slots before it in (expert id, slot) order}
+        const int64_t p = token * a.k + lane;
+        const int e = a.ids[p];
+        if (e < 0 || e >= a.n_experts) {
+            printf("dsv4: CUDA moe_experts: pair %lld has expert %d, outside [0, %d)\n", (long long)p, e, a.n_experts);
+            __trap();
+        }
+        int rank = 0;
+        for (int j = 0; j < a.k; ++j) {
+            const int ej = a.ids[token * a.k + j];
+            rank += ej < e || (ej == e && j < lane);
+        }
+        item_expert[rank] = e;
+        item_pair[rank] = (int)p;
+    }
+    __syncthreads();
+    const int item = warp / a.slices, slice = warp % a.slices;
+    const uint8_t* base = a.down + (size_t)item_expert[item] * a.D * a.row_bytes + (size_t)slice * G::kSliceBytes;
+    // Row r of the block: d0 + r, clamped into the matrix (rows past the block's last are read, not used).
+    auto row = [&](int r) { return base + (size_t)(d0 + r < a.D ? d0 + r : a.D - 1) * a.row_bytes; };
+    auto issue = [&](int s) {
+        uint4* slot = ring + (s % kStages) * kRows * G::kSlotWords;
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            const uint8_t* src = row(kRows * s + r);
+            const int sh = (int)(reinterpret_cast<uintptr_t>(src) & 15);
+            const int words = (sh + G::kSliceBytes + 15) >> 4;
+#pragma unroll
+            for (int v = 0; v < (G::kSlotWords + kWarp - 1) / kWarp; ++v) {
+                const int w = lane + kWarp * v;
+                if (w < words) cp_async16(slot + r * G::kSlotWords + w, src - sh + 16 * w);
+            }
+        }
+    };
+#pragma unroll
+    for (int i = 0; i < kStages - 1; ++i) {
+        if (i < n_stages) issue(i);
+        cp_async_commit();  // possibly empty: keeps the group count in step with the stage index
+    }
+
+    uint32_t a0[G::kWords], a1[G::kWords], a2[G::kWords];
+    float xsum[H];
+    const int vo = G::kValues * lane;  // the lane's first value in the slice
+    const float sx =
+        lane_digits<H>(a.h + (int64_t)item_pair[item] * a.F + slice * G::kSliceValues + vo, a0, a1, a2, xsum);
+
+    for (int s = 0; s < n_stages; ++s) {
+        if (s + kStages - 1 < n_stages) issue(s + kStages - 1);
+        cp_async_commit();
+        cp_async_wait<kStages - 1>();  // this lane's copies of stage s have landed
+        __syncwarp();                  // ... and every other lane's
+        const uint8_t* slot = reinterpret_cast<const uint8_t*>(ring + (s % kStages) * kRows * G::kSlotWords);
+        float acc[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            const uint8_t* p =
+                slot + r * G::kSlotWords * 16 + (int)(reinterpret_cast<uintptr_t>(row(kRows * s + r)) & 15);
+            float y = 0.0f;
+#pragma unroll
+            for (int hh = 0; hh < H; ++hh) {
+                // Unit u of block b (DigitCodec<Q2_K>): values 128 n + 32 g + 16 h + l of the block.
+                const int v = vo + 16 * hh, u = (v & 255) >> 4;
+                const int n = u >> 3, g = (u >> 1) & 3, h = u & 1;
+                const uint8_t* blk = p + 84 * (v >> 8);
+                uint32_t w[4];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) w[i] = (ld32(blk + 16 + 32 * n + 16 * h + 4 * i) >> (2 * g)) & 0x03030303u;
+                const uint32_t sc = blk[u];
+                const uint32_t dd = ld32(blk + 80);
+                const float dl = mul_rn(half_bits(dd), small_to_float(sc & 15));
+                const float ml = mul_rn(half_bits(dd >> 16), small_to_float(sc >> 4));
+                uint32_t b0[4], b1[4], b2[4];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) b0[i] = a0[4 * hh + i], b1[i] = a1[4 * hh + i], b2[i] = a2[4 * hh + i];
+                DigitSums ds;
+                digit_dot<false, 4>(w, b0, b1, b2, ds);
+                y = fmaf(dl * sx, digit_value(ds), fmaf(-ml, xsum[hh], y));
+            }
+            acc[r] = y;
+        }
+        __syncwarp();                           // every lane is done with this slot before a later issue() refills it
+        const float k = butterfly4(acc, lane);  // lane 8 r: row r's warp sum
+        constexpr int kStagesPerChunk = kChunk / kRows;
+        const int chunk = s / kStagesPerChunk, at = (s % kStagesPerChunk) * kRows;
+        float* buf = sums + (chunk & 1) * n_warps * kChunk;  // two buffers: one sync per chunk suffices
+        if ((lane & 7) == 0) buf[warp * kChunk + at + (lane >> 3)] = k;
+        if (at + kRows == kChunk || s + 1 == n_stages) {
+            __syncthreads();
+            const int r = chunk * kChunk + lane;
+            if (warp == 0 && r < rows) {
+                float total = 0.0f;
+                for (int i = 0; i < a.k; ++i) {
+                    float y = buf[i * a.slices * kChunk + lane];
+                    for (int sl = 1; sl < a.slices; ++sl) y += buf[(i * a.slices + sl) * kChunk + lane];
+                    total += y;
+                }
+                a.out[token * a.D + d0 + r] = total;
+            }
+        }
+    }
+    cp_async_wait<0>();
+}
+
+template <int H>
+int blocks_per_sm(int w) {  // 0: a block of w warps cannot run
+    static const auto table = occupancy<moe_down_xreg_kernel<H>>(Geom<H>::smem);
+    return table[w];
+}
+
+template <int H>
+void launch_h(Params& p, int64_t n, int w, int bps, cudaStream_t s) {
+    const int64_t wave = (int64_t)bps * limits().sms;
+    const int64_t per = (n * p.D + wave * kRows - 1) / (wave * kRows) * kRows;  // rows per block, whole stages
+    p.rows_per_block = per;
+    p.blocks_per_token = (p.D + per - 1) / per;
+    launch_pdl(moe_down_xreg_kernel<H>, (unsigned)(n * p.blocks_per_token), w * kWarp, Geom<H>::smem(w), s, p);
+}
+
+}  // namespace
+
+bool launch_moe_down_xreg(const MoeArgs& a, const float* h, cudaStream_t s) {
+    if (!moe_enabled() || a.n != 1 || a.down.type != GgmlType::Q2_K || a.k < 1 || a.k > kMaxSlots || a.n < 1)
+        return false;
+    const int64_t F = a.down.cols, D = a.down.rows;
+    if (F % 512 != 0 || D < 1 || a.down.row_bytes % 4 != 0 || reinterpret_cast<uintptr_t>(a.down.data) % 4 != 0)
+        return false;
+    const int hv = moe_h() == 2 && F % 1024 == 0 ? 2 : 1;
+    const int64_t slices = F / (512 * hv), w = slices * a.k;
+    if (w > kMaxWarps) return false;
+    const int bps = hv == 2 ? blocks_per_sm<2>((int)w) : blocks_per_sm<1>((int)w);
+    if (bps == 0) return false;
+    Params p{h, a.ids, a.out, a.down.data, a.down.row_bytes, D, F, a.k, (int)a.down.n_experts, (int)slices, 0, 0};
+    if (hv == 2)
+        launch_h<2>(p, a.n, (int)w, bps, s);
+    else
+        launch_h<1>(p, a.n, (int)w, bps, s);
+    return true;
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,216 @@
+// MoE gate/up at decode with the token's activation in registers (the form of cuda_gemv_q8_xreg.cu, shared
+// pieces in cuda_gemv_xreg.cuh), for IQ2_XXS gate and up stacks (V4-Flash's routed experts). The pipelined
+// kernel (moe_gate_up_kernel in cuda_moe_decode.cu) re-reads the activation digits for every row pair from
+// L1 and ran at 30 us per layer, the same from L2 as from HBM: bound by its own latency, not by memory.
+//
+// A block takes one (token, slot) pair and a run of f_per_block rows f of its expert: the gate and up rows of
+// each f, interleaved (gate f, up f, gate f + 1, ...), four to a stage. Lane l of warp w holds values
+// [512 H w + 16 H l, + 16 H) of the token's x as digits it computes itself (so no quantize kernel runs before
+// this one); each warp copies the 132 H bytes of its slice of a row (two IQ2_XXS blocks per 512 values,
+// starting anywhere in a 16-byte word) into its ring and multiplies its lanes' grid values (the shared-memory
+// tables of the pipelined codec) by the digits. Every 16 f, warp 0 adds the warps' sums in warp order and
+// writes h[pair, f] = SwiGLU(gate, up) * the routing weight, as the pipelined kernel does.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_gemv_stream.cuh"
+#include "kernels/cuda/cuda_gemv_xreg.cuh"
+#include "kernels/cuda/cuda_moe_decode.cuh"
+
+namespace dsv4::cuda {
+
+namespace {
+
+using namespace gemv;
+using namespace xreg;
+
+constexpr int kStages = 6;  // ring depth: a stage is only 4 x 132 H bytes per warp, so five are in flight
+constexpr int kChunk = 32;  // rows (16 f) between two flushes of the warps' sums
+static_assert(kChunk % kRows == 0 && kChunk / 2 <= kWarp, "the flush takes whole stages, an f per lane of warp 0");
+
+using Iq2 = DigitCodec<GgmlType::IQ2_XXS>;
+
+struct Params {
+    const float* x;        // [n, D]
+    const int32_t* ids;    // [n, k]
+    const float* weights;  // [n, k]
+    float* h;              // [n * k, F]
+    const uint8_t *gate, *up;
+    size_t row_bytes;  // of gate and up
+    int64_t D, F;
+    int k, n_experts;
+    float clamp;
+    int64_t f_per_block;  // a multiple of kRows / 2
+    int64_t blocks_per_pair;
+};
+
+template <int H>
+struct Geom {
+    static constexpr int kValues = 16 * H;                       // per lane
+    static constexpr int kWords = 4 * H;                         // weight words and digit words per plane
+    static constexpr int kSliceValues = kWarp * kValues;         // per warp: 512 H
+    static constexpr int kSliceBytes = kSliceValues / 256 * 66;  // 132 H
+    // 16-byte words of a row's slot: those covering the slice from any offset in its first word, and one
+    // spare word that the last lane's aligned over-read (ld64_any) may touch.
+    static constexpr int kSlotWords = (15 + kSliceBytes + 15) / 16 + 1;
+    static constexpr size_t smem(int w) {
+        return (size_t)w * kStages * kRows * kSlotWords * 16 + 2 * (size_t)w * kChunk * sizeof(float);
+    }
+};
+
+template <int H>
+__global__ void __launch_bounds__(kMaxWarps* kWarp, 1)
+    moe_gate_up_xreg_kernel(const __grid_constant__ Params a, QuantTables tb) {
+    using G = Geom<H>;
+    extern __shared__ uint4 smem[];
+    __shared__ uint32_t lut_mem[LutStorage<GgmlType::IQ2_XXS>::kWords];
+    const Lut lut = build_lut<GgmlType::IQ2_XXS>(lut_mem, tb);  // every thread, before any exit
+    const int n_warps = blockDim.x / kWarp, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    const int64_t pair = blockIdx.x / a.blocks_per_pair;
+    const int64_t f0 = (blockIdx.x % a.blocks_per_pair) * a.f_per_block;
+    const int nf = (int)(a.F - f0 < a.f_per_block ? a.F - f0 : a.f_per_block);
+    const int n_stages = (2 * nf + kRows - 1) / kRows;
+    uint4* ring = smem + (size_t)warp * kStages * kRows * G::kSlotWords;
+    float* sums = reinterpret_cast<float*>(smem + (size_t)n_warps * kStages * kRows * G::kSlotWords);
+
+    pdl_wait();  // the expert ids, the routing weights and x come from the kernels before
+    pdl_trigger();
+    const int e = a.ids[pair];
+    if (e < 0 || e >= a.n_experts) {
+        if (threadIdx.x == 0)
+            printf("dsv4: CUDA moe_experts: pair %lld has expert %d, outside [0, %d)\n", (long long)pair, e,
+                   a.n_experts);
+        __trap();
+    }
+    const size_t expert_bytes = (size_t)a.F * a.row_bytes, slice_at = (size_t)warp * G::kSliceBytes;
+    const uint8_t* gate = a.gate + (size_t)e * expert_bytes + slice_at;
+    const uint8_t* up = a.up + (size_t)e * expert_bytes + slice_at;
+    // Row i of the block: gate (i even) or up row f0 + i / 2, clamped into the matrix (rows past the block's
+    // last are read, not used).
+    auto row = [&](int i) {
+        const int64_t f = f0 + i / 2 < a.F ? f0 + i / 2 : a.F - 1;
+        return ((i & 1) ? up : gate) + (size_t)f * a.row_bytes;
+    };
+    auto issue = [&](int s) {
+        uint4* slot = ring + (s % kStages) * kRows * G::kSlotWords;
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            const uint8_t* src = row(kRows * s + r);
+            const int sh = (int)(reinterpret_cast<uintptr_t>(src) & 15);
+            const int words = (sh + G::kSliceBytes + 15) >> 4;
+#pragma unroll
+            for (int v = 0; v < (G::kSlotWords + kWarp - 1) / kWarp; ++v) {
+                const int w = lane + kWarp * v;
+                if (w < words) cp_async16(slot + r * G::kSlotWords + w, src - sh + 16 * w);
+            }
+        }
+    };
+#pragma unroll
+    for (int i = 0; i < kStages - 1; ++i) {
+        if (i < n_stages) issue(i);
+        cp_async_commit();  // possibly empty: keeps the group count in step with the stage index
+    }
+
+    uint32_t a0[G::kWords], a1[G::kWords], a2[G::kWords];
+    const int vo = G::kValues * lane;  // the lane's first value in the slice
+    const float sx = lane_digits<H>(a.x + (pair / a.k) * a.D + warp * G::kSliceValues + vo, a0, a1, a2);
+    const int block_at = 66 * (vo >> 8), unit_at = block_at + 2 + 8 * ((vo & 255) >> 5);
+    const int entry0 = (vo & 31) >> 3;  // the lane's first grid entry in its unit (0, or 2 for H = 1's odd lanes)
+
+    for (int s = 0; s < n_stages; ++s) {
+        if (s + kStages - 1 < n_stages) issue(s + kStages - 1);
+        cp_async_commit();
+        cp_async_wait<kStages - 1>();  // this lane's copies of stage s have landed
+        __syncwarp();                  // ... and every other lane's
+        const uint8_t* slot = reinterpret_cast<const uint8_t*>(ring + (s % kStages) * kRows * G::kSlotWords);
+        float acc[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            const uint8_t* p =
+                slot + r * G::kSlotWords * 16 + (int)(reinterpret_cast<uintptr_t>(row(kRows * s + r)) & 15);
+            uint32_t q[2];  // the unit's 4 grid indices, then its 4 x 7 sign bits and 4-bit scale
+            ld64_any(p + unit_at, q);
+            const float db = mul_rn(mul_rn(half_bits(ld16(p + block_at)), 0.5f + small_to_float(q[1] >> 28)), 0.25f);
+            uint32_t w[G::kWords];
+#pragma unroll
+            for (int i = 0; i < 2 * H; ++i) {
+                const int l = entry0 + i;
+                const uint32_t sel = lut.grid[(q[0] >> (8 * l)) & 255] + lut.sign[(q[1] >> (7 * l)) & 127];
+                w[2 * i] = prmt(Iq2::kSignedLo, Iq2::kSignedHi, sel);
+                w[2 * i + 1] = prmt(Iq2::kSignedLo, Iq2::kSignedHi, sel >> 16);
+            }
+            DigitSums ds;
+            digit_dot<true, G::kWords>(w, a0, a1, a2, ds);
+            acc[r] = (db * sx) * digit_value(ds);
+        }
+        __syncwarp();                           // every lane is done with this slot before a later issue() refills it
+        const float k = butterfly4(acc, lane);  // lane 8 r: row r's warp sum
+        constexpr int kStagesPerChunk = kChunk / kRows;
+        const int chunk = s / kStagesPerChunk, at = (s % kStagesPerChunk) * kRows;
+        float* buf = sums + (chunk & 1) * n_warps * kChunk;  // two buffers: one sync per chunk suffices
+        if ((lane & 7) == 0) buf[warp * kChunk + at + (lane >> 3)] = k;
+        if (at + kRows == kChunk || s + 1 == n_stages) {
+            __syncthreads();
+            const int fi = chunk * (kChunk / 2) + lane;
+            if (warp == 0 && lane < kChunk / 2 && fi < nf) {
+                float gv = buf[2 * lane], uv = buf[2 * lane + 1];
+                for (int w = 1; w < n_warps; ++w) {
+                    gv += buf[w * kChunk + 2 * lane];
+                    uv += buf[w * kChunk + 2 * lane + 1];
+                }
+                if (a.clamp > 0) {  // as the swiglu op, then the routing weight (before the down projection)
+                    gv = fminf(gv, a.clamp);
+                    uv = fminf(fmaxf(uv, -a.clamp), a.clamp);
+                }
+                const float hv = gv / (1.0f + expf(-gv)) * uv;
+                a.h[pair * a.F + f0 + fi] = hv * a.weights[pair];
+            }
+        }
+    }
+    cp_async_wait<0>();
+}
+
+template <int H>
+int blocks_per_sm(int w) {  // 0: a block of w warps cannot run
+    static const auto table = occupancy<moe_gate_up_xreg_kernel<H>>(Geom<H>::smem);
+    return table[w];
+}
+
+template <int H>
+void launch_h(Params& p, int64_t pairs, int w, int bps, const QuantTables& t, cudaStream_t s) {
+    const int64_t wave = (int64_t)bps * limits().sms;
+    const int64_t rows = pairs * 2 * p.F;
+    const int64_t per = (rows + wave * kRows - 1) / (wave * kRows) * kRows;  // rows per block, whole stages
+    p.f_per_block = per / 2;
+    p.blocks_per_pair = (p.F + p.f_per_block - 1) / p.f_per_block;
+    launch_pdl(moe_gate_up_xreg_kernel<H>, (unsigned)(pairs * p.blocks_per_pair), w * kWarp, Geom<H>::smem(w), s, p, t);
+}
+
+}  // namespace
+
+bool launch_moe_gate_up_xreg(const MoeArgs& a, float* h, const QuantTables& t, cudaStream_t s) {
+    // One token: measured faster only there (docs/benchmarks.md, run 52: two tokens took 100.6 us, 95.2 before).
+    if (!moe_enabled() || a.n != 1) return false;
+    if (a.gate.type != GgmlType::IQ2_XXS || a.up.type != GgmlType::IQ2_XXS) return false;
+    const int64_t D = a.gate.cols, F = a.gate.rows, pairs = a.n * a.k;
+    if (a.up.cols != D || a.up.rows != F || a.gate.row_bytes != a.up.row_bytes || pairs < 1 || F < 1) return false;
+    if (D % 512 != 0 || D > 512 * kMaxWarps || !aligned16(a.x) || a.gate.row_bytes % 2 != 0) return false;
+    if (reinterpret_cast<uintptr_t>(a.gate.data) % 2 != 0 || reinterpret_cast<uintptr_t>(a.up.data) % 2 != 0)
+        return false;
+    const int hv = moe_h() == 2 && D % 1024 == 0 ? 2 : 1;
+    const int w = (int)(D / (512 * hv));
+    const int bps = hv == 2 ? blocks_per_sm<2>(w) : blocks_per_sm<1>(w);
+    if (bps == 0) return false;
+    Params p{a.x,     a.ids, a.weights, h, a.gate.data, a.up.data, a.gate.row_bytes, D, F, a.k, (int)a.gate.n_experts,
+             a.clamp, 0,     0};
+    if (hv == 2)
+        launch_h<2>(p, pairs, w, bps, t, s);
+    else
+        launch_h<1>(p, pairs, w, bps, t, s);
+    return true;
+}
+
+}  // namespace dsv4::cuda
