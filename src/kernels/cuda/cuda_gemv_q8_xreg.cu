@@ -29,9 +29,7 @@ using namespace gemv;
 using namespace xreg;
 
 constexpr int kStages = 3;  // ring depth: two stages in flight while one is multiplied
-constexpr int kChunk = 32;  // rows between two flushes of the warps' sums
 constexpr int kMaxJobs = 16;
-static_assert(kChunk % kRows == 0 && kChunk <= kWarp, "the flush takes whole stages, a row per lane of warp 0");
 
 template <int H>
 struct Geom {
@@ -41,10 +39,7 @@ struct Geom {
     static constexpr int kSliceBytes = kSliceValues / 32 * 34;  // 544 H
     static constexpr int kSliceWords = kSliceBytes / 16;        // 16-byte words
     static_assert(kSliceBytes % 16 == 0, "a warp's slice of a row is whole 16-byte words");
-    // Shared memory of a block of w warps: the rings, then the two buffers of warp sums.
-    static constexpr size_t smem(int w) {
-        return (size_t)w * kStages * kRows * kSliceBytes + 2 * (size_t)w * kChunk * sizeof(float);
-    }
+    static constexpr size_t smem(int w) { return block_smem(w, kStages * kRows * kSliceBytes); }
 };
 
 struct Job {
@@ -91,11 +86,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) gemv_q8_xreg_kernel(const
             if (lane < kRest) cp_async16(dst + kFull + lane, src + 16 * (kFull + lane));
         }
     };
-#pragma unroll
-    for (int i = 0; i < kStages - 1; ++i) {
-        if (i < n_stages) issue(i);
-        cp_async_commit();  // possibly empty: keeps the group count in step with the stage index
-    }
+    ring_start<kStages>(n_stages, issue);
     pdl_begin();  // the weights are on their way; now wait for the kernel that wrote x
 
     uint32_t a0[G::kWords], a1[G::kWords], a2[G::kWords];
@@ -104,10 +95,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) gemv_q8_xreg_kernel(const
     const int data_at = scale_at + 2 + (H == 1 ? 16 * (lane & 1) : 0);  // its first weight byte
 
     for (int s = 0; s < n_stages; ++s) {
-        if (s + kStages - 1 < n_stages) issue(s + kStages - 1);
-        cp_async_commit();
-        cp_async_wait<kStages - 1>();  // this lane's copies of stage s have landed
-        __syncwarp();                  // ... and every other lane's
+        ring_wait<kStages>(s, n_stages, issue);
         const uint8_t* slot = reinterpret_cast<const uint8_t*>(ring + (s % kStages) * kRows * G::kSliceWords);
         float acc[kRows];
 #pragma unroll
@@ -121,19 +109,14 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) gemv_q8_xreg_kernel(const
         }
         __syncwarp();                           // every lane is done with this slot before a later issue() refills it
         const float k = butterfly4(acc, lane);  // lane 8 r: row r's warp sum
-        constexpr int kStagesPerChunk = kChunk / kRows;
-        const int chunk = s / kStagesPerChunk, at = (s % kStagesPerChunk) * kRows;
-        float* buf = sums + (chunk & 1) * n_warps * kChunk;  // two buffers: one sync per chunk suffices
-        if ((lane & 7) == 0) buf[warp * kChunk + at + (lane >> 3)] = k;
-        if (at + kRows == kChunk || s + 1 == n_stages) {
-            __syncthreads();
-            const int row = chunk * kChunk + lane;
-            if (warp == 0 && row < rows) {
+        stash_sums(k, s, n_stages, sums, n_warps, [&](const float* buf, int row0) {
+            const int row = row0 + lane;
+            if (row < rows) {
                 float t = buf[lane];
                 for (int w = 1; w < n_warps; ++w) t += buf[w * kChunk + lane];
                 J.y[r0 + row] = t;
             }
-        }
+        });
     }
     cp_async_wait<0>();
 }
@@ -148,13 +131,6 @@ int64_t waves() {
         return w >= 1 && w <= 16 ? w : (int64_t)1;
     }();
     return n;
-}
-
-// Resident blocks of w warps per SM, for every w (once per H).
-template <int H>
-int blocks_per_sm(int w) {  // 0: a block of w warps cannot run
-    static const auto table = occupancy<gemv_q8_xreg_kernel<H>>(Geom<H>::smem);
-    return table[w];
 }
 
 template <int H>
@@ -197,7 +173,8 @@ bool launch_gemv_q8_xreg(const MatmulParams* ps, int count, cudaStream_t s) {
     if (K % 512 != 0 || K > 512 * kMaxWarps) return false;
     const int h = gemv_h() == 2 && K % 1024 == 0 ? 2 : 1;
     const int w = (int)(K / (512 * h));
-    const int bps = h == 2 ? blocks_per_sm<2>(w) : blocks_per_sm<1>(w);
+    const int bps =
+        h == 2 ? blocks_per_sm<gemv_q8_xreg_kernel<2>, Geom<2>>(w) : blocks_per_sm<gemv_q8_xreg_kernel<1>, Geom<1>>(w);
     if (bps == 0) return false;
     for (int j = 0; j < count; ++j) {
         const MatmulParams& p = ps[j];

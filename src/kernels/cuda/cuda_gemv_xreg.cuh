@@ -19,7 +19,14 @@
 namespace dsv4::cuda::xreg {
 
 constexpr int kRows = 4;       // rows per stage (butterfly4 is written for 4)
+constexpr int kChunk = 32;     // rows between two flushes of the warps' sums (a row per lane of warp 0)
 constexpr int kMaxWarps = 32;  // a block of at most 1024 threads: K <= 512 H * 32
+static_assert(kChunk % kRows == 0 && kChunk <= kWarp, "a chunk is whole stages, a row per lane");
+
+// Shared memory of a block of w warps: the warps' rings (ring_bytes each), then the two buffers of warp sums.
+constexpr size_t block_smem(int w, size_t ring_bytes) {
+    return (size_t)w * ring_bytes + 2 * (size_t)w * kChunk * sizeof(float);
+}
 
 // The digits of this lane's 16 H values x[0 .. 16 H) (16-byte aligned) and the scale of their 32-value block
 // (H = 1: the other half is on lane ^ 1): the same digits quantize_digits_kernel writes for the block; with
@@ -94,6 +101,66 @@ inline int moe_h() {
     return h;
 }
 
+// The per-warp ring of kStages stages: ring_start requests the first kStages - 1 (of n_stages); before stage s
+// is read, ring_wait requests stage s + kStages - 1 and waits until stage s's copies, this lane's and every
+// other lane's, have landed. issue(s) makes stage s's cp.async copies. Every call commits a group, possibly
+// empty, so the group count stays in step with the stage index.
+template <int kStages, class Issue>
+__device__ __forceinline__ void ring_start(int n_stages, Issue&& issue) {
+#pragma unroll
+    for (int i = 0; i < kStages - 1; ++i) {
+        if (i < n_stages) issue(i);
+        cp_async_commit();
+    }
+}
+template <int kStages, class Issue>
+__device__ __forceinline__ void ring_wait(int s, int n_stages, Issue&& issue) {
+    if (s + kStages - 1 < n_stages) issue(s + kStages - 1);
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();
+    __syncwarp();
+}
+
+// The 16-byte words covering [src, src + bytes) into slot (at most kSlotWords of them, one per lane and pass):
+// the bytes land at slot + (src & 15). A word holding any byte of the slice lies in its allocation.
+template <int kSlotWords>
+__device__ __forceinline__ void copy_covering(uint4* slot, const uint8_t* src, int bytes, int lane) {
+    const int sh = (int)(reinterpret_cast<uintptr_t>(src) & 15);
+    const int words = (sh + bytes + 15) >> 4;
+#pragma unroll
+    for (int v = 0; v < (kSlotWords + kWarp - 1) / kWarp; ++v) {
+        const int w = lane + kWarp * v;
+        if (w < words) cp_async16(slot + w, src - sh + 16 * w);
+    }
+}
+
+// Stage s of a ring of kStages slots, each kRows row slices of kSlotWords words: the words covering each
+// row(kRows s + r)'s slice of `bytes` (copy_covering). The slice of row r lands at slot word r * kSlotWords,
+// plus the row's own offset in its first word.
+template <int kStages, int kSlotWords, class Row>
+__device__ __forceinline__ void issue_covering(uint4* ring, int s, int bytes, Row&& row, int lane) {
+    uint4* slot = ring + (s % kStages) * kRows * kSlotWords;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) copy_covering<kSlotWords>(slot + r * kSlotWords, row(kRows * s + r), bytes, lane);
+}
+
+// After stage s (of n_stages): keeps this warp's sums of its 4 rows (k from butterfly4) in sums (block_smem's
+// two buffers, n_warps x kChunk each, so one barrier per chunk suffices), and at the end of every kChunk rows
+// and after the last stage waits for the block, then warp 0 calls flush(buf, row0): buf[w * kChunk + i] is warp
+// w's sum of the chunk's row i, row0 the chunk's first row in the block.
+template <class Flush>
+__device__ __forceinline__ void stash_sums(float k, int s, int n_stages, float* sums, int n_warps, Flush&& flush) {
+    constexpr int kStagesPerChunk = kChunk / kRows;
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    const int chunk = s / kStagesPerChunk, at = (s % kStagesPerChunk) * kRows;
+    float* buf = sums + (chunk & 1) * n_warps * kChunk;
+    if ((lane & 7) == 0) buf[warp * kChunk + at + (lane >> 3)] = k;
+    if (at + kRows == kChunk || s + 1 == n_stages) {
+        __syncthreads();
+        if (warp == 0) flush(static_cast<const float*>(buf), chunk * kChunk);
+    }
+}
+
 struct DeviceLimits {
     int sms = 0;
     size_t smem_optin = 0;  // the most shared memory a block may use (static and dynamic)
@@ -128,6 +195,13 @@ std::array<int, kMaxWarps + 1> occupancy(Smem smem) {
         t[w] = n;
     }
     return t;
+}
+
+// occupancy's answer for w warps, found once per kernel (G::smem: the dynamic shared memory of a block of w).
+template <auto K, class G>
+int blocks_per_sm(int w) {
+    static const auto table = occupancy<K>(G::smem);
+    return table[w];
 }
 
 }  // namespace dsv4::cuda::xreg

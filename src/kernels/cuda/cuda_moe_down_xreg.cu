@@ -26,9 +26,7 @@ using namespace gemv;
 using namespace xreg;
 
 constexpr int kStages = 6;  // ring depth: a stage is only 4 x 168 H bytes per warp
-constexpr int kChunk = 32;  // rows between two flushes of the warps' sums
 constexpr int kMaxSlots = 32;
-static_assert(kChunk % kRows == 0 && kChunk <= kWarp, "the flush takes whole stages, a row per lane of warp 0");
 
 struct Params {
     const float* h;       // [n * k, F]
@@ -50,9 +48,7 @@ struct Geom {
     static constexpr int kSliceValues = kWarp * kValues;             // 512 H
     static constexpr int kSliceBytes = kSliceValues / 256 * 84;      // 168 H
     static constexpr int kSlotWords = (12 + kSliceBytes + 15) / 16;  // covering words from a 4-aligned start
-    static constexpr size_t smem(int w) {
-        return (size_t)w * kStages * kRows * kSlotWords * 16 + 2 * (size_t)w * kChunk * sizeof(float);
-    }
+    static constexpr size_t smem(int w) { return block_smem(w, kStages * kRows * kSlotWords * 16); }
 };
 
 template <int H>
@@ -90,25 +86,8 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) moe_down_xreg_kernel(cons
     const uint8_t* base = a.down + (size_t)item_expert[item] * a.D * a.row_bytes + (size_t)slice * G::kSliceBytes;
     // Row r of the block: d0 + r, clamped into the matrix (rows past the block's last are read, not used).
     auto row = [&](int r) { return base + (size_t)(d0 + r < a.D ? d0 + r : a.D - 1) * a.row_bytes; };
-    auto issue = [&](int s) {
-        uint4* slot = ring + (s % kStages) * kRows * G::kSlotWords;
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-            const uint8_t* src = row(kRows * s + r);
-            const int sh = (int)(reinterpret_cast<uintptr_t>(src) & 15);
-            const int words = (sh + G::kSliceBytes + 15) >> 4;
-#pragma unroll
-            for (int v = 0; v < (G::kSlotWords + kWarp - 1) / kWarp; ++v) {
-                const int w = lane + kWarp * v;
-                if (w < words) cp_async16(slot + r * G::kSlotWords + w, src - sh + 16 * w);
-            }
-        }
-    };
-#pragma unroll
-    for (int i = 0; i < kStages - 1; ++i) {
-        if (i < n_stages) issue(i);
-        cp_async_commit();  // possibly empty: keeps the group count in step with the stage index
-    }
+    auto issue = [&](int s) { issue_covering<kStages, G::kSlotWords>(ring, s, G::kSliceBytes, row, lane); };
+    ring_start<kStages>(n_stages, issue);
 
     uint32_t a0[G::kWords], a1[G::kWords], a2[G::kWords];
     float xsum[H];
@@ -117,10 +96,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) moe_down_xreg_kernel(cons
         lane_digits<H>(a.h + (int64_t)item_pair[item] * a.F + slice * G::kSliceValues + vo, a0, a1, a2, xsum);
 
     for (int s = 0; s < n_stages; ++s) {
-        if (s + kStages - 1 < n_stages) issue(s + kStages - 1);
-        cp_async_commit();
-        cp_async_wait<kStages - 1>();  // this lane's copies of stage s have landed
-        __syncwarp();                  // ... and every other lane's
+        ring_wait<kStages>(s, n_stages, issue);
         const uint8_t* slot = reinterpret_cast<const uint8_t*>(ring + (s % kStages) * kRows * G::kSlotWords);
         float acc[kRows];
 #pragma unroll
@@ -152,14 +128,9 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) moe_down_xreg_kernel(cons
         }
         __syncwarp();                           // every lane is done with this slot before a later issue() refills it
         const float k = butterfly4(acc, lane);  // lane 8 r: row r's warp sum
-        constexpr int kStagesPerChunk = kChunk / kRows;
-        const int chunk = s / kStagesPerChunk, at = (s % kStagesPerChunk) * kRows;
-        float* buf = sums + (chunk & 1) * n_warps * kChunk;  // two buffers: one sync per chunk suffices
-        if ((lane & 7) == 0) buf[warp * kChunk + at + (lane >> 3)] = k;
-        if (at + kRows == kChunk || s + 1 == n_stages) {
-            __syncthreads();
-            const int r = chunk * kChunk + lane;
-            if (warp == 0 && r < rows) {
+        stash_sums(k, s, n_stages, sums, n_warps, [&](const float* buf, int row0) {
+            const int r = row0 + lane;
+            if (r < rows) {
                 float total = 0.0f;
                 for (int i = 0; i < a.k; ++i) {
                     float y = buf[i * a.slices * kChunk + lane];
@@ -168,15 +139,9 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) moe_down_xreg_kernel(cons
                 }
                 a.out[token * a.D + d0 + r] = total;
             }
-        }
+        });
     }
     cp_async_wait<0>();
-}
-
-template <int H>
-int blocks_per_sm(int w) {  // 0: a block of w warps cannot run
-    static const auto table = occupancy<moe_down_xreg_kernel<H>>(Geom<H>::smem);
-    return table[w];
 }
 
 template <int H>
@@ -191,15 +156,16 @@ void launch_h(Params& p, int64_t n, int w, int bps, cudaStream_t s) {
 }  // namespace
 
 bool launch_moe_down_xreg(const MoeArgs& a, const float* h, cudaStream_t s) {
-    if (!moe_enabled() || a.n != 1 || a.down.type != GgmlType::Q2_K || a.k < 1 || a.k > kMaxSlots || a.n < 1)
-        return false;
+    // One token: measured faster only there (docs/benchmarks.md, run 52), as the gate/up kernel.
+    if (!moe_enabled() || a.n != 1 || a.down.type != GgmlType::Q2_K || a.k < 1 || a.k > kMaxSlots) return false;
     const int64_t F = a.down.cols, D = a.down.rows;
     if (F % 512 != 0 || D < 1 || a.down.row_bytes % 4 != 0 || reinterpret_cast<uintptr_t>(a.down.data) % 4 != 0)
         return false;
     const int hv = moe_h() == 2 && F % 1024 == 0 ? 2 : 1;
     const int64_t slices = F / (512 * hv), w = slices * a.k;
     if (w > kMaxWarps) return false;
-    const int bps = hv == 2 ? blocks_per_sm<2>((int)w) : blocks_per_sm<1>((int)w);
+    const int bps = hv == 2 ? blocks_per_sm<moe_down_xreg_kernel<2>, Geom<2>>((int)w)
+                            : blocks_per_sm<moe_down_xreg_kernel<1>, Geom<1>>((int)w);
     if (bps == 0) return false;
     Params p{h, a.ids, a.out, a.down.data, a.down.row_bytes, D, F, a.k, (int)a.down.n_experts, (int)slices, 0, 0};
     if (hv == 2)

@@ -28,8 +28,6 @@ using namespace gemv;
 using namespace xreg;
 
 constexpr int kStages = 6;  // ring depth: a stage is only 4 x 132 H bytes per warp, so five are in flight
-constexpr int kChunk = 32;  // rows (16 f) between two flushes of the warps' sums
-static_assert(kChunk % kRows == 0 && kChunk / 2 <= kWarp, "the flush takes whole stages, an f per lane of warp 0");
 
 using Iq2 = DigitCodec<GgmlType::IQ2_XXS>;
 
@@ -56,9 +54,7 @@ struct Geom {
     // 16-byte words of a row's slot: those covering the slice from any offset in its first word, and one
     // spare word that the last lane's aligned over-read (ld64_any) may touch.
     static constexpr int kSlotWords = (15 + kSliceBytes + 15) / 16 + 1;
-    static constexpr size_t smem(int w) {
-        return (size_t)w * kStages * kRows * kSlotWords * 16 + 2 * (size_t)w * kChunk * sizeof(float);
-    }
+    static constexpr size_t smem(int w) { return block_smem(w, kStages * kRows * kSlotWords * 16); }
 };
 
 template <int H>
@@ -94,25 +90,8 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1)
         const int64_t f = f0 + i / 2 < a.F ? f0 + i / 2 : a.F - 1;
         return ((i & 1) ? up : gate) + (size_t)f * a.row_bytes;
     };
-    auto issue = [&](int s) {
-        uint4* slot = ring + (s % kStages) * kRows * G::kSlotWords;
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-            const uint8_t* src = row(kRows * s + r);
-            const int sh = (int)(reinterpret_cast<uintptr_t>(src) & 15);
-            const int words = (sh + G::kSliceBytes + 15) >> 4;
-#pragma unroll
-            for (int v = 0; v < (G::kSlotWords + kWarp - 1) / kWarp; ++v) {
-                const int w = lane + kWarp * v;
-                if (w < words) cp_async16(slot + r * G::kSlotWords + w, src - sh + 16 * w);
-            }
-        }
-    };
-#pragma unroll
-    for (int i = 0; i < kStages - 1; ++i) {
-        if (i < n_stages) issue(i);
-        cp_async_commit();  // possibly empty: keeps the group count in step with the stage index
-    }
+    auto issue = [&](int s) { issue_covering<kStages, G::kSlotWords>(ring, s, G::kSliceBytes, row, lane); };
+    ring_start<kStages>(n_stages, issue);
 
     uint32_t a0[G::kWords], a1[G::kWords], a2[G::kWords];
     const int vo = G::kValues * lane;  // the lane's first value in the slice
@@ -121,10 +100,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1)
     const int entry0 = (vo & 31) >> 3;  // the lane's first grid entry in its unit (0, or 2 for H = 1's odd lanes)
 
     for (int s = 0; s < n_stages; ++s) {
-        if (s + kStages - 1 < n_stages) issue(s + kStages - 1);
-        cp_async_commit();
-        cp_async_wait<kStages - 1>();  // this lane's copies of stage s have landed
-        __syncwarp();                  // ... and every other lane's
+        ring_wait<kStages>(s, n_stages, issue);
         const uint8_t* slot = reinterpret_cast<const uint8_t*>(ring + (s % kStages) * kRows * G::kSlotWords);
         float acc[kRows];
 #pragma unroll
@@ -148,14 +124,9 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1)
         }
         __syncwarp();                           // every lane is done with this slot before a later issue() refills it
         const float k = butterfly4(acc, lane);  // lane 8 r: row r's warp sum
-        constexpr int kStagesPerChunk = kChunk / kRows;
-        const int chunk = s / kStagesPerChunk, at = (s % kStagesPerChunk) * kRows;
-        float* buf = sums + (chunk & 1) * n_warps * kChunk;  // two buffers: one sync per chunk suffices
-        if ((lane & 7) == 0) buf[warp * kChunk + at + (lane >> 3)] = k;
-        if (at + kRows == kChunk || s + 1 == n_stages) {
-            __syncthreads();
-            const int fi = chunk * (kChunk / 2) + lane;
-            if (warp == 0 && lane < kChunk / 2 && fi < nf) {
+        stash_sums(k, s, n_stages, sums, n_warps, [&](const float* buf, int row0) {
+            const int fi = row0 / 2 + lane;  // rows 2 i and 2 i + 1 of the chunk: gate and up of f0 + fi
+            if (lane < kChunk / 2 && fi < nf) {
                 float gv = buf[2 * lane], uv = buf[2 * lane + 1];
                 for (int w = 1; w < n_warps; ++w) {
                     gv += buf[w * kChunk + 2 * lane];
@@ -168,15 +139,9 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1)
                 const float hv = gv / (1.0f + expf(-gv)) * uv;
                 a.h[pair * a.F + f0 + fi] = hv * a.weights[pair];
             }
-        }
+        });
     }
     cp_async_wait<0>();
-}
-
-template <int H>
-int blocks_per_sm(int w) {  // 0: a block of w warps cannot run
-    static const auto table = occupancy<moe_gate_up_xreg_kernel<H>>(Geom<H>::smem);
-    return table[w];
 }
 
 template <int H>
@@ -202,7 +167,8 @@ bool launch_moe_gate_up_xreg(const MoeArgs& a, float* h, const QuantTables& t, c
         return false;
     const int hv = moe_h() == 2 && D % 1024 == 0 ? 2 : 1;
     const int w = (int)(D / (512 * hv));
-    const int bps = hv == 2 ? blocks_per_sm<2>(w) : blocks_per_sm<1>(w);
+    const int bps = hv == 2 ? blocks_per_sm<moe_gate_up_xreg_kernel<2>, Geom<2>>(w)
+                            : blocks_per_sm<moe_gate_up_xreg_kernel<1>, Geom<1>>(w);
     if (bps == 0) return false;
     Params p{a.x,     a.ids, a.weights, h, a.gate.data, a.up.data, a.gate.row_bytes, D, F, a.k, (int)a.gate.n_experts,
              a.clamp, 0,     0};
