@@ -17,8 +17,12 @@ def summary(path):
     if p and p.get("tokens"):
         print(f"  prefill {p['tokens']} tokens: {p['tokens_per_s']:.1f} tok/s")
     for d in r.get("decode", []):
+        spread = ""
+        if "repeats" in d:
+            spread = (f", median of {d['repeats']} runs: {d['tokens_per_s_min']:.2f} to "
+                      f"{d['tokens_per_s_max']:.2f}")
         print(f"  decode ctx {d['context']}: {d['tokens_per_s']:.2f} tok/s, {d['weight_gb_per_s']:.0f} GB/s "
-              f"({100 * d.get('fraction_of_peak', 0):.1f}% of peak)")
+              f"({100 * d.get('fraction_of_peak', 0):.1f}% of peak){spread}")
     if "step_graphs" in r:
         print(f"  step graphs: {r['step_graphs']}")
     for row in r.get("profile", [])[:12]:

@@ -3,7 +3,8 @@
 # every step with its own time limit so one slow step cannot eat the lease. Results land in $OUT:
 #   bench-decode.json   decode tok/s at 4K/32K context (+ the per-op profile), prefill of an 8K prompt (f32)
 #   bench-bf16.json     the same prefill with the tensor-core GEMMs (--gemm bf16)
-#   bench-depths.json   decode at 4K/32K/128K reached with --skip-fill (seconds, not minutes, per depth)
+#   bench-depths.json   decode at 4K/32K/128K reached with --skip-fill (seconds, not minutes, per depth), the
+#                       median of 5 runs of 64 tokens per depth
 #   ncu.txt             device time per kernel of one 4K decode step (Nsight Compute, graphs off)
 #   gemv.log            bench_gemv (decode GEMV and MoE at V4-Flash shapes)
 # Needs the build from scripts/gpu_build.sh (build-gpu/). STEPS picks steps (default: all).
@@ -34,7 +35,8 @@ if has bf16; then
   summary "$OUT/bench-bf16.json"
 fi
 if has depths; then
-  run bench-depths.json 200 "$BIN/dsv4" bench "${flash[@]}" --prompt 16 --ctx 4096,32768,131072 --gen 64 --skip-fill
+  run bench-depths.json 300 "$BIN/dsv4" bench "${flash[@]}" --prompt 16 --ctx 4096,32768,131072 --gen 64 --repeat 5 \
+    --skip-fill
   summary "$OUT/bench-depths.json"
 fi
 if has ncu; then

@@ -4,6 +4,7 @@
 // be measured.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -89,7 +90,7 @@ int cmd_bench(int argc, char** argv) {
     std::string model_path, synth_preset_name, experts_type, dense_type, ctx_list = "0";
     int layers = 0;
     uint64_t seed = 0;
-    int64_t n_prompt = 128, n_gen = 32, chunk = 256;
+    int64_t n_prompt = 128, n_gen = 32, chunk = 256, repeat = 1;
     bool json = false, exact = false, profile = false, synth_quantize = false;
     double peak_gbs = 0;
     DeviceOptions dev;
@@ -105,6 +106,10 @@ int cmd_bench(int argc, char** argv) {
                  "writing random valid blocks of the same types (same bytes and decode work, seconds)");
     app.add_option("--prompt", n_prompt, "prompt tokens for the prefill measurement")->check(CLI::PositiveNumber);
     app.add_option("--gen", n_gen, "decoded tokens per measurement")->check(CLI::PositiveNumber);
+    app.add_option("--repeat", repeat,
+                   "measurements of --gen tokens at each depth, one after the other; the decode row reports their "
+                   "median (and the slowest and fastest): single short runs of one build vary by several percent")
+        ->check(CLI::Range(1, 1000));
     app.add_option("--ctx", ctx_list, "comma-separated context depths at which to measure decode (e.g. 0,4096)");
     app.add_option("--prefill-chunk", chunk, "tokens per prefill step")->check(CLI::PositiveNumber);
     app.add_option("--peak-gbs", peak_gbs, "memory bandwidth peak in GB/s to report the achieved fraction against");
@@ -167,7 +172,7 @@ int cmd_bench(int argc, char** argv) {
     const auto& cfg = m.config();
     const int64_t max_depth = *std::max_element(depths.begin(), depths.end());
     // --profile decodes n_gen more tokens after the last depth's measurement.
-    auto cache = m.new_cache(std::max(max_depth, n_prompt) + n_gen * (profile ? 2 : 1) + 1, false);
+    auto cache = m.new_cache(std::max(max_depth, n_prompt) + n_gen * (repeat + (profile ? 1 : 0)) + 1, false);
     std::mt19937 rng(1);
     auto random_tokens = [&](int64_t n) {
         std::vector<int32_t> t(n);
@@ -218,18 +223,33 @@ int cmd_bench(int argc, char** argv) {
                 if (!s.ok()) return fail(s.error());
             }
         }
-        auto gen = random_tokens(n_gen);
-        profiler.synchronize();
-        t0 = Clock::now();
-        for (int64_t i = 0; i < n_gen; ++i) {
-            Status s = m.step(*cache, std::span<const int32_t>(&gen[i], 1), opt, &logits);
-            if (!s.ok()) return fail(s.error());
+        // --repeat measurements in a row (each starts where the last ended: the depth grows by n_gen each).
+        std::vector<double> runs;
+        for (int64_t rep = 0; rep < repeat; ++rep) {
+            auto gen = random_tokens(n_gen);
+            profiler.synchronize();
+            t0 = Clock::now();
+            for (int64_t i = 0; i < n_gen; ++i) {
+                Status s = m.step(*cache, std::span<const int32_t>(&gen[i], 1), opt, &logits);
+                if (!s.ok()) return fail(s.error());
+            }
+            profiler.synchronize();
+            runs.push_back(seconds_since(t0));
         }
-        profiler.synchronize();
-        const double dt = seconds_since(t0);
+        std::vector<double> sorted = runs;
+        std::sort(sorted.begin(), sorted.end());
+        const size_t mid = sorted.size() / 2;
+        const double dt = sorted.size() % 2 ? sorted[mid] : 0.5 * (sorted[mid - 1] + sorted[mid]);
         const double gbs = bytes_per_token * n_gen / dt / 1e9;
         nlohmann::ordered_json d = {{"context", depth}, {"tokens", n_gen}, {"seconds", dt},
                                     {"tokens_per_s", n_gen / dt}, {"weight_gb_per_s", gbs}};
+        if (repeat > 1) {
+            d["repeats"] = repeat;
+            d["tokens_per_s_runs"] = nlohmann::ordered_json::array();
+            for (double r : runs) d["tokens_per_s_runs"].push_back(n_gen / r);
+            d["tokens_per_s_min"] = n_gen / sorted.back();
+            d["tokens_per_s_max"] = n_gen / sorted.front();
+        }
         if (skip_fill) d["fill"] = "skipped: random cache entries";
         if (peak_gbs > 0) d["fraction_of_peak"] = gbs / peak_gbs;
         out["decode"].push_back(d);
@@ -284,6 +304,9 @@ int cmd_bench(int argc, char** argv) {
                     (long long)d["context"].get<int64_t>(), (long long)d["tokens"].get<int64_t>(),
                     d["seconds"].get<double>(), d["tokens_per_s"].get<double>(), d["weight_gb_per_s"].get<double>());
         if (d.contains("fraction_of_peak")) std::printf(" (%.1f%% of %.0f GB/s)", 100 * d["fraction_of_peak"].get<double>(), peak_gbs);
+        if (d.contains("repeats"))
+            std::printf("; median of %lld runs, %.2f to %.2f tokens/s", (long long)d["repeats"].get<int64_t>(),
+                        d["tokens_per_s_min"].get<double>(), d["tokens_per_s_max"].get<double>());
         std::printf("\n");
     }
     if (out.contains("step_graphs")) {

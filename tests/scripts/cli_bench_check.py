@@ -3,7 +3,7 @@
 rows are at the asked depths, and the profile counts the ops one decode step must run (per layer one routed
 MoE call, per step one LM head matmul), so a profile that misses or double-counts ops fails. Decode steps are
 recorded as step graphs (captured the second time a step's ops repeat, then replayed), and --skip-fill reaches a
-depth without a prefill."""
+depth without a prefill, and --repeat reports the median of several measurements."""
 import json
 import subprocess
 import sys
@@ -52,6 +52,21 @@ else:
     d = rs["decode"][0]
     check(d["context"] == 4000 and d["tokens_per_s"] > 0 and "skipped" in d.get("fill", ""), f"skip-fill row {d}")
     check("step_graphs" not in rs, "--no-graphs records no step")
+# --repeat: the decode row is the median of the runs, with every run's rate and the slowest and fastest.
+rep = subprocess.run([dsv4, "bench", "--synth", "tiny", "--prompt", "4", "--gen", "2", "--ctx", "8", "--json",
+                      "--repeat", "3", "--device", "cpu", "--threads", "2"], capture_output=True, text=True, timeout=300)
+if rep.returncode != 0:
+    failures.append(f"bench --repeat failed ({rep.returncode}): {rep.stderr[-1000:]}")
+else:
+    d = json.loads(rep.stdout)["decode"][0]
+    runs = d.get("tokens_per_s_runs", [])
+    check(d.get("repeats") == 3 and len(runs) == 3 and all(x > 0 for x in runs), f"three runs: {d}")
+    if len(runs) == 3:
+        check(abs(d["tokens_per_s"] - sorted(runs)[1]) <= 1e-9 * d["tokens_per_s"], f"the median of the runs: {d}")
+        check(d["tokens_per_s_min"] == min(runs) and d["tokens_per_s_max"] == max(runs), f"slowest and fastest: {d}")
+bad = subprocess.run([dsv4, "bench", "--synth", "tiny", "--repeat", "0", "--device", "cpu"], capture_output=True,
+                     text=True, timeout=60)
+check(bad.returncode != 0 and "repeat" in bad.stderr, f"--repeat 0 is refused: {bad.returncode} {bad.stderr[-300:]}")
 if failures:
     print("\n".join("FAIL " + f for f in failures))
     sys.exit(1)
