@@ -49,6 +49,21 @@ Weight fn_weight(Backend& b, const HcInputs& in, int n_mix) {
     return w;
 }
 
+// hc_pre's projection, scale and base on the device, and its outputs x [n, D], post [n, hc], comb [n, hc, hc].
+struct HcPreDev {
+    Weight fn;
+    const float *scale, *base;
+    float *x, *post, *comb;
+};
+HcPreDev hc_pre_dev(Backend& b, Dev& d, const HcInputs& in, int n_mix) {
+    return {.fn = fn_weight(b, in, n_mix),
+            .scale = d.f32(in.scale),
+            .base = d.f32(in.base),
+            .x = d.f32_out(in.n * in.D),
+            .post = d.f32_out(in.n * in.hc),
+            .comb = d.f32_out(in.n * in.hc * in.hc)};
+}
+
 // mixes[m] = (H_i . fn_m) / sqrt(mean(H_i^2) + eps), in double, for token i of H [n, hc, D] (f32 inputs or a
 // double reference's streams).
 template <class V>
@@ -192,19 +207,12 @@ CaseGen hc_pre_case(int hc, int64_t D, int64_t n, GgmlType t, uint64_t seed) {
             Instance inst;
             inst.dev = std::make_unique<Dev>(b);
             Dev& d = *inst.dev;
-            const Weight fn = fn_weight(b, *in, n_mix);
             const float* H = d.f32(in->H);
-            const float* scale = d.f32(in->scale);
-            const float* base = d.f32(in->base);
-            float* x = d.f32_out(n * D);
-            float* post = d.f32_out(n * hc);
-            float* comb = d.f32_out(n * hc * hc);
+            const HcPreDev o = hc_pre_dev(b, d, *in, n_mix);
             const HcParams p{hc, D, kIters, kEps, kEps};
-            inst.run = [&b, x, post, comb, H, fn, scale, base, n, p]() {
-                b.hc_pre(x, post, comb, H, fn, scale, base, n, p, nullptr);
-            };
-            inst.read = [&d, x, post, comb, n, D, hc]() {
-                return Arrays{d.get(x, n * D), d.get(post, n * hc), d.get(comb, n * hc * hc)};
+            inst.run = [&b, o, H, n, p]() { b.hc_pre(o.x, o.post, o.comb, H, o.fn, o.scale, o.base, n, p, nullptr); };
+            inst.read = [&d, o, n, D, hc]() {
+                return Arrays{d.get(o.x, n * D), d.get(o.post, n * hc), d.get(o.comb, n * hc * hc)};
             };
             return inst;
         };
@@ -239,21 +247,17 @@ CaseGen hc_post_pre_case(int hc, int64_t D, int64_t n, GgmlType t, bool x2, uint
             Instance inst;
             inst.dev = std::make_unique<Dev>(b);
             Dev& d = *inst.dev;
-            const Weight fn = fn_weight(b, *in, n_mix);
             const float* R = d.f32(in->H);
-            const float* scale = d.f32(in->scale);
-            const float* base = d.f32(in->base);
             float* H = d.f32_out(n * hc * D);
             const HcPostArgs first = hc_post_args(d, *pin, H, R);
-            float* x = d.f32_out(n * D);
-            float* post = d.f32_out(n * hc);
-            float* comb = d.f32_out(n * hc * hc);
+            const HcPreDev o = hc_pre_dev(b, d, *in, n_mix);
             const HcParams p{hc, D, kIters, kEps, kEps};
-            inst.run = [&b, x, post, comb, H, fn, scale, base, n, p, first]() {
-                b.hc_pre(x, post, comb, H, fn, scale, base, n, p, &first);
+            inst.run = [&b, o, H, n, p, first]() {
+                b.hc_pre(o.x, o.post, o.comb, H, o.fn, o.scale, o.base, n, p, &first);
             };
-            inst.read = [&d, H, x, post, comb, n, D, hc]() {
-                return Arrays{d.get(H, n * hc * D), d.get(x, n * D), d.get(post, n * hc), d.get(comb, n * hc * hc)};
+            inst.read = [&d, o, H, n, D, hc]() {
+                return Arrays{d.get(H, n * hc * D), d.get(o.x, n * D), d.get(o.post, n * hc),
+                              d.get(o.comb, n * hc * hc)};
             };
             return inst;
         };
