@@ -181,6 +181,25 @@ void launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...));
 }
 
+// The current device's SM count and the most shared memory a block may use (static and dynamic, after opting
+// in), queried once: for the decode launchers that size their grids without a backend at hand.
+struct DeviceLimits {
+    int sms = 0;
+    size_t smem_optin = 0;
+};
+inline const DeviceLimits& device_limits() {
+    static const DeviceLimits l = [] {
+        DeviceLimits d;
+        int dev = 0, v = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        d.smem_optin = (size_t)v;
+        return d;
+    }();
+    return l;
+}
+
 inline unsigned ceil_div(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 
 // Grid size for a grid-stride loop over n items: enough blocks to fill the GPU, never zero.

@@ -173,11 +173,9 @@ __global__ void quantize_digits_kernel(XDigits* out, const float* x, int64_t x_s
 template <auto K>
 int64_t resident_warps() {
     static const int64_t warps = [] {
-        int dev = 0, sms = 0, per_sm = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        int per_sm = 0;
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, K, kThreads, 0));
-        return (int64_t)std::max(per_sm, 1) * sms * kWarpsPerBlock;
+        return (int64_t)std::max(per_sm, 1) * device_limits().sms * kWarpsPerBlock;
     }();
     return warps;
 }
@@ -285,7 +283,6 @@ bool launch(const MatmulParams* ps, int count, const QuantTables& t, cudaStream_
         min_stages = std::min(min_stages, (nb + Stage<C, R>::kBlocks - 1) / Stage<C, R>::kBlocks);
     }
     const bool use_digits = has_digit_codec(T) && digits != nullptr && digits_enabled();
-    if (T == GgmlType::Q8_0 && use_digits && b.n == 1 && launch_gemv_q8_xreg(ps, count, s)) return true;
     if (use_digits) quantize_inputs(b, ps, count, *digits, s);
     with_codec<T>(use_digits, [&](auto codec) { launch_codec<T, decltype(codec)>(b, min_stages, t, s); });
     return true;
@@ -327,6 +324,10 @@ bool launch_gemv_batch(const MatmulParams* ps, int count, const QuantTables& t, 
     if (ps[0].n < 1 || ps[0].n > 8) return false;
     for (int j = 0; j < count; ++j)
         if (ps[j].offsets || ps[j].M == 0) return false;
+    // One activation row of Q8_0 over digits: the kernel with the activation in registers, where it takes the case.
+    if (ps[0].type == GgmlType::Q8_0 && ps[0].n == 1 && digits != nullptr && digits_enabled() &&
+        launch_gemv_q8_xreg(ps, count, s))
+        return true;
     bool ok = false;
     dispatch_codec(ps[0].type, [&](auto tag) { ok = launch<decltype(tag)::type>(ps, count, t, s, digits); });
     return ok;

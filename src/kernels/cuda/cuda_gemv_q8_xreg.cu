@@ -121,24 +121,17 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) gemv_q8_xreg_kernel(const
     cp_async_wait<0>();
 }
 
-// Waves of blocks the rows are dealt over: 1 (every block resident at once, each quantizing its input once);
-// DSV4_GEMV_XREG_WAVES=N deals them over N waves' worth of smaller blocks (A/B of load balance against the
-// per-block quantization).
-int64_t waves() {
-    static const int64_t n = [] {
-        const char* v = std::getenv("DSV4_GEMV_XREG_WAVES");
-        const int64_t w = v ? std::atoll(v) : 1;
-        return w >= 1 && w <= 16 ? w : (int64_t)1;
-    }();
-    return n;
-}
-
+// Launches the batch with blocks of w warps, H values per lane: false, launching nothing, when such a block
+// cannot run here.
 template <int H>
-void launch_h(Batch& b, const MatmulParams* ps, int count, int w, int bps, cudaStream_t s) {
+bool launch_h(const MatmulParams* ps, int count, int w, cudaStream_t s) {
+    const int bps = blocks_per_sm<gemv_q8_xreg_kernel<H>, Geom<H>>(w);
+    if (bps == 0) return false;
     int64_t rows = 0;
     for (int j = 0; j < count; ++j) rows += ps[j].M;
-    const int64_t wave = (int64_t)bps * limits().sms * waves();
+    const int64_t wave = (int64_t)bps * device_limits().sms;
     const int64_t per = (rows + wave * kRows - 1) / (wave * kRows) * kRows;  // at least one stage
+    Batch b{};
     int64_t blocks = 0;
     for (int j = 0; j < count; ++j) {
         const MatmulParams& p = ps[j];
@@ -148,6 +141,7 @@ void launch_h(Batch& b, const MatmulParams* ps, int count, int w, int bps, cudaS
     b.count = count;
     b.rows_per_block = per;
     launch_pdl(gemv_q8_xreg_kernel<H>, (unsigned)blocks, w * kWarp, Geom<H>::smem(w), s, b);
+    return true;
 }
 
 // The least weight bytes of a launch taken here: 16 MB (DSV4_GEMV_XREG_MIN_MB=N sets N MB). Smaller launches
@@ -171,11 +165,6 @@ bool launch_gemv_q8_xreg(const MatmulParams* ps, int count, cudaStream_t s) {
     if (bytes < min_bytes()) return false;
     const int64_t K = ps[0].K;
     if (K % 512 != 0 || K > 512 * kMaxWarps) return false;
-    const int h = gemv_h() == 2 && K % 1024 == 0 ? 2 : 1;
-    const int w = (int)(K / (512 * h));
-    const int bps =
-        h == 2 ? blocks_per_sm<gemv_q8_xreg_kernel<2>, Geom<2>>(w) : blocks_per_sm<gemv_q8_xreg_kernel<1>, Geom<1>>(w);
-    if (bps == 0) return false;
     for (int j = 0; j < count; ++j) {
         const MatmulParams& p = ps[j];
         // 16-byte copies of each warp's slice need 16-byte aligned rows (K % 512 == 0 makes row_bytes a
@@ -183,12 +172,8 @@ bool launch_gemv_q8_xreg(const MatmulParams* ps, int count, cudaStream_t s) {
         if (p.type != GgmlType::Q8_0 || p.n != 1 || p.K != K || p.M < 1 || p.offsets) return false;
         if (!aligned16(p.w) || p.row_bytes % 16 != 0 || !aligned16(p.x)) return false;
     }
-    Batch b{};
-    if (h == 2)
-        launch_h<2>(b, ps, count, w, bps, s);
-    else
-        launch_h<1>(b, ps, count, w, bps, s);
-    return true;
+    return gemv_h() == 2 && K % 1024 == 0 ? launch_h<2>(ps, count, (int)(K / 1024), s)
+                                          : launch_h<1>(ps, count, (int)(K / 512), s);
 }
 
 }  // namespace dsv4::cuda

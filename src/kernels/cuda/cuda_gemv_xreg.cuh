@@ -144,6 +144,13 @@ __device__ __forceinline__ void issue_covering(uint4* ring, int s, int bytes, Ro
     for (int r = 0; r < kRows; ++r) copy_covering<kSlotWords>(slot + r * kSlotWords, row(kRows * s + r), bytes, lane);
 }
 
+// The first byte of row r's slice in stage s's slot, where issue_covering put it (row: the same function).
+template <int kStages, int kSlotWords, class Row>
+__device__ __forceinline__ const uint8_t* covered_slice(const uint4* ring, int s, int r, Row&& row) {
+    const uint8_t* slot = reinterpret_cast<const uint8_t*>(ring + (s % kStages) * kRows * kSlotWords);
+    return slot + r * kSlotWords * 16 + (int)(reinterpret_cast<uintptr_t>(row(kRows * s + r)) & 15);
+}
+
 // After stage s (of n_stages): keeps this warp's sums of its 4 rows (k from butterfly4) in sums (block_smem's
 // two buffers, n_warps x kChunk each, so one barrier per chunk suffices), and at the end of every kChunk rows
 // and after the last stage waits for the block, then warp 0 calls flush(buf, row0): buf[w * kChunk + i] is warp
@@ -161,30 +168,14 @@ __device__ __forceinline__ void stash_sums(float k, int s, int n_stages, float* 
     }
 }
 
-struct DeviceLimits {
-    int sms = 0;
-    size_t smem_optin = 0;  // the most shared memory a block may use (static and dynamic)
-};
-inline const DeviceLimits& limits() {
-    static const DeviceLimits l = [] {
-        DeviceLimits d;
-        int dev = 0, v = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-        d.smem_optin = (size_t)v;
-        return d;
-    }();
-    return l;
-}
-
 // Resident blocks per SM of kernel K for blocks of w = 1..kMaxWarps warps whose dynamic shared memory is
 // smem(w): 0 where such a block cannot run (its static and dynamic shared memory past the device's limit).
 template <auto K, class Smem>
 std::array<int, kMaxWarps + 1> occupancy(Smem smem) {
     cudaFuncAttributes attr{};
     CUDA_CHECK(cudaFuncGetAttributes(&attr, K));
-    const size_t avail = limits().smem_optin - std::min(limits().smem_optin, attr.sharedSizeBytes);
+    const size_t optin = device_limits().smem_optin;
+    const size_t avail = optin - std::min(optin, attr.sharedSizeBytes);
     CUDA_CHECK(cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)avail));
     CUDA_CHECK(
         cudaFuncSetAttribute(K, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared));

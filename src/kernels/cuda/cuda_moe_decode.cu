@@ -45,15 +45,6 @@ struct MoeDecodeParams {
     size_t gate_row = 0, up_row = 0, down_row = 0;  // row bytes
 };
 
-__device__ __forceinline__ int expert_of(const MoeDecodeParams& a, int64_t pair) {
-    const int e = a.ids[pair];
-    if (e < 0 || e >= a.n_experts) {
-        printf("dsv4: CUDA moe_experts: pair %lld has expert %d, outside [0, %d)\n", (long long)pair, e, a.n_experts);
-        __trap();
-    }
-    return e;
-}
-
 // Item i of a warp: row f0 + i of the expert's gate (r = 0) and up (r = 1) matrices (clamped into range).
 template <class X>
 struct GateUpSrc {
@@ -90,7 +81,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks<C, 1>())
     const int64_t pair = live ? group / per_pair : 0;
     const int64_t f0 = (group % per_pair) * kGateItems;
     if (live) {
-        const int e = expert_of(a, pair);
+        const int e = checked_expert(a.ids, pair, a.n_experts);
         GateUpSrc<X> src;
         src.gate = a.gate + (size_t)e * a.F * a.gate_row;
         src.up = a.up + (size_t)e * a.F * a.up_row;
@@ -161,12 +152,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks<C, 1>())
         // Summation order: slot j goes to rank #{slots before it in (expert id, slot) order}.
         if (lane < a.k) {
             const int64_t p = token * a.k + lane;
-            const int e = expert_of(a, p);
-            int rank = 0;
-            for (int j = 0; j < a.k; ++j) {
-                const int ej = a.ids[token * a.k + j];
-                rank += ej < e || (ej == e && j < lane);
-            }
+            const int e = checked_expert(a.ids, p, a.n_experts);
+            const int rank = slot_rank(a.ids, token, a.k, lane, e);
             expert[warp][rank] = e;
             pair[warp][rank] = (int)p;
         }
@@ -201,11 +188,16 @@ __global__ void __launch_bounds__(kThreads, min_blocks<C, 1>())
     }
 }
 
-// Warps per group: split-K only while the groups alone leave the GPU short of warps.
-int warps_per_group(int64_t groups, int64_t n_stages) {
+// Launches streaming kernel K (codec C) over `groups` groups of rows `cols` values long, with wg warps per
+// group: split-K only while the groups alone leave the GPU short of warps.
+template <auto K, class C>
+void launch_groups(int64_t groups, int64_t cols, const MoeDecodeParams& p, const QuantTables& t, cudaStream_t s) {
+    constexpr int R = kRowsPerWarp;
+    const int64_t n_stages = (cols / C::kElems + Stage<C, R>::kBlocks - 1) / Stage<C, R>::kBlocks;
     int wg = 1;
     while (wg < kWarpsPerBlock && 2 * wg <= n_stages && groups * wg < kTargetWarps) wg *= 2;
-    return wg;
+    prefer_shared<K>();
+    launch_pdl(K, ceil_div(groups * wg, kWarpsPerBlock), kThreads, 0, s, p, wg, t);
 }
 
 template <GgmlType T>
@@ -270,17 +262,11 @@ bool moe_experts_decode(CudaBackend& b, const MoeArgs& a) {
         }
         dispatch_codec(a.gate.type, [&](auto tag) {
             constexpr GgmlType T = decltype(tag)::type;
-            auto go = [&](auto codec) {
+            with_codec<T>(gate_digits, [&](auto codec) {
                 using C = decltype(codec);
-                constexpr int R = kRowsPerWarp;
-                const int64_t groups = P * ((F + kGateItems - 1) / kGateItems);
-                const int wg =
-                    warps_per_group(groups, (D / C::kElems + Stage<C, R>::kBlocks - 1) / Stage<C, R>::kBlocks);
-                prefer_shared<moe_gate_up_kernel<T, C>>();
-                launch_pdl(moe_gate_up_kernel<T, C>, ceil_div(groups * wg, kWarpsPerBlock), kThreads, 0, b.stream(), p,
-                           wg, b.tables());
-            };
-            with_codec<T>(gate_digits, go);
+                launch_groups<moe_gate_up_kernel<T, C>, C>(P * ((F + kGateItems - 1) / kGateItems), D, p, b.tables(),
+                                                           b.stream());
+            });
         });
     }
     CUDA_CHECK_LAUNCH();
@@ -293,17 +279,11 @@ bool moe_experts_decode(CudaBackend& b, const MoeArgs& a) {
         }
         dispatch_codec(a.down.type, [&](auto tag) {
             constexpr GgmlType T = decltype(tag)::type;
-            auto go = [&](auto codec) {
+            with_codec<T>(down_digits, [&](auto codec) {
                 using C = decltype(codec);
-                constexpr int R = kRowsPerWarp;
-                const int64_t groups = a.n * ((D + R - 1) / R);
-                const int wg =
-                    warps_per_group(groups, (F / C::kElems + Stage<C, R>::kBlocks - 1) / Stage<C, R>::kBlocks);
-                prefer_shared<moe_down_sum_kernel<T, C>>();
-                launch_pdl(moe_down_sum_kernel<T, C>, ceil_div(groups * wg, kWarpsPerBlock), kThreads, 0, b.stream(), p,
-                           wg, b.tables());
-            };
-            with_codec<T>(down_digits, go);
+                launch_groups<moe_down_sum_kernel<T, C>, C>(a.n * ((D + kRowsPerWarp - 1) / kRowsPerWarp), F, p,
+                                                            b.tables(), b.stream());
+            });
         });
     }
     CUDA_CHECK_LAUNCH();

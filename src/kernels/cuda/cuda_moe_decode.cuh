@@ -3,12 +3,37 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <cstdio>
+
 #include "kernels/cuda/cuda_dequant.cuh"
 #include "ops/backend.h"
 
 namespace dsv4::cuda {
 
 class CudaBackend;
+
+// The expert of (token, slot) pair `pair` in ids [n, k], checked against the stack's n_experts (a message and
+// a trap outside it).
+__device__ __forceinline__ int checked_expert(const int32_t* ids, int64_t pair, int n_experts) {
+    const int e = ids[pair];
+    if (e < 0 || e >= n_experts) {
+        printf("dsv4: CUDA moe_experts: pair %lld has expert %d, outside [0, %d)\n", (long long)pair, e, n_experts);
+        __trap();
+    }
+    return e;
+}
+
+// The position of slot `slot` (expert e) of token `token` in the CPU's summation order of the token's k slots
+// (ids [n, k]): ascending expert id, ties by slot.
+__device__ __forceinline__ int slot_rank(const int32_t* ids, int64_t token, int k, int slot, int e) {
+    int rank = 0;
+    for (int j = 0; j < k; ++j) {
+        const int ej = ids[token * k + j];
+        rank += ej < e || (ej == e && j < slot);
+    }
+    return rank;
+}
 
 // Runs moe_experts without the grouping pass when n * k is small (two kernels that read exactly the chosen
 // experts' rows) and returns true; returns false without launching anything when the case is not one for

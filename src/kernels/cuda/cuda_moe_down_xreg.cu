@@ -66,18 +66,10 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) moe_down_xreg_kernel(cons
 
     pdl_wait();  // h and the expert ids come from the kernels before
     pdl_trigger();
-    if (warp == 0 && lane < a.k) {  // slot lane goes to rank #{slots before it in (expert id, slot) order}
+    if (warp == 0 && lane < a.k) {  // slot `lane` becomes item slot_rank(...) of the summation order
         const int64_t p = token * a.k + lane;
-        const int e = a.ids[p];
-        if (e < 0 || e >= a.n_experts) {
-            printf("dsv4: CUDA moe_experts: pair %lld has expert %d, outside [0, %d)\n", (long long)p, e, a.n_experts);
-            __trap();
-        }
-        int rank = 0;
-        for (int j = 0; j < a.k; ++j) {
-            const int ej = a.ids[token * a.k + j];
-            rank += ej < e || (ej == e && j < lane);
-        }
+        const int e = checked_expert(a.ids, p, a.n_experts);
+        const int rank = slot_rank(a.ids, token, a.k, lane, e);
         item_expert[rank] = e;
         item_pair[rank] = (int)p;
     }
@@ -97,12 +89,10 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) moe_down_xreg_kernel(cons
 
     for (int s = 0; s < n_stages; ++s) {
         ring_wait<kStages>(s, n_stages, issue);
-        const uint8_t* slot = reinterpret_cast<const uint8_t*>(ring + (s % kStages) * kRows * G::kSlotWords);
         float acc[kRows];
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
-            const uint8_t* p =
-                slot + r * G::kSlotWords * 16 + (int)(reinterpret_cast<uintptr_t>(row(kRows * s + r)) & 15);
+            const uint8_t* p = covered_slice<kStages, G::kSlotWords>(ring, s, r, row);
             float y = 0.0f;
 #pragma unroll
             for (int hh = 0; hh < H; ++hh) {
@@ -144,13 +134,17 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) moe_down_xreg_kernel(cons
     cp_async_wait<0>();
 }
 
+// Launches blocks of w warps, H values per lane: false, launching nothing, when such a block cannot run here.
 template <int H>
-void launch_h(Params& p, int64_t n, int w, int bps, cudaStream_t s) {
-    const int64_t wave = (int64_t)bps * limits().sms;
+bool launch_h(Params p, int64_t n, int w, cudaStream_t s) {
+    const int bps = blocks_per_sm<moe_down_xreg_kernel<H>, Geom<H>>(w);
+    if (bps == 0) return false;
+    const int64_t wave = (int64_t)bps * device_limits().sms;
     const int64_t per = (n * p.D + wave * kRows - 1) / (wave * kRows) * kRows;  // rows per block, whole stages
     p.rows_per_block = per;
     p.blocks_per_token = (p.D + per - 1) / per;
     launch_pdl(moe_down_xreg_kernel<H>, (unsigned)(n * p.blocks_per_token), w * kWarp, Geom<H>::smem(w), s, p);
+    return true;
 }
 
 }  // namespace
@@ -164,15 +158,8 @@ bool launch_moe_down_xreg(const MoeArgs& a, const float* h, cudaStream_t s) {
     const int hv = moe_h() == 2 && F % 1024 == 0 ? 2 : 1;
     const int64_t slices = F / (512 * hv), w = slices * a.k;
     if (w > kMaxWarps) return false;
-    const int bps = hv == 2 ? blocks_per_sm<moe_down_xreg_kernel<2>, Geom<2>>((int)w)
-                            : blocks_per_sm<moe_down_xreg_kernel<1>, Geom<1>>((int)w);
-    if (bps == 0) return false;
-    Params p{h, a.ids, a.out, a.down.data, a.down.row_bytes, D, F, a.k, (int)a.down.n_experts, (int)slices, 0, 0};
-    if (hv == 2)
-        launch_h<2>(p, a.n, (int)w, bps, s);
-    else
-        launch_h<1>(p, a.n, (int)w, bps, s);
-    return true;
+    const Params p{h, a.ids, a.out, a.down.data, a.down.row_bytes, D, F, a.k, (int)a.down.n_experts, (int)slices, 0, 0};
+    return hv == 2 ? launch_h<2>(p, a.n, (int)w, s) : launch_h<1>(p, a.n, (int)w, s);
 }
 
 }  // namespace dsv4::cuda

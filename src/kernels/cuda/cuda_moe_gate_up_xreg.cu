@@ -74,13 +74,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1)
 
     pdl_wait();  // the expert ids, the routing weights and x come from the kernels before
     pdl_trigger();
-    const int e = a.ids[pair];
-    if (e < 0 || e >= a.n_experts) {
-        if (threadIdx.x == 0)
-            printf("dsv4: CUDA moe_experts: pair %lld has expert %d, outside [0, %d)\n", (long long)pair, e,
-                   a.n_experts);
-        __trap();
-    }
+    const int e = checked_expert(a.ids, pair, a.n_experts);
     const size_t expert_bytes = (size_t)a.F * a.row_bytes, slice_at = (size_t)warp * G::kSliceBytes;
     const uint8_t* gate = a.gate + (size_t)e * expert_bytes + slice_at;
     const uint8_t* up = a.up + (size_t)e * expert_bytes + slice_at;
@@ -101,12 +95,10 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1)
 
     for (int s = 0; s < n_stages; ++s) {
         ring_wait<kStages>(s, n_stages, issue);
-        const uint8_t* slot = reinterpret_cast<const uint8_t*>(ring + (s % kStages) * kRows * G::kSlotWords);
         float acc[kRows];
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
-            const uint8_t* p =
-                slot + r * G::kSlotWords * 16 + (int)(reinterpret_cast<uintptr_t>(row(kRows * s + r)) & 15);
+            const uint8_t* p = covered_slice<kStages, G::kSlotWords>(ring, s, r, row);
             uint32_t q[2];  // the unit's 4 grid indices, then its 4 x 7 sign bits and 4-bit scale
             ld64_any(p + unit_at, q);
             const float db = mul_rn(mul_rn(half_bits(ld16(p + block_at)), 0.5f + small_to_float(q[1] >> 28)), 0.25f);
@@ -144,14 +136,18 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1)
     cp_async_wait<0>();
 }
 
+// Launches blocks of w warps, H values per lane: false, launching nothing, when such a block cannot run here.
 template <int H>
-void launch_h(Params& p, int64_t pairs, int w, int bps, const QuantTables& t, cudaStream_t s) {
-    const int64_t wave = (int64_t)bps * limits().sms;
+bool launch_h(Params p, int64_t pairs, int w, const QuantTables& t, cudaStream_t s) {
+    const int bps = blocks_per_sm<moe_gate_up_xreg_kernel<H>, Geom<H>>(w);
+    if (bps == 0) return false;
+    const int64_t wave = (int64_t)bps * device_limits().sms;
     const int64_t rows = pairs * 2 * p.F;
     const int64_t per = (rows + wave * kRows - 1) / (wave * kRows) * kRows;  // rows per block, whole stages
     p.f_per_block = per / 2;
     p.blocks_per_pair = (p.F + p.f_per_block - 1) / p.f_per_block;
     launch_pdl(moe_gate_up_xreg_kernel<H>, (unsigned)(pairs * p.blocks_per_pair), w * kWarp, Geom<H>::smem(w), s, p, t);
+    return true;
 }
 
 }  // namespace
@@ -165,18 +161,11 @@ bool launch_moe_gate_up_xreg(const MoeArgs& a, float* h, const QuantTables& t, c
     if (D % 512 != 0 || D > 512 * kMaxWarps || !aligned16(a.x) || a.gate.row_bytes % 2 != 0) return false;
     if (reinterpret_cast<uintptr_t>(a.gate.data) % 2 != 0 || reinterpret_cast<uintptr_t>(a.up.data) % 2 != 0)
         return false;
-    const int hv = moe_h() == 2 && D % 1024 == 0 ? 2 : 1;
-    const int w = (int)(D / (512 * hv));
-    const int bps = hv == 2 ? blocks_per_sm<moe_gate_up_xreg_kernel<2>, Geom<2>>(w)
-                            : blocks_per_sm<moe_gate_up_xreg_kernel<1>, Geom<1>>(w);
-    if (bps == 0) return false;
-    Params p{a.x,     a.ids, a.weights, h, a.gate.data, a.up.data, a.gate.row_bytes, D, F, a.k, (int)a.gate.n_experts,
-             a.clamp, 0,     0};
-    if (hv == 2)
-        launch_h<2>(p, pairs, w, bps, t, s);
-    else
-        launch_h<1>(p, pairs, w, bps, t, s);
-    return true;
+    const Params p{
+        a.x,     a.ids, a.weights, h, a.gate.data, a.up.data, a.gate.row_bytes, D, F, a.k, (int)a.gate.n_experts,
+        a.clamp, 0,     0};
+    return moe_h() == 2 && D % 1024 == 0 ? launch_h<2>(p, pairs, (int)(D / 1024), t, s)
+                                         : launch_h<1>(p, pairs, (int)(D / 512), t, s);
 }
 
 }  // namespace dsv4::cuda
