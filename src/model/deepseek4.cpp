@@ -111,15 +111,16 @@ HcPostArgs Model::block_forward(Ctx& c, int il, const LayerWeights& L, float* H,
     float* post = c.f32(n * hc);
     float* comb = c.f32(n * hc * hc);
 
-    c.b.hc_pre(x, post, comb, H, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, n, hp, first);  // x [n, D]
+    // x [n, D], normed
+    c.b.hc_pre_norm(x, post, comb, H, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, n, hp, first, L.attn_norm,
+                    cfg_.norm_eps);
     if (first) c.trace("block_out", il - 1, H, n * hc * D);  // the previous block's output, just written
-    c.b.rms_norm(x, x, L.attn_norm, n, D, D, cfg_.norm_eps);
     attention_forward(c, il, L, x, y);  // y [n, D]
     c.b.join();  // post and comb may come from a branch of hc_pre
     // H2 [n, hc, D] = hc_post(y, H), fused into the FFN's hc_pre.
     const HcPostArgs attn_post{H2, y, nullptr, H, post, comb};
-    c.b.hc_pre(x, carry.post, carry.comb, H2, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, n, hp, &attn_post);
-    c.b.rms_norm(x, x, L.ffn_norm, n, D, D, cfg_.norm_eps);
+    c.b.hc_pre_norm(x, carry.post, carry.comb, H2, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, n, hp, &attn_post,
+                    L.ffn_norm, cfg_.norm_eps);
     ffn_forward(c, il, L, x, carry.routed, carry.shared);
     c.b.join();  // carry.post and carry.comb may come from a branch of hc_pre
     return HcPostArgs{H, carry.routed, carry.shared, H2, carry.post, carry.comb};  // H = hc_post(routed + shared, H2)

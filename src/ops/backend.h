@@ -169,6 +169,14 @@ public:
     // the streams on a GPU). x, post and comb may not alias first's inputs.
     virtual void hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
                         const float* base, int64_t n, const HcParams& p, const HcPostArgs* first) = 0;
+    // hc_pre, then x = rms_norm(x) times norm[D] (eps as rms_norm): what a block runs before its attention and
+    // its FFN. A backend may fuse the two (the CPU runs them one after the other, the oracle of the fused form).
+    virtual void hc_pre_norm(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
+                             const float* base, int64_t n, const HcParams& p, const HcPostArgs* first,
+                             const float* norm, float eps) {
+        hc_pre(x, post, comb, H, fn, scale, base, n, p, first);
+        rms_norm(x, x, norm, n, p.dim, p.dim, eps);
+    }
     // mHC post: H_out[k] = post[k] * (x + x2) + sum_j comb[j][k] * H_res[j], the j-sum first (reference
     // order); x + x2 is the f32 sum `add` computes (x2 null: x alone). H_out may not alias an input.
     virtual void hc_post(const HcPostArgs& a, int64_t n, const HcParams& p) = 0;

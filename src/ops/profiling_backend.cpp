@@ -125,6 +125,12 @@ void ProfilingBackend::hc_pre(float* x, float* post, float* comb, const float* H
     // The fused form under its own name: its time includes the hc_post's.
     timed(first ? "hc_post+hc_pre" : "hc_pre", 0, [&] { b_.hc_pre(x, post, comb, H, fn, scale, base, n, p, first); });
 }
+void ProfilingBackend::hc_pre_norm(float* x, float* post, float* comb, const float* H, const Weight& fn,
+                                   const float* scale, const float* base, int64_t n, const HcParams& p,
+                                   const HcPostArgs* first, const float* norm, float eps) {
+    timed(first ? "hc_post+hc_pre+rms_norm" : "hc_pre+rms_norm", 0,
+          [&] { b_.hc_pre_norm(x, post, comb, H, fn, scale, base, n, p, first, norm, eps); });
+}
 void ProfilingBackend::hc_post(const HcPostArgs& a, int64_t n, const HcParams& p) {
     timed("hc_post", 0, [&] { b_.hc_post(a, n, p); });
 }

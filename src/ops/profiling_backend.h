@@ -60,6 +60,9 @@ public:
                   float eps) override;
     void hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
                 const float* base, int64_t n, const HcParams& p, const HcPostArgs* first) override;
+    void hc_pre_norm(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
+                     const float* base, int64_t n, const HcParams& p, const HcPostArgs* first, const float* norm,
+                     float eps) override;
     void hc_post(const HcPostArgs& a, int64_t n, const HcParams& p) override;
     void hc_head(float* y, const float* H, const Weight& fn, const float* scale, const float* base, int64_t n,
                  const HcParams& p) override;

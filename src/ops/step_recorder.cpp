@@ -228,6 +228,18 @@ void StepRecorder::hc_pre(float* x, float* post, float* comb, const float* H, co
     record([=](Backend& b) { b.hc_pre(x, post, comb, H, fn, scale, base, n, p, fused ? &f : nullptr); });
 }
 
+void StepRecorder::hc_pre_norm(float* x, float* post, float* comb, const float* H, const Weight& fn,
+                               const float* scale, const float* base, int64_t n, const HcParams& p,
+                               const HcPostArgs* first, const float* norm, float eps) {
+    const bool fused = first != nullptr;  // as hc_pre
+    key(kHcPreNorm, x, post, comb, H, fn, scale, base, n, p, fused, norm, eps);
+    const HcPostArgs f = fused ? *first : HcPostArgs{};
+    if (fused) put(f);
+    record([=](Backend& b) {
+        b.hc_pre_norm(x, post, comb, H, fn, scale, base, n, p, fused ? &f : nullptr, norm, eps);
+    });
+}
+
 void StepRecorder::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {
     // The jobs point at weights the caller may not keep: the closure holds copies of both.
     struct Batch {

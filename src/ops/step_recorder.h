@@ -71,6 +71,9 @@ public:
     }
     void hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
                 const float* base, int64_t n, const HcParams& p, const HcPostArgs* first) override;
+    void hc_pre_norm(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
+                     const float* base, int64_t n, const HcParams& p, const HcPostArgs* first, const float* norm,
+                     float eps) override;
     void hc_post(const HcPostArgs& a, int64_t n, const HcParams& p) override {
         forward(kHcPost, &Backend::hc_post, a, n, p);
     }
@@ -150,6 +153,7 @@ private:
         kBranch,
         kEndBranch,
         kJoin,
+        kHcPreNorm,
     };
 
     // The key: an op code, then each argument's bytes (structs field by field, so padding never enters).

@@ -271,6 +271,66 @@ CaseGen hc_post_pre_case(int hc, int64_t D, int64_t n, GgmlType t, bool x2, uint
     };
 }
 
+// hc_pre_norm: hc_pre (with the previous sublayer's hc_post fused in when `post`), then x's RMS norm times a
+// weight (none when !weighted). Outputs as hc_pre's, x normed.
+CaseGen hc_pre_norm_case(int hc, int64_t D, int64_t n, GgmlType t, bool post, bool weighted, uint64_t seed) {
+    return [=]() {
+        Case c;
+        c.op = "hc_pre_norm";
+        c.shape = shape_of(hc, D, n, t) + (post ? " +hc_post(x+x2)" : "") + (weighted ? "" : " unweighted");
+        Rng rng(case_seed(seed, c.op + c.shape));
+        const int n_mix = (2 + hc) * hc;
+        auto in = hc_inputs(hc, D, n, t, n_mix, rng);
+        auto pin = post ? hc_post_inputs(hc, D, n, true, false, rng) : nullptr;
+        auto w = std::make_shared<std::vector<float>>(weighted ? rng.vec(D, 0.5f, 1.5f) : std::vector<float>{});
+        // The norm rounds each value of x a few more times (kTolElem); against the reference, as hc_post_pre_case.
+        const double post_tol = hc_post_tol(hc, true), pre_tol = hc_pre_tol(hc, D);
+        const double chained = post ? pre_tol + 16 * post_tol : pre_tol;
+        c.tols = {pre_tol + kTolElem, pre_tol, pre_tol};
+        c.ref_tols = {chained + kTolElem, chained, chained};
+        if (post) {
+            c.tols.insert(c.tols.begin(), post_tol);
+            c.ref_tols.insert(c.ref_tols.begin(), post_tol);
+        }
+        c.bytes = 4.0 * n * (hc * D + D + hc + hc * hc) + (post ? 4.0 * n * (3 * D + hc * D) : 0.0);
+        c.make = [=](Backend& b) {
+            Instance inst;
+            inst.dev = std::make_unique<Dev>(b);
+            Dev& d = *inst.dev;
+            const float* R = d.f32(in->H);
+            float* H = post ? d.f32_out(n * hc * D) : const_cast<float*>(R);
+            const HcPostArgs first = post ? hc_post_args(d, *pin, H, R) : HcPostArgs{};
+            const HcPreDev o = hc_pre_dev(b, d, *in, n_mix);
+            const float* norm = weighted ? d.f32(*w) : nullptr;
+            const HcParams p{hc, D, kIters, kEps, kEps};
+            inst.run = [&b, o, H, n, p, first, post, norm]() {
+                b.hc_pre_norm(o.x, o.post, o.comb, H, o.fn, o.scale, o.base, n, p, post ? &first : nullptr, norm,
+                              kEps);
+            };
+            inst.read = [&d, o, H, n, D, hc, post]() {
+                Arrays a{d.get(o.x, n * D), d.get(o.post, n * hc), d.get(o.comb, n * hc * hc)};
+                if (post) a.insert(a.begin(), d.get(H, n * hc * D));
+                return a;
+            };
+            return inst;
+        };
+        c.reference = [=]() {
+            const Array H = post ? ref_hc_post(*pin, in->H.data(), hc, D, n) : Array(in->H.begin(), in->H.end());
+            Arrays out = ref_hc_pre(*in, H.data());
+            Array& x = out[0];
+            for (int64_t i = 0; i < n; ++i) {
+                double ss = 0;
+                for (int64_t j = 0; j < D; ++j) ss += x[i * D + j] * x[i * D + j];
+                const double r = 1 / std::sqrt(ss / D + kEps);
+                for (int64_t j = 0; j < D; ++j) x[i * D + j] *= r * (weighted ? (double)(*w)[j] : 1.0);
+            }
+            if (post) out.insert(out.begin(), H);
+            return out;
+        };
+        return c;
+    };
+}
+
 CaseGen hc_head_case(int hc, int64_t D, int64_t n, GgmlType t, uint64_t seed) {
     return [=]() {
         Case c;
@@ -383,6 +443,16 @@ void add_hc_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(hc_post_pre_case(4, 4096, 1, GgmlType::F16, true, o.seed));  // V4-Flash decode
     // A format the dots kernel does not decode (square sums + matmul): hc_post runs as its own kernel first.
     out.push_back(hc_post_pre_case(4, 1024, 2, GgmlType::Q4_K, true, o.seed));
+    // hc_pre_norm: the fused kernel (hc = 4 and the general form; one token and many; D at its column limit)
+    // and the shapes it leaves to hc_pre + rms_norm (D % 4 != 0, D past the limit).
+    out.push_back(hc_pre_norm_case(4, 4096, 1, GgmlType::F16, true, true, o.seed));  // V4-Flash decode
+    out.push_back(hc_pre_norm_case(4, 4096, 1, GgmlType::F32, false, true, o.seed));
+    out.push_back(hc_pre_norm_case(4, 1024, 9, GgmlType::Q8_0, true, false, o.seed));
+    out.push_back(hc_pre_norm_case(3, 1028, 7, GgmlType::F32, true, true, o.seed));
+    out.push_back(hc_pre_norm_case(5, 64, 100, GgmlType::F16, true, true, o.seed));
+    out.push_back(hc_pre_norm_case(2, 16384, 2, GgmlType::F32, false, true, o.seed));
+    out.push_back(hc_pre_norm_case(2, 16388, 1, GgmlType::F32, true, true, o.seed));
+    out.push_back(hc_pre_norm_case(4, 769, 2, GgmlType::F32, true, true, o.seed));
     if (o.perf)
         for (int64_t n : {1, 128}) {  // V4-Flash width
             out.push_back(hc_pre_case(4, 4096, n, GgmlType::F32, o.seed));

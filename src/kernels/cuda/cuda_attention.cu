@@ -407,6 +407,7 @@ void attention_f32(CudaBackend& b, const AttentionArgs& a) {
 }  // namespace
 
 void CudaBackend::attention(const AttentionArgs& a) {
+    if (op_skipped("attention")) return;
     if (a.n <= 0 || a.n_heads <= 0) return;
     const int H = a.n_heads, hd = a.head_dim;
     DSV4_CHECK_MSG(hd > 0 && hd <= kMaxHeadDim, "attention: head_dim %d is outside (0, %d]", hd, kMaxHeadDim);

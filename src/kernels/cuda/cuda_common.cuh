@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #define CUDA_CHECK(expr)                                                                              \
@@ -155,6 +156,17 @@ inline bool aligned16(const P*... p) {
 inline bool env_switch_on(const char* name) {
     const char* v = std::getenv(name);
     return !(v && std::strcmp(v, "0") == 0);
+}
+
+// What-if timing (docs/benchmarks.md): DSV4_CUDA_SKIP=op1,op2,... makes those backend ops launch nothing, so
+// a benchmark shows what the step would take without them. The model's numbers are then wrong; never set it
+// outside a timing run. Read once.
+inline bool op_skipped(const char* op) {
+    static const std::string list = [] {
+        const char* v = std::getenv("DSV4_CUDA_SKIP");
+        return v ? "," + std::string(v) + "," : std::string();
+    }();
+    return !list.empty() && list.find("," + std::string(op) + ",") != std::string::npos;
 }
 
 // Whether kernels written for programmatic dependent launch (they call pdl_wait() before touching what

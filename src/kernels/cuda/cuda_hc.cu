@@ -383,6 +383,65 @@ __global__ void __launch_bounds__(kThreads) hc_pre_x_kernel(float* x, const floa
     hc_collapse(x + i * D, H + i * hc * D, pre_s, hc, D);
 }
 
+// hc_pre_x_kernel and the RMS norm of its x in one: a block per token holds the collapsed row in registers (a
+// float4 per kNormXThreads columns, at most kNormXVecs each), so the norm's sum needs no second pass and the
+// step one kernel less. The collapse rounds as hc_collapse, the norm as rms_norm's kernels (a double sum, then
+// w * (x * r)). HC > 0: hc known at compile time, every stream's loads in flight at once. Needs D % 4 == 0,
+// 16-byte aligned rows and D <= 4 kNormXVecs kNormXThreads.
+constexpr int kNormXThreads = 512;
+constexpr int kNormXVecs = 8;
+
+template <int HC>
+__global__ void __launch_bounds__(kNormXThreads)
+    hc_pre_x_norm_kernel(float* x, const float* H, CudaBackend::HcDots dots, const float* scale, const float* base,
+                         const float* norm, float eps, HcParams p) {
+    pdl_begin();
+    __shared__ float mixes[kMaxMix];
+    __shared__ float pre_s[kMaxHc], post_s[kMaxHc];
+    __shared__ double scratch[32];
+    const int hc = HC > 0 ? HC : p.hc, n_mix = (2 + hc) * hc;
+    const int64_t i = blockIdx.x, D = p.dim;
+    load_mixes(mixes, dots.raw, dots.P_raw, dots.ss, dots.P_ss, i, n_mix, hc * D, p.norm_eps);
+    if (threadIdx.x < hc) hc_pre_post(mixes, scale, base, hc, p.hc_eps, threadIdx.x, pre_s, post_s);
+    __syncthreads();
+    const int nv = (int)(D / 4), t = threadIdx.x;
+    const float4* Hi = reinterpret_cast<const float4*>(H + i * hc * D);
+    float4 v[kNormXVecs];
+    double ss = 0;
+#pragma unroll
+    for (int k = 0; k < kNormXVecs; ++k) {
+        const int c = t + k * kNormXThreads;
+        float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (c < nv) {
+#pragma unroll
+            for (int j = 0; j < (HC > 0 ? HC : kMaxHc); ++j) {
+                if (HC == 0 && j >= hc) break;
+                const float4 h = Hi[(int64_t)j * nv + c];
+                const float w = pre_s[j];
+                s = make_float4(__fadd_rn(s.x, __fmul_rn(w, h.x)), __fadd_rn(s.y, __fmul_rn(w, h.y)),
+                                __fadd_rn(s.z, __fmul_rn(w, h.z)), __fadd_rn(s.w, __fmul_rn(w, h.w)));
+            }
+        }
+        v[k] = s;
+        ss += (double)s.x * s.x + (double)s.y * s.y + (double)s.z * s.z + (double)s.w * s.w;
+    }
+    ss = block_sum(ss, scratch);
+    const float r = 1.0f / sqrtf((float)(ss / (double)D) + eps);
+    float4* xi = reinterpret_cast<float4*>(x + i * D);
+    const float4* wv = reinterpret_cast<const float4*>(norm);
+#pragma unroll
+    for (int k = 0; k < kNormXVecs; ++k) {
+        const int c = t + k * kNormXThreads;
+        if (c >= nv) break;
+        float4 o = make_float4(__fmul_rn(v[k].x, r), __fmul_rn(v[k].y, r), __fmul_rn(v[k].z, r), __fmul_rn(v[k].w, r));
+        if (norm) {
+            const float4 w = wv[c];
+            o = make_float4(__fmul_rn(w.x, o.x), __fmul_rn(w.y, o.y), __fmul_rn(w.z, o.z), __fmul_rn(w.w, o.w));
+        }
+        xi[c] = o;
+    }
+}
+
 // A warp per token: post [hc] and the Sinkhorn-normalized comb [hc, hc].
 __global__ void __launch_bounds__(kWarp) hc_pre_comb_kernel(float* post, float* comb, CudaBackend::HcDots dots,
                                                             const float* scale, const float* base, HcParams p) {
@@ -474,6 +533,7 @@ int64_t per_token_blocks(int64_t n, int sms) {
 
 void CudaBackend::hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
                          const float* base, int64_t n, const HcParams& p, const HcPostArgs* first) {
+    if (op_skipped("hc_pre")) return;
     DSV4_CHECK(p.hc > 0 && p.hc <= kMaxHc);
     const int n_mix = (2 + p.hc) * p.hc;
     DSV4_CHECK(fn.rows == n_mix && fn.cols == p.hc * p.dim);
@@ -499,7 +559,38 @@ void CudaBackend::hc_pre(float* x, float* post, float* comb, const float* H, con
     CUDA_CHECK_LAUNCH();
 }
 
+void CudaBackend::hc_pre_norm(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
+                              const float* base, int64_t n, const HcParams& p, const HcPostArgs* first,
+                              const float* norm, float eps) {
+    // Fused where the row fits the kernel's registers and the Sinkhorn runs on its branch; else the two ops.
+    static const bool on = env_switch_on("DSV4_HC_NORM");
+    const bool fits = p.dim % 4 == 0 && p.dim <= 4 * kNormXVecs * kNormXThreads && aligned16(x, H, norm);
+    if (!on || !fits || !branches_on() || op_skipped("hc_pre") || op_skipped("rms_norm")) {
+        Backend::hc_pre_norm(x, post, comb, H, fn, scale, base, n, p, first, norm, eps);
+        return;
+    }
+    DSV4_CHECK(p.hc > 0 && p.hc <= kMaxHc);
+    DSV4_CHECK(fn.rows == (2 + p.hc) * p.hc && fn.cols == p.hc * p.dim);
+    DSV4_CHECK(n <= INT32_MAX);
+    DSV4_CHECK(!first || first->H_out == H);
+    if (n <= 0) return;
+    Scratch s(*this);
+    const HcDots dots = hc_dots(s, H, fn, n, p, first);
+    branch();  // as hc_pre
+    launch_pdl(hc_pre_comb_kernel, (unsigned)n, kWarp, 0, stream_, post, comb, dots, scale, base, p);
+    CUDA_CHECK_LAUNCH();
+    end_branch();
+    if (p.hc == 4)
+        launch_pdl(hc_pre_x_norm_kernel<4>, (unsigned)n, kNormXThreads, 0, stream_, x, H, dots, scale, base, norm, eps,
+                   p);
+    else
+        launch_pdl(hc_pre_x_norm_kernel<0>, (unsigned)n, kNormXThreads, 0, stream_, x, H, dots, scale, base, norm, eps,
+                   p);
+    CUDA_CHECK_LAUNCH();
+}
+
 void CudaBackend::hc_post(const HcPostArgs& a, int64_t n, const HcParams& p) {
+    if (op_skipped("hc_post")) return;
     if (n <= 0 || p.hc <= 0 || p.dim <= 0) return;
     DSV4_CHECK(n * p.hc <= INT32_MAX);
     if (p.hc == 4 && p.dim % 4 == 0 && aligned16(a.H_out, a.x, a.x2, a.H_res)) {

@@ -559,6 +559,7 @@ __global__ void __launch_bounds__(kMergeThreads)
 
 void CudaBackend::indexer_topk(int32_t* idx, const float* q, const float* w, const float* keys,
                                const int32_t* n_visible, int64_t n, int n_heads, int head_dim, int top_k) {
+    if (op_skipped("indexer_topk")) return;
     if (n <= 0 || top_k <= 0) return;
     DSV4_CHECK(n <= INT32_MAX && n_heads > 0 && head_dim > 0);
     int k2 = 32;

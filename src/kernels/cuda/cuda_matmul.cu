@@ -232,6 +232,7 @@ void CudaBackend::embed(float* out, const Weight& w, const int32_t* ids, int64_t
 }
 
 void CudaBackend::matmul(float* y, int64_t y_stride, const float* x, int64_t x_stride, const Weight& w, int64_t n) {
+    if (op_skipped("matmul")) return;
     if (n == 0 || w.rows == 0) return;
     check_weight_shape(w);
     if (matmul_tc_wanted(*this, n)) {  // bf16 mode, prefill-sized: tensor cores (cuda_gemm_tc.cu)
@@ -244,6 +245,7 @@ void CudaBackend::matmul(float* y, int64_t y_stride, const float* x, int64_t x_s
 }
 
 void CudaBackend::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {
+    if (op_skipped("matmul_batch")) return;
     if (n == 0 || jobs.empty()) return;
     // Decode-sized: the jobs of each weight type as one pipelined GEMV launch (up to 16 per launch); any
     // job the batch kernel does not serve, and every prefill-sized batch, runs as its own matmul.

@@ -167,6 +167,7 @@ __global__ void moe_sum_kernel(float* out, const float* y, const int32_t* sum_ro
 void CudaBackend::moe_route(int32_t* ids, float* weights, const float* logits, const float* bias,
                             const int32_t* tid2eid, const int32_t* tokens, int64_t n, int n_experts, int k, float scale,
                             bool norm) {
+    if (op_skipped("moe_route")) return;
     if (n <= 0 || k <= 0) return;
     DSV4_CHECK_MSG(n_experts > 0 && n_experts <= kMaxExperts && k <= n_experts && k <= kMaxK,
                    "moe_route: %d experts, k %d", n_experts, k);
@@ -178,6 +179,7 @@ void CudaBackend::moe_route(int32_t* ids, float* weights, const float* logits, c
 }
 
 void CudaBackend::moe_experts(const MoeArgs& a) {
+    if (op_skipped("moe_experts")) return;
     const int64_t D = a.gate.cols, F = a.gate.rows;
     DSV4_CHECK(a.down.cols == F && a.down.rows == D && a.up.rows == F && a.up.cols == D);
     DSV4_CHECK_MSG(a.k > 0 && a.k <= kMaxK, "moe_experts: k %d outside [1, %d]", a.k, kMaxK);
