@@ -5,9 +5,9 @@
 // on that, and the decode GEMV was bound by instruction issue, not by memory).
 //
 // Numerics. A block of 32 activations with largest magnitude m gets the scale 2^e, e = exponent(m) - 6, so
-// v = x / 2^e lies in (-128, 128) exactly (a power of two); v = a0 + a1 / 2^8 + a2 / 2^16 + err with a0 =
-// floor(v) (signed), a1, a2 unsigned and |err| <= 2^-16, i.e. |x - digits| <= m * 2^-22: the activation keeps
-// 23 of its 24 significant bits relative to its block's largest value. The products with the integer weights
+// v = x / 2^e lies in (-128, 128) exactly (a power of two); v = a0 + a1 / 2^8 + a2 / 2^16 + err, the bytes of
+// round(v * 2^16) (a0 signed, a1, a2 unsigned; fixed24) with |err| <= 2^-16, i.e. |x - digits| <= m * 2^-22:
+// the activation keeps 23 of its 24 significant bits relative to its block's largest value. The products with the integer weights
 // are exact (32-bit integer sums), and a block's value is combined in f32 as scale * (s0 + (256 s1 + s2) /
 // 2^16). So the result differs from the f32 dot of the exact weights by about the rounding that dot has
 // itself; test-backend-ops holds it to the same tolerance as every matmul (tol_dot(K) against the CPU).
@@ -72,32 +72,31 @@ DSV4_GV bool digit_scale(float m, float& scale, float& inv) {
     return true;
 }
 
-// The digits of v = x * 2^-e (|v| < 128).
-DSV4_GV void digits_of(float v, int8_t& a0, uint8_t& a1, uint8_t& a2) {
-    const float f0 = floorf(v);
-    float r = (v - f0) * 256.0f;  // in [0, 256]: v - f0 can round up to 1 only when v is a tiny negative
-    float f1 = floorf(r);
-    f1 = f1 > 255.0f ? 255.0f : f1;
-    float f2 = rintf((r - f1) * 256.0f);
-    f2 = f2 > 255.0f ? 255.0f : f2;
-    a0 = (int8_t)(int)f0;
-    a1 = (uint8_t)(int)f1;
-    a2 = (uint8_t)(int)f2;
+// v = x * 2^-e (|v| < 128) as a 24-bit fixed-point number, from t = v * 2^16: round(t) (to nearest, ties to
+// even), kept below 2^23 (v just under 128 rounds up to it). Its bytes 2, 1, 0 are the digits a0 (signed: the
+// number is two's complement), a1 and a2, so v = a0 + a1 / 2^8 + a2 / 2^16 to within 2^-17 (2^-16 where clamped).
+DSV4_GV int32_t fixed24(float t) {
+#if defined(__CUDA_ARCH__)
+    const int32_t q = __float2int_rn(t);
+#else
+    const int32_t q = (int32_t)std::nearbyint(t);  // the default rounding mode: ties to even
+#endif
+    return q < 8388607 ? q : 8388607;
 }
 
 // The digits of lane i's four values v[0..4) = x[4i .. 4i + 4) of a block, packed one byte per value into a
-// word of each plane. The quantize kernel runs this on 8 lanes per block; quantize_block on one thread.
+// word of each plane: the bytes of the four fixed24 numbers, gathered by byte permutes (a conversion and a
+// few integer ops per value; the quantize kernel runs this on 8 lanes per block, quantize_block on one thread).
 DSV4_GV void digits_of4(const float (&v)[4], float inv, uint32_t& w0, uint32_t& w1, uint32_t& w2) {
-    w0 = w1 = w2 = 0;
+    const float k = inv * 65536.0f;  // a power of two: v[i] * k = v * 2^16 exactly
+    uint32_t q[4];
     DSV4_GV_UNROLL
-    for (int i = 0; i < 4; ++i) {
-        int8_t a0;
-        uint8_t a1, a2;
-        digits_of(v[i] * inv, a0, a1, a2);
-        w0 |= (uint32_t)(uint8_t)a0 << (8 * i);
-        w1 |= (uint32_t)a1 << (8 * i);
-        w2 |= (uint32_t)a2 << (8 * i);
-    }
+    for (int i = 0; i < 4; ++i) q[i] = (uint32_t)fixed24(v[i] * k);
+    const uint32_t lo01 = prmt(q[0], q[1], 0x5140u), lo23 = prmt(q[2], q[3], 0x5140u);  // bytes 0, 1 of each
+    const uint32_t hi01 = prmt(q[0], q[1], 0x0062u), hi23 = prmt(q[2], q[3], 0x0062u);  // bytes 2
+    w0 = prmt(hi01, hi23, 0x5410u);
+    w1 = prmt(lo01, lo23, 0x7632u);
+    w2 = prmt(lo01, lo23, 0x5410u);
 }
 // The largest magnitude of a block from its lanes' maxima; a NaN counts as an infinity (fmaxf drops NaNs).
 DSV4_GV float abs_max4(const float (&v)[4]) {

@@ -94,18 +94,20 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) gemv_q8_xreg_kernel(const
     const int scale_at = 34 * (H * lane / 2);                           // the lane's block in the slice
     const int data_at = scale_at + 2 + (H == 1 ? 16 * (lane & 1) : 0);  // its first weight byte
 
-    for (int s = 0; s < n_stages; ++s) {
+    const uint32_t ring_s = smem_addr(ring);  // the slices by 32-bit shared address
+    int slot = 0;                             // s % kStages
+    for (int s = 0; s < n_stages; ++s, slot = slot + 1 == kStages ? 0 : slot + 1) {
         ring_wait<kStages>(s, n_stages, issue);
-        const uint8_t* slot = reinterpret_cast<const uint8_t*>(ring + (s % kStages) * kRows * G::kSliceWords);
+        const uint32_t stage_at = ring_s + (uint32_t)slot * (kRows * G::kSliceWords * 16);
         float acc[kRows];
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
-            const uint8_t* p = slot + r * G::kSliceBytes;
+            const uint32_t p = stage_at + r * G::kSliceBytes;
             uint32_t w[G::kWords];
-            ld_words_any(p + data_at, w);  // may read one word past the slice: the next row, or the sums
+            lds_words_any(p + data_at, w);  // may read one word past the slice: the next row, or the sums
             DigitSums ds;
             digit_dot<true, G::kWords>(w, a0, a1, a2, ds);
-            acc[r] = (half_bits(ld16(p + scale_at)) * sx) * digit_value(ds);
+            acc[r] = (half_bits(lds16(p + scale_at)) * sx) * digit_value(ds);
         }
         __syncwarp();                           // every lane is done with this slot before a later issue() refills it
         const float k = butterfly4(acc, lane);  // lane 8 r: row r's warp sum

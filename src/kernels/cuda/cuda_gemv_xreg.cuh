@@ -59,6 +59,37 @@ __device__ __forceinline__ float lane_digits(const float* x, uint32_t (&a0)[4 * 
     return scale;
 }
 
+// Shared-memory loads by 32-bit shared address (the rings' slices are addressed as integers: the compiler
+// otherwise carries 64-bit generic pointers through the row loop). Volatile: they stay after the ring's waits.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ uint32_t lds32(uint32_t a) {
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint32_t lds16(uint32_t a) {
+    unsigned short v;
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint32_t lds8(uint32_t a) {
+    unsigned short v;
+    asm volatile("ld.shared.u8 %0, [%1];" : "=h"(v) : "r"(a));
+    return v;
+}
+// 4N bytes at any shared address: N + 1 aligned words and N funnel shifts.
+template <int N>
+__device__ __forceinline__ void lds_words_any(uint32_t a, uint32_t (&q)[N]) {
+    const uint32_t w = a & ~3u, sh = 8 * (a & 3);
+    uint32_t v[N + 1];
+#pragma unroll
+    for (int i = 0; i <= N; ++i) v[i] = lds32(w + 4 * i);
+#pragma unroll
+    for (int i = 0; i < N; ++i) q[i] = gemv::fshr(v[i], v[i + 1], sh);
+}
+
 // The warp sums of 4 rows from each lane's acc[4]: rows {0, 1} stay on lanes 0-15 and {2, 3} on 16-31, then
 // one row per 8 lanes; lanes 8 r .. 8 r + 7 return row r's sum (a fixed order: deterministic).
 __device__ __forceinline__ float butterfly4(const float (&acc)[kRows], int lane) {
@@ -169,7 +200,8 @@ __device__ __forceinline__ void stash_sums(float k, int s, int n_stages, float* 
 }
 
 // Resident blocks per SM of kernel K for blocks of w = 1..kMaxWarps warps whose dynamic shared memory is
-// smem(w): 0 where such a block cannot run (its static and dynamic shared memory past the device's limit).
+// smem(w): 0 where such a block cannot run (its static and dynamic shared memory past the device's limit, or
+// more threads than the kernel's launch bounds allow).
 template <auto K, class Smem>
 std::array<int, kMaxWarps + 1> occupancy(Smem smem) {
     cudaFuncAttributes attr{};
@@ -182,7 +214,7 @@ std::array<int, kMaxWarps + 1> occupancy(Smem smem) {
     std::array<int, kMaxWarps + 1> t{};
     for (int w = 1; w <= kMaxWarps; ++w) {
         int n = 0;
-        if (smem(w) <= avail) CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, K, w * kWarp, smem(w)));
+        if (smem(w) <= avail && w * kWarp <= attr.maxThreadsPerBlock) CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, K, w * kWarp, smem(w)));
         t[w] = n;
     }
     return t;

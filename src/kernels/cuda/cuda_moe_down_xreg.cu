@@ -51,8 +51,13 @@ struct Geom {
     static constexpr size_t smem(int w) { return block_smem(w, kStages * kRows * kSlotWords * 16); }
 };
 
+// Launch bounds: H = 2 blocks of at most 24 warps (k F / 1024 of them: 12 for V4-Flash), so the compiler may
+// take up to 85 registers a thread (a 1024-thread bound held it to 64); two 12-warp blocks still fit an SM.
 template <int H>
-__global__ void __launch_bounds__(kMaxWarps* kWarp, 1) moe_down_xreg_kernel(const __grid_constant__ Params a) {
+constexpr int kMaxThreads = H == 2 ? 24 * kWarp : kMaxWarps * kWarp;
+
+template <int H>
+__global__ void __launch_bounds__(kMaxThreads<H>, 1) moe_down_xreg_kernel(const __grid_constant__ Params a) {
     using G = Geom<H>;
     extern __shared__ uint4 smem[];
     __shared__ int item_expert[kMaxSlots], item_pair[kMaxSlots];
@@ -75,9 +80,12 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) moe_down_xreg_kernel(cons
     }
     __syncthreads();
     const int item = warp / a.slices, slice = warp % a.slices;
-    const uint8_t* base = a.down + (size_t)item_expert[item] * a.D * a.row_bytes + (size_t)slice * G::kSliceBytes;
-    // Row r of the block: d0 + r, clamped into the matrix (rows past the block's last are read, not used).
-    auto row = [&](int r) { return base + (size_t)(d0 + r < a.D ? d0 + r : a.D - 1) * a.row_bytes; };
+    const uint32_t rb = (uint32_t)a.row_bytes, last = (uint32_t)(a.D - 1);
+    const uint8_t* base = a.down + (size_t)item_expert[item] * a.D * rb + (size_t)slice * G::kSliceBytes;
+    // Row r of the block: d0 + r, clamped into the matrix (rows past the block's last are read, not used); the
+    // offset in the expert is 32-bit (D * row_bytes < 2^32: launch_moe_down_xreg).
+    const uint32_t d0u = (uint32_t)d0;
+    auto row = [&](int r) { return base + min(d0u + (uint32_t)r, last) * rb; };
     auto issue = [&](int s) { issue_covering<kStages, G::kSlotWords>(ring, s, G::kSliceBytes, row, lane); };
     ring_start<kStages>(n_stages, issue);
 
@@ -87,26 +95,38 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) moe_down_xreg_kernel(cons
     const float sx =
         lane_digits<H>(a.h + (int64_t)item_pair[item] * a.F + slice * G::kSliceValues + vo, a0, a1, a2, xsum);
 
-    for (int s = 0; s < n_stages; ++s) {
+    // The slices in the ring by 32-bit shared address: row r's lands at its slot plus the row's offset in its
+    // first 16-byte word (a multiple of 4: row_bytes and the matrix are 4-byte aligned).
+    constexpr uint32_t kSlotBytes = G::kSlotWords * 16, kStageBytes = kRows * kSlotBytes;
+    const uint32_t ring_s = smem_addr(ring);
+    const uint32_t sh_base = (uint32_t)reinterpret_cast<uintptr_t>(base) & 15, rb15 = rb & 15;
+    int slot = 0;  // s % kStages
+    for (int s = 0; s < n_stages; ++s, slot = slot + 1 == kStages ? 0 : slot + 1) {
         ring_wait<kStages>(s, n_stages, issue);
+        const uint32_t stage_at = ring_s + (uint32_t)slot * kStageBytes;
         float acc[kRows];
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
-            const uint8_t* p = covered_slice<kStages, G::kSlotWords>(ring, s, r, row);
+            const uint32_t d = min(d0u + (uint32_t)(kRows * s + r), last);  // the row of row(kRows s + r)
+            const uint32_t p = stage_at + r * kSlotBytes + (sh_base + d * rb15) % 16;
+            // The lane's 16 H values lie in one 256-value block: its d and dmin once per row.
+            const uint32_t blk = p + 84 * (vo >> 8);
+            const uint32_t dd = lds32(blk + 80);
+            const float d_all = half_bits(dd), d_min = half_bits(dd >> 16);
+            const uint32_t sc2 = H == 2 ? lds16(blk + ((vo & 255) >> 4)) : 0;
             float y = 0.0f;
 #pragma unroll
             for (int hh = 0; hh < H; ++hh) {
                 // Unit u of block b (DigitCodec<Q2_K>): values 128 n + 32 g + 16 h + l of the block.
                 const int v = vo + 16 * hh, u = (v & 255) >> 4;
                 const int n = u >> 3, g = (u >> 1) & 3, h = u & 1;
-                const uint8_t* blk = p + 84 * (v >> 8);
                 uint32_t w[4];
 #pragma unroll
-                for (int i = 0; i < 4; ++i) w[i] = (ld32(blk + 16 + 32 * n + 16 * h + 4 * i) >> (2 * g)) & 0x03030303u;
-                const uint32_t sc = blk[u];
-                const uint32_t dd = ld32(blk + 80);
-                const float dl = mul_rn(half_bits(dd), small_to_float(sc & 15));
-                const float ml = mul_rn(half_bits(dd >> 16), small_to_float(sc >> 4));
+                for (int i = 0; i < 4; ++i) w[i] = (lds32(blk + 16 + 32 * n + 16 * h + 4 * i) >> (2 * g)) & 0x03030303u;
+                // The scale byte of unit u: units 2 m and 2 m + 1 of H = 2 lanes as one 16-bit load.
+                const uint32_t sc = H == 2 ? (sc2 >> (8 * hh)) & 255 : lds8(blk + u);
+                const float dl = mul_rn(d_all, small_to_float(sc & 15));
+                const float ml = mul_rn(d_min, small_to_float(sc >> 4));
                 uint32_t b0[4], b1[4], b2[4];
 #pragma unroll
                 for (int i = 0; i < 4; ++i) b0[i] = a0[4 * hh + i], b1[i] = a1[4 * hh + i], b2[i] = a2[4 * hh + i];
@@ -155,6 +175,7 @@ bool launch_moe_down_xreg(const MoeArgs& a, const float* h, cudaStream_t s) {
     const int64_t F = a.down.cols, D = a.down.rows;
     if (F % 512 != 0 || D < 1 || a.down.row_bytes % 4 != 0 || reinterpret_cast<uintptr_t>(a.down.data) % 4 != 0)
         return false;
+    if ((uint64_t)D * a.down.row_bytes > UINT32_MAX) return false;  // 32-bit offsets in an expert
     const int hv = moe_h() == 2 && F % 1024 == 0 ? 2 : 1;
     const int64_t slices = F / (512 * hv), w = slices * a.k;
     if (w > kMaxWarps) return false;

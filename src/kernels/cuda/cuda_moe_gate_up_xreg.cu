@@ -38,11 +38,12 @@ struct Params {
     float* h;              // [n * k, F]
     const uint8_t *gate, *up;
     size_t row_bytes;  // of gate and up
-    int64_t D, F;
+    int64_t D;
+    int F;  // F * row_bytes < 2^32 (launch_moe_gate_up_xreg): 32-bit row offsets in an expert
     int k, n_experts;
     float clamp;
-    int64_t f_per_block;  // a multiple of kRows / 2
-    int64_t blocks_per_pair;
+    int f_per_block;  // a multiple of kRows / 2
+    int blocks_per_pair;
 };
 
 template <int H>
@@ -57,17 +58,20 @@ struct Geom {
     static constexpr size_t smem(int w) { return block_smem(w, kStages * kRows * kSlotWords * 16); }
 };
 
+// Launch bounds: H = 2 blocks have at most 16 warps (D <= 16384), so the compiler may take 72 registers a
+// thread where a 1024-thread bound held it to 64 and it recomputed lane constants in every stage; at 128-thread
+// blocks the shared memory keeps 7 blocks on an SM either way.
 template <int H>
-__global__ void __launch_bounds__(kMaxWarps* kWarp, 1)
+__global__ void __launch_bounds__(kMaxWarps* kWarp / H, 1)
     moe_gate_up_xreg_kernel(const __grid_constant__ Params a, QuantTables tb) {
     using G = Geom<H>;
     extern __shared__ uint4 smem[];
     __shared__ uint32_t lut_mem[LutStorage<GgmlType::IQ2_XXS>::kWords];
     const Lut lut = build_lut<GgmlType::IQ2_XXS>(lut_mem, tb);  // every thread, before any exit
     const int n_warps = blockDim.x / kWarp, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-    const int64_t pair = blockIdx.x / a.blocks_per_pair;
-    const int64_t f0 = (blockIdx.x % a.blocks_per_pair) * a.f_per_block;
-    const int nf = (int)(a.F - f0 < a.f_per_block ? a.F - f0 : a.f_per_block);
+    const int pair = (int)blockIdx.x / a.blocks_per_pair;
+    const int f0 = ((int)blockIdx.x % a.blocks_per_pair) * a.f_per_block;
+    const int nf = min(a.F - f0, a.f_per_block);
     const int n_stages = (2 * nf + kRows - 1) / kRows;
     uint4* ring = smem + (size_t)warp * kStages * kRows * G::kSlotWords;
     float* sums = reinterpret_cast<float*>(smem + (size_t)n_warps * kStages * kRows * G::kSlotWords);
@@ -75,33 +79,40 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1)
     pdl_wait();  // the expert ids, the routing weights and x come from the kernels before
     pdl_trigger();
     const int e = checked_expert(a.ids, pair, a.n_experts);
-    const size_t expert_bytes = (size_t)a.F * a.row_bytes, slice_at = (size_t)warp * G::kSliceBytes;
-    const uint8_t* gate = a.gate + (size_t)e * expert_bytes + slice_at;
-    const uint8_t* up = a.up + (size_t)e * expert_bytes + slice_at;
+    const uint32_t rb = (uint32_t)a.row_bytes;
+    const size_t expert_at = (size_t)e * a.F * rb + (size_t)warp * G::kSliceBytes;
+    const uint8_t* gate = a.gate + expert_at;
+    const uint8_t* up = a.up + expert_at;
     // Row i of the block: gate (i even) or up row f0 + i / 2, clamped into the matrix (rows past the block's
-    // last are read, not used).
-    auto row = [&](int i) {
-        const int64_t f = f0 + i / 2 < a.F ? f0 + i / 2 : a.F - 1;
-        return ((i & 1) ? up : gate) + (size_t)f * a.row_bytes;
-    };
+    // last are read, not used); the offset in the expert is 32-bit.
+    auto row = [&](int i) { return ((i & 1) ? up : gate) + (uint32_t)min(f0 + (i >> 1), a.F - 1) * rb; };
     auto issue = [&](int s) { issue_covering<kStages, G::kSlotWords>(ring, s, G::kSliceBytes, row, lane); };
     ring_start<kStages>(n_stages, issue);
 
     uint32_t a0[G::kWords], a1[G::kWords], a2[G::kWords];
     const int vo = G::kValues * lane;  // the lane's first value in the slice
-    const float sx = lane_digits<H>(a.x + (pair / a.k) * a.D + warp * G::kSliceValues + vo, a0, a1, a2);
+    const float sx = lane_digits<H>(a.x + (int64_t)(pair / a.k) * a.D + warp * G::kSliceValues + vo, a0, a1, a2);
     const int block_at = 66 * (vo >> 8), unit_at = block_at + 2 + 8 * ((vo & 255) >> 5);
     const int entry0 = (vo & 31) >> 3;  // the lane's first grid entry in its unit (0, or 2 for H = 1's odd lanes)
 
-    for (int s = 0; s < n_stages; ++s) {
+    // The slices in the ring by 32-bit shared address: row i's lands at its slot plus the row's offset in its
+    // first 16-byte word, (offset of the expert slice + f row_bytes) mod 16.
+    constexpr uint32_t kSlotBytes = G::kSlotWords * 16, kStageBytes = kRows * kSlotBytes;
+    const uint32_t ring_s = smem_addr(ring);
+    const uint32_t sh_gate = (uint32_t)reinterpret_cast<uintptr_t>(gate) & 15;
+    const uint32_t sh_up = (uint32_t)reinterpret_cast<uintptr_t>(up) & 15, rb15 = rb & 15;
+    int slot = 0;  // s % kStages
+    for (int s = 0; s < n_stages; ++s, slot = slot + 1 == kStages ? 0 : slot + 1) {
         ring_wait<kStages>(s, n_stages, issue);
+        const uint32_t stage_at = ring_s + (uint32_t)slot * kStageBytes;
         float acc[kRows];
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
-            const uint8_t* p = covered_slice<kStages, G::kSlotWords>(ring, s, r, row);
+            const uint32_t f = (uint32_t)min(f0 + 2 * s + (r >> 1), a.F - 1);  // the row of row(kRows s + r)
+            const uint32_t p = stage_at + r * kSlotBytes + (((r & 1) ? sh_up : sh_gate) + f * rb15) % 16;
             uint32_t q[2];  // the unit's 4 grid indices, then its 4 x 7 sign bits and 4-bit scale
-            ld64_any(p + unit_at, q);
-            const float db = mul_rn(mul_rn(half_bits(ld16(p + block_at)), 0.5f + small_to_float(q[1] >> 28)), 0.25f);
+            lds_words_any(p + unit_at, q);
+            const float db = mul_rn(mul_rn(half_bits(lds16(p + block_at)), 0.5f + small_to_float(q[1] >> 28)), 0.25f);
             uint32_t w[G::kWords];
 #pragma unroll
             for (int i = 0; i < 2 * H; ++i) {
@@ -129,7 +140,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1)
                     uv = fminf(fmaxf(uv, -a.clamp), a.clamp);
                 }
                 const float hv = gv / (1.0f + expf(-gv)) * uv;
-                a.h[pair * a.F + f0 + fi] = hv * a.weights[pair];
+                a.h[(int64_t)pair * a.F + f0 + fi] = hv * a.weights[pair];
             }
         });
     }
@@ -144,7 +155,7 @@ bool launch_h(Params p, int64_t pairs, int w, const QuantTables& t, cudaStream_t
     const int64_t wave = (int64_t)bps * device_limits().sms;
     const int64_t rows = pairs * 2 * p.F;
     const int64_t per = (rows + wave * kRows - 1) / (wave * kRows) * kRows;  // rows per block, whole stages
-    p.f_per_block = per / 2;
+    p.f_per_block = (int)(per / 2);
     p.blocks_per_pair = (p.F + p.f_per_block - 1) / p.f_per_block;
     launch_pdl(moe_gate_up_xreg_kernel<H>, (unsigned)(pairs * p.blocks_per_pair), w * kWarp, Geom<H>::smem(w), s, p, t);
     return true;
@@ -161,9 +172,9 @@ bool launch_moe_gate_up_xreg(const MoeArgs& a, float* h, const QuantTables& t, c
     if (D % 512 != 0 || D > 512 * kMaxWarps || !aligned16(a.x) || a.gate.row_bytes % 2 != 0) return false;
     if (reinterpret_cast<uintptr_t>(a.gate.data) % 2 != 0 || reinterpret_cast<uintptr_t>(a.up.data) % 2 != 0)
         return false;
-    const Params p{
-        a.x,     a.ids, a.weights, h, a.gate.data, a.up.data, a.gate.row_bytes, D, F, a.k, (int)a.gate.n_experts,
-        a.clamp, 0,     0};
+    if ((uint64_t)F * a.gate.row_bytes > UINT32_MAX || pairs * 2 * F > INT32_MAX) return false;  // 32-bit offsets
+    const Params p{a.x, a.ids, a.weights, h, a.gate.data, a.up.data, a.gate.row_bytes, D, (int)F, a.k,
+                   (int)a.gate.n_experts, a.clamp, 0, 0};
     return moe_h() == 2 && D % 1024 == 0 ? launch_h<2>(p, pairs, (int)(D / 1024), t, s)
                                          : launch_h<1>(p, pairs, (int)(D / 512), t, s);
 }
