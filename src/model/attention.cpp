@@ -177,8 +177,7 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
     float* qr_all = c.f32(N * cfg.q_lora_rank);
     float* kv_all = c.f32(N * hd);  // [N, hd] shared K = V
     const MatmulJob in_proj[] = {{qr_all, cfg.q_lora_rank, x_all, D, &L.q_a}, {kv_all, hd, x_all, D, &L.kv}};
-    c.b.matmul_batch(in_proj, N);
-    c.b.rms_norm(qr_all, qr_all, L.q_a_norm, N, cfg.q_lora_rank, cfg.q_lora_rank, cfg.norm_eps);
+    c.b.matmul_batch(in_proj, N);  // qr_all is normed where it is read: by q_b (matmul_norm) and on the branch
 
     // Three independent chains meet at the attention: the shared KV row (a branch, which also puts a decode
     // token's row into the window ring), the compressors and the indexer (a branch; they read x and qr), and
@@ -195,15 +194,19 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
     std::vector<AttentionArgs> args(c.seqs.size());
     if (ratio > 0) {
         c.b.branch();
+        // The indexer's query reads the normed latent: normed into a buffer of this branch, while q_b norms
+        // its own.
+        float* qr_n = c.f32(N * cfg.q_lora_rank);
+        c.b.rms_norm(qr_n, qr_all, L.q_a_norm, N, cfg.q_lora_rank, cfg.q_lora_rank, cfg.norm_eps);
         for (size_t si = 0; si < c.seqs.size(); ++si) {
             const SeqSlice& s = c.seqs[si];
-            compressed_sources(c, il, L, s, x_all + s.row0 * D, qr_all + s.row0 * cfg.q_lora_rank, rope, args[si]);
+            compressed_sources(c, il, L, s, x_all + s.row0 * D, qr_n + s.row0 * cfg.q_lora_rank, rope, args[si]);
         }
         c.b.end_branch();
     }
 
     float* q_all = c.f32(N * nh * hd);  // [N, nh, hd]
-    c.b.matmul(q_all, (int64_t)nh * hd, qr_all, cfg.q_lora_rank, L.q_b, N);
+    c.b.matmul_norm(q_all, (int64_t)nh * hd, qr_all, cfg.q_lora_rank, L.q_a_norm, cfg.norm_eps, L.q_b, N);
     c.b.norm_rope(q_all, N, nh, hd, (int64_t)nh * hd, nullptr, cfg.norm_eps, c.pos, rope, 0);
     c.b.join();
     float* o_all = c.f32(N * nh * hd);

@@ -154,6 +154,20 @@ public:
     // y[i, 0:M] = x[i, 0:K] . W^T for n rows, with row strides (in floats) for x and y.
     virtual void matmul(float* y, int64_t y_stride, const float* x, int64_t x_stride, const Weight& w,
                         int64_t n) = 0;
+    // y = matmul(rms_norm(x) times norm[K]) (eps as rms_norm; x is left as it is): a projection of a normed
+    // low-rank latent, where a backend may norm the row inside the matmul's own kernel. The default norms a
+    // copy in memory of its own and frees it after a synchronize; a backend that runs ops asynchronously
+    // overrides it.
+    virtual void matmul_norm(float* y, int64_t y_stride, const float* x, int64_t x_stride, const float* norm,
+                             float eps, const Weight& w, int64_t n) {
+        const int64_t K = w.cols;
+        float* t = static_cast<float*>(alloc((size_t)(n * K) * sizeof(float)));
+        copy_rows(t, K, x, x_stride, n, K);
+        rms_norm(t, t, norm, n, K, K, eps);
+        matmul(y, y_stride, t, K, w, n);
+        synchronize();
+        free(t);
+    }
     // Independent matmuls over the same n rows (no y overlaps any x or another y), in any order: a backend
     // may run them together (one launch for a layer's projections of one input). Default: one by one.
     virtual void matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {

@@ -94,6 +94,13 @@ void ProfilingBackend::matmul(float* y, int64_t y_stride, const float* x, int64_
     timed(key, (double)w.rows * (double)w.row_bytes, [&] { b_.matmul(y, y_stride, x, x_stride, w, n); });
 }
 
+void ProfilingBackend::matmul_norm(float* y, int64_t y_stride, const float* x, int64_t x_stride, const float* norm,
+                                   float eps, const Weight& w, int64_t n) {
+    auto key = [&] { return "rms_norm+matmul " + std::string(ggml_type_name(w.type)) + " " + rows_class(n); };
+    timed(key, (double)w.rows * (double)w.row_bytes,
+          [&] { b_.matmul_norm(y, y_stride, x, x_stride, norm, eps, w, n); });
+}
+
 void ProfilingBackend::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {
     double bytes = 0;
     for (const MatmulJob& j : jobs) bytes += (double)j.w->rows * (double)j.w->row_bytes;

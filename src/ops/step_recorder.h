@@ -64,6 +64,10 @@ public:
     void matmul(float* y, int64_t y_stride, const float* x, int64_t x_stride, const Weight& w, int64_t n) override {
         forward(kMatmul, &Backend::matmul, y, y_stride, x, x_stride, w, n);
     }
+    void matmul_norm(float* y, int64_t y_stride, const float* x, int64_t x_stride, const float* norm, float eps,
+                     const Weight& w, int64_t n) override {
+        forward(kMatmulNorm, &Backend::matmul_norm, y, y_stride, x, x_stride, norm, eps, w, n);
+    }
     void matmul_batch(std::span<const MatmulJob> jobs, int64_t n) override;
     void rms_norm(float* y, const float* x, const float* weight, int64_t n, int64_t dim, int64_t stride,
                   float eps) override {
@@ -154,6 +158,7 @@ private:
         kEndBranch,
         kJoin,
         kHcPreNorm,
+        kMatmulNorm,
     };
 
     // The key: an op code, then each argument's bytes (structs field by field, so padding never enters).

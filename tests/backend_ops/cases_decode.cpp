@@ -4,6 +4,7 @@
 // path (cuda_moe_decode.cu, cuda_moe_gate_up_xreg.cu): small n*k, the boundary n*k = 64 and beyond it, experts
 // repeated across and within tokens, mixed gate/up and down formats (V4-Flash: IQ2_XXS and Q2_K), V4-Flash widths.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 
@@ -28,6 +29,56 @@ int64_t cols_near(GgmlType t, int64_t plain) {
 
 // y = x W^T on rows [first, first + M) of a stored matrix of first + M rows (first > 0 makes the matrix
 // start mid-word for the 17- and 34-byte formats).
+// matmul_norm: y = W (rms_norm(x) * w) for n rows of x (stride xs), w a norm weight (none when !weighted).
+CaseGen matmul_norm_case(GgmlType t, int64_t n, int64_t K, int64_t M, int64_t xs, bool weighted, uint64_t seed) {
+    return [=]() {
+        Case c;
+        c.op = "matmul_norm";
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "%s n=%lld K=%lld M=%lld xs=%lld%s", type_name(t).c_str(), (long long)n,
+                      (long long)K, (long long)M, (long long)xs, weighted ? "" : " unweighted");
+        c.shape = buf;
+        Rng rng(case_seed(seed, c.op + c.shape));
+        auto w = std::make_shared<std::vector<uint8_t>>(random_weight(t, M, K, rng));
+        auto x = std::make_shared<std::vector<float>>(rng.vec(n * xs, -3.0f, 3.0f));
+        auto g = std::make_shared<std::vector<float>>(weighted ? rng.vec(K, 0.5f, 1.5f) : std::vector<float>{});
+        constexpr float kEps = 1e-6f;
+        c.tol = tol_dot((double)K) + kTolElem;  // the norm rounds each input a few times, then a K-term dot
+        c.ref_tol = c.tol;
+        c.bytes = (double)w->size() + 4.0 * n * (K + M);
+        c.make = [=](Backend& b) {
+            Instance in;
+            in.dev = std::make_unique<Dev>(b);
+            Dev& d = *in.dev;
+            const Weight wt = make_weight(b, t, *w, M, K);
+            const float* xd = d.f32(*x);
+            const float* gd = weighted ? d.f32(*g) : nullptr;
+            float* yd = d.f32_out(n * M);
+            in.run = [&b, wt, xd, gd, yd, n, xs, M]() { b.matmul_norm(yd, M, xd, xs, gd, kEps, wt, n); };
+            in.read = [&d, yd, n, M]() { return Arrays{d.get(yd, n * M)}; };
+            return in;
+        };
+        c.reference = [=]() {
+            const std::vector<float> deq = dequant_weight(t, *w, M, K);
+            Array y((size_t)(n * M));
+            for (int64_t i = 0; i < n; ++i) {
+                const float* xi = x->data() + i * xs;
+                double ss = 0;
+                for (int64_t k = 0; k < K; ++k) ss += (double)xi[k] * xi[k];
+                const double r = 1 / std::sqrt(ss / K + kEps);
+                for (int64_t m = 0; m < M; ++m) {
+                    double s = 0;
+                    for (int64_t k = 0; k < K; ++k)
+                        s += (double)deq[m * K + k] * xi[k] * r * (weighted ? (double)(*g)[k] : 1.0);
+                    y[i * M + m] = s;
+                }
+            }
+            return Arrays{y};
+        };
+        return c;
+    };
+}
+
 CaseGen gemv_case(GgmlType t, int64_t n, int64_t K, int64_t M, int64_t xs, int64_t ys, int64_t first, uint64_t seed) {
     return [=]() {
         Case c;
@@ -153,11 +204,18 @@ void add_decode_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
         out.push_back(gemv_case(t, 2, K, 33, K, 33, 1, o.seed));
         out.push_back(gemv_case(t, 3, K, 33, K + 5, 33, 0, o.seed));
     }
+    const GgmlType q8 = GgmlType::Q8_0;
+    // matmul_norm: the row normed inside that kernel (Q8_0, one row; with and without a norm weight, half and
+    // whole blocks per lane, a strided x) and the shapes left to rms_norm + matmul (several rows, another format).
+    out.push_back(matmul_norm_case(q8, 1, 1024, 83, 1024, true, o.seed));
+    out.push_back(matmul_norm_case(q8, 1, 512, 33, 512 + 4, true, o.seed));
+    out.push_back(matmul_norm_case(q8, 1, 4096, 130, 4096, false, o.seed));
+    out.push_back(matmul_norm_case(q8, 3, 1024, 83, 1024 + 4, true, o.seed));
+    out.push_back(matmul_norm_case(GgmlType::F16, 1, 1024, 83, 1024, true, o.seed));
     // The Q8_0 kernel with the activation in registers (cuda_gemv_q8_xreg.cu: n = 1, K a multiple of 512 up to
     // 16384): half a block per lane (K = 512, 1536, 15872 = 31 warps) and a whole one (1024, 4096, 16384), fewer
     // rows than a stage (1, 3), a row view (first = 1), and 5000 rows of K = 16384 (one block per SM on an
     // H200: 40 rows per block, so the warps' sums are flushed twice, the second time for a partial chunk).
-    const GgmlType q8 = GgmlType::Q8_0;
     for (int64_t K : {512, 1024, 1536, 4096, 15872}) out.push_back(gemv_case(q8, 1, K, 83, K + 4, 83, 0, o.seed));
     out.push_back(gemv_case(q8, 1, 1024, 1, 1024, 1, 0, o.seed));
     out.push_back(gemv_case(q8, 1, 4096, 3, 4096, 3, 0, o.seed));

@@ -41,6 +41,8 @@ public:
 
     void embed(float* out, const Weight& w, const int32_t* ids, int64_t n) override;
     void matmul(float* y, int64_t y_stride, const float* x, int64_t x_stride, const Weight& w, int64_t n) override;
+    void matmul_norm(float* y, int64_t y_stride, const float* x, int64_t x_stride, const float* norm, float eps,
+                     const Weight& w, int64_t n) override;
     void matmul_batch(std::span<const MatmulJob> jobs, int64_t n) override;
     void rms_norm(float* y, const float* x, const float* weight, int64_t n, int64_t dim, int64_t stride,
                   float eps) override;

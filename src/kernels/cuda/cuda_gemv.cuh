@@ -40,6 +40,10 @@ bool launch_gemv_batch(const MatmulParams* ps, int count, const QuantTables& t, 
 // 16-byte aligned inputs, as one launch that quantizes its input itself; returns false, launching nothing,
 // otherwise or when DSV4_GEMV_XREG=0 (A/B).
 bool launch_gemv_q8_xreg(const MatmulParams* ps, int count, cudaStream_t s);
+// The same for one job whose x row is RMS-normed first (times norm[K] when non-null; eps as rms_norm), inside
+// the kernel: every block holds the whole row (matmul_norm). False, launching nothing, where the kernel does
+// not apply.
+bool launch_gemv_q8_xreg_norm(const MatmulParams& p, const float* norm, float eps, cudaStream_t s);
 
 // The previous staged kernel (cuda_gemv_staged.cu), same contract.
 bool launch_gemv_warp_staged(const MatmulParams& p, const QuantTables& t, cudaStream_t s);

@@ -49,6 +49,10 @@ struct Job {
     const float* x;
     float* y;
     int64_t block0;  // the job's first block
+    // RMS norm of x before the product (matmul_norm): times norm[K] when non-null.
+    bool normed;
+    const float* norm;
+    float eps;
 };
 struct Batch {
     Job job[kMaxJobs];
@@ -90,7 +94,30 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) gemv_q8_xreg_kernel(const
     pdl_begin();  // the weights are on their way; now wait for the kernel that wrote x
 
     uint32_t a0[G::kWords], a1[G::kWords], a2[G::kWords];
-    const float sx = lane_digits<H>(J.x + (size_t)warp * G::kSliceValues + G::kValues * lane, a0, a1, a2);
+    const int64_t at = (int64_t)warp * G::kSliceValues + G::kValues * lane;  // the lane's first value
+    float v[4 * H][4];
+    lane_load<H>(J.x + at, v);
+    if (J.normed) {  // uniform over the block: every block norms the whole row it holds (rms_norm's numerics)
+        __shared__ double scratch[kMaxWarps];
+        double ss = 0;
+#pragma unroll
+        for (int i = 0; i < 4 * H; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) ss += (double)v[i][j] * v[i][j];
+        ss = block_sum(ss, scratch);
+        const float r = 1.0f / sqrtf((float)(ss / (double)(n_warps * G::kSliceValues)) + J.eps);
+#pragma unroll
+        for (int i = 0; i < 4 * H; ++i) {
+            const float4 w = J.norm ? *reinterpret_cast<const float4*>(J.norm + at + 4 * i) : make_float4(1, 1, 1, 1);
+            const float wj[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float o = __fmul_rn(v[i][j], r);
+                v[i][j] = J.norm ? __fmul_rn(wj[j], o) : o;
+            }
+        }
+    }
+    const float sx = lane_quantize<H>(v, a0, a1, a2);
     const int scale_at = 34 * (H * lane / 2);                           // the lane's block in the slice
     const int data_at = scale_at + 2 + (H == 1 ? 16 * (lane & 1) : 0);  // its first weight byte
 
@@ -125,8 +152,14 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) gemv_q8_xreg_kernel(const
 
 // Launches the batch with blocks of w warps, H values per lane: false, launching nothing, when such a block
 // cannot run here.
+struct RowNorm {  // matmul_norm's: the jobs' x normed first when `on`
+    bool on = false;
+    const float* weight = nullptr;
+    float eps = 0.0f;
+};
+
 template <int H>
-bool launch_h(const MatmulParams* ps, int count, int w, cudaStream_t s) {
+bool launch_h(const MatmulParams* ps, int count, int w, RowNorm norm, cudaStream_t s) {
     const int bps = blocks_per_sm<gemv_q8_xreg_kernel<H>, Geom<H>>(w);
     if (bps == 0) return false;
     int64_t rows = 0;
@@ -137,7 +170,7 @@ bool launch_h(const MatmulParams* ps, int count, int w, cudaStream_t s) {
     int64_t blocks = 0;
     for (int j = 0; j < count; ++j) {
         const MatmulParams& p = ps[j];
-        b.job[j] = Job{p.w, p.row_bytes, p.M, p.x, p.y, blocks};
+        b.job[j] = Job{p.w, p.row_bytes, p.M, p.x, p.y, blocks, norm.on, norm.weight, norm.eps};
         blocks += (p.M + per - 1) / per;
     }
     b.count = count;
@@ -160,7 +193,9 @@ double min_bytes() {
 
 }  // namespace
 
-bool launch_gemv_q8_xreg(const MatmulParams* ps, int count, cudaStream_t s) {
+namespace {
+
+bool launch_checked(const MatmulParams* ps, int count, RowNorm norm, cudaStream_t s) {
     if (!gemv_enabled() || count < 1 || count > kMaxJobs) return false;
     double bytes = 0;
     for (int j = 0; j < count; ++j) bytes += (double)ps[j].M * (double)ps[j].row_bytes;
@@ -174,8 +209,19 @@ bool launch_gemv_q8_xreg(const MatmulParams* ps, int count, cudaStream_t s) {
         if (p.type != GgmlType::Q8_0 || p.n != 1 || p.K != K || p.M < 1 || p.offsets) return false;
         if (!aligned16(p.w) || p.row_bytes % 16 != 0 || !aligned16(p.x)) return false;
     }
-    return gemv_h() == 2 && K % 1024 == 0 ? launch_h<2>(ps, count, (int)(K / 1024), s)
-                                          : launch_h<1>(ps, count, (int)(K / 512), s);
+    return gemv_h() == 2 && K % 1024 == 0 ? launch_h<2>(ps, count, (int)(K / 1024), norm, s)
+                                          : launch_h<1>(ps, count, (int)(K / 512), norm, s);
+}
+
+}  // namespace
+
+bool launch_gemv_q8_xreg(const MatmulParams* ps, int count, cudaStream_t s) {
+    return launch_checked(ps, count, RowNorm{}, s);
+}
+
+bool launch_gemv_q8_xreg_norm(const MatmulParams& p, const float* norm, float eps, cudaStream_t s) {
+    if (norm != nullptr && !aligned16(norm)) return false;
+    return launch_checked(&p, 1, RowNorm{true, norm, eps}, s);
 }
 
 }  // namespace dsv4::cuda

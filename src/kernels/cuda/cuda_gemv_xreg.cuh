@@ -28,21 +28,26 @@ constexpr size_t block_smem(int w, size_t ring_bytes) {
     return (size_t)w * ring_bytes + 2 * (size_t)w * kChunk * sizeof(float);
 }
 
-// The digits of this lane's 16 H values x[0 .. 16 H) (16-byte aligned) and the scale of their 32-value block
-// (H = 1: the other half is on lane ^ 1): the same digits quantize_digits_kernel writes for the block; with
-// sum16 (not null), also the f32 sums of each 16 of the values, in the order of XDigits::sum16.
+// This lane's 16 H values x[0 .. 16 H) (16-byte aligned), as 4 H float4s.
 template <int H>
-__device__ __forceinline__ float lane_digits(const float* x, uint32_t (&a0)[4 * H], uint32_t (&a1)[4 * H],
-                                             uint32_t (&a2)[4 * H], float* sum16 = nullptr) {
-    constexpr int kW = 4 * H;
-    float v[kW][4];
-    float m = 0.0f;
+__device__ __forceinline__ void lane_load(const float* x, float (&v)[4 * H][4]) {
 #pragma unroll
-    for (int i = 0; i < kW; ++i) {
+    for (int i = 0; i < 4 * H; ++i) {
         const float4 q = *reinterpret_cast<const float4*>(x + 4 * i);
         v[i][0] = q.x, v[i][1] = q.y, v[i][2] = q.z, v[i][3] = q.w;
-        m = fmaxf(m, gemv::abs_max4(v[i]));
     }
+}
+
+// The digits of this lane's values v and the scale of their 32-value block (H = 1: the other half is on
+// lane ^ 1): the same digits quantize_digits_kernel writes for the block; with sum16 (not null), also the f32
+// sums of each 16 of the values, in the order of XDigits::sum16.
+template <int H>
+__device__ __forceinline__ float lane_quantize(const float (&v)[4 * H][4], uint32_t (&a0)[4 * H],
+                                               uint32_t (&a1)[4 * H], uint32_t (&a2)[4 * H], float* sum16 = nullptr) {
+    constexpr int kW = 4 * H;
+    float m = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kW; ++i) m = fmaxf(m, gemv::abs_max4(v[i]));
     if (sum16 != nullptr)
 #pragma unroll
         for (int h = 0; h < H; ++h)
@@ -57,6 +62,15 @@ __device__ __forceinline__ float lane_digits(const float* x, uint32_t (&a0)[4 * 
         if (ok) gemv::digits_of4(v[i], inv, a0[i], a1[i], a2[i]);
     }
     return scale;
+}
+
+// lane_load, then lane_quantize.
+template <int H>
+__device__ __forceinline__ float lane_digits(const float* x, uint32_t (&a0)[4 * H], uint32_t (&a1)[4 * H],
+                                             uint32_t (&a2)[4 * H], float* sum16 = nullptr) {
+    float v[4 * H][4];
+    lane_load<H>(x, v);
+    return lane_quantize<H>(v, a0, a1, a2, sum16);
 }
 
 // Shared-memory loads by 32-bit shared address (the rings' slices are addressed as integers: the compiler

@@ -244,6 +244,27 @@ void CudaBackend::matmul(float* y, int64_t y_stride, const float* x, int64_t x_s
     launch_matmul(plain_matmul(w, y, y_stride, x, x_stride, n), tables_, stream_, &digits);
 }
 
+void CudaBackend::matmul_norm(float* y, int64_t y_stride, const float* x, int64_t x_stride, const float* norm,
+                              float eps, const Weight& w, int64_t n) {
+    if (op_skipped("matmul")) return;
+    if (n == 0 || w.rows == 0) return;
+    check_weight_shape(w);
+    // One row into the Q8_0 GEMV that holds it in registers: the norm in the same kernel (DSV4_MATMUL_NORM=0:
+    // always the two ops, A/B). Else rms_norm into scratch, then the matmul.
+    static const bool fused = env_switch_on("DSV4_MATMUL_NORM");
+    if (fused && n == 1 && !matmul_tc_wanted(*this, n) &&
+        launch_gemv_q8_xreg_norm(plain_matmul(w, y, y_stride, x, x_stride, n), norm, eps, stream_)) {
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
+    Scratch s(*this);
+    const int64_t K = w.cols;
+    float* t = s.get<float>(n * K);
+    copy_rows(t, K, x, x_stride, n, K);
+    rms_norm(t, t, norm, n, K, K, eps);
+    matmul(y, y_stride, t, K, w, n);
+}
+
 void CudaBackend::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {
     if (op_skipped("matmul_batch")) return;
     if (n == 0 || jobs.empty()) return;

@@ -69,8 +69,9 @@ __global__ void __launch_bounds__(kMaxThreads<H>, 1) moe_down_xreg_kernel(const 
     uint4* ring = smem + (size_t)warp * kStages * kRows * G::kSlotWords;
     float* sums = reinterpret_cast<float*>(smem + (size_t)n_warps * kStages * kRows * G::kSlotWords);
 
-    pdl_wait();  // h and the expert ids come from the kernels before
-    pdl_trigger();
+    // The expert ids come from the routing kernel, which finished before the gate/up kernel before this one got
+    // past its own pdl_wait (and so before this grid could launch): the weights' copies start before this
+    // kernel waits for h.
     if (warp == 0 && lane < a.k) {  // slot `lane` becomes item slot_rank(...) of the summation order
         const int64_t p = token * a.k + lane;
         const int e = checked_expert(a.ids, p, a.n_experts);
@@ -88,6 +89,8 @@ __global__ void __launch_bounds__(kMaxThreads<H>, 1) moe_down_xreg_kernel(const 
     auto row = [&](int r) { return base + min(d0u + (uint32_t)r, last) * rb; };
     auto issue = [&](int s) { issue_covering<kStages, G::kSlotWords>(ring, s, G::kSliceBytes, row, lane); };
     ring_start<kStages>(n_stages, issue);
+    pdl_wait();  // h comes from the gate/up kernel
+    pdl_trigger();
 
     uint32_t a0[G::kWords], a1[G::kWords], a2[G::kWords];
     float xsum[H];
