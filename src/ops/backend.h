@@ -162,8 +162,7 @@ public:
                              float eps, const Weight& w, int64_t n) {
         const int64_t K = w.cols;
         float* t = static_cast<float*>(alloc((size_t)(n * K) * sizeof(float)));
-        copy_rows(t, K, x, x_stride, n, K);
-        rms_norm(t, t, norm, n, K, K, eps);
+        norm_rows(t, x, x_stride, norm, n, K, eps);
         matmul(y, y_stride, t, K, w, n);
         synchronize();
         free(t);
@@ -260,6 +259,17 @@ public:
     // ops/step_graphs.h records the model's small steps and replays them when a step repeats one seen
     // before. Null: not supported, every op runs as it is called.
     virtual GraphSupport* graph_support() { return nullptr; }
+
+protected:
+    // t [n, K] (rows of K floats) = rms_norm(x) times norm, for x rows of x_stride floats: matmul_norm's unfused
+    // first half (rms_norm takes one stride for both sides; a strided x is copied first).
+    void norm_rows(float* t, const float* x, int64_t x_stride, const float* norm, int64_t n, int64_t K, float eps) {
+        if (x_stride != K) {
+            copy_rows(t, K, x, x_stride, n, K);
+            x = t;
+        }
+        rms_norm(t, x, norm, n, K, K, eps);
+    }
 };
 
 // Aborts, naming the problem, when norm_rope's arguments are inconsistent (every implementation checks them).

@@ -136,6 +136,14 @@ public:
     };
     int hc_slices(int64_t n, const HcParams& p) const;
     HcDots hc_dots(Scratch& s, const float* H, const Weight& fn, int64_t n, const HcParams& p, const HcPostArgs* first);
+    // hc_pre and hc_pre_norm: the checks, the dots, the Sinkhorn on its branch and the collapse; with `norm`
+    // (hc_pre_norm, only with branches on), the collapse kernel also applies the RMS norm.
+    struct XNorm {
+        const float* weight;
+        float eps;
+    };
+    void hc_pre_launch(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
+                       const float* base, int64_t n, const HcParams& p, const HcPostArgs* first, const XNorm* norm);
 
     // Memory handed out while a graph is captured: chunks bumped through, freed with the graph.
     struct CapturePool {

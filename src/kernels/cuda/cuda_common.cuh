@@ -238,6 +238,25 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+// The pieces of rms_norm that the kernels norming a row they hold share (as the CPU's rms_norm): the squares
+// of four values summed in double, the factor 1 / sqrt(mean + eps) from the row's sum, and the scaling of
+// values 4j .. 4j + 3 of the row: x * r, then times weight's float4 j when weight is non-null (16-byte
+// aligned), each product rounded on its own.
+__device__ __forceinline__ double sum_sq4(float4 v) {
+    return (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
+}
+__device__ __forceinline__ float rms_factor(double ss, int64_t dim, float eps) {
+    return 1.0f / sqrtf((float)(ss / (double)dim) + eps);
+}
+__device__ __forceinline__ float4 rms_scale4(float4 v, float r, const float* weight, int j) {
+    float4 o = make_float4(__fmul_rn(v.x, r), __fmul_rn(v.y, r), __fmul_rn(v.z, r), __fmul_rn(v.w, r));
+    if (weight) {
+        const float4 w = reinterpret_cast<const float4*>(weight)[j];
+        o = make_float4(__fmul_rn(w.x, o.x), __fmul_rn(w.y, o.y), __fmul_rn(w.z, o.z), __fmul_rn(w.w, o.w));
+    }
+    return o;
+}
+
 // Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
 // `scratch` holds at least 32 values of T in shared memory.
 template <class T>

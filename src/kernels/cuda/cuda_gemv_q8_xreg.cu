@@ -42,6 +42,11 @@ struct Geom {
     static constexpr size_t smem(int w) { return block_smem(w, kStages * kRows * kSliceBytes); }
 };
 
+struct RowNorm {  // matmul_norm's: x normed first when `on`, times `weight` when non-null
+    bool on = false;
+    const float* weight = nullptr;
+    float eps = 0.0f;
+};
 struct Job {
     const uint8_t* w;
     size_t row_bytes;
@@ -49,10 +54,7 @@ struct Job {
     const float* x;
     float* y;
     int64_t block0;  // the job's first block
-    // RMS norm of x before the product (matmul_norm): times norm[K] when non-null.
-    bool normed;
-    const float* norm;
-    float eps;
+    RowNorm norm;
 };
 struct Batch {
     Job job[kMaxJobs];
@@ -97,7 +99,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) gemv_q8_xreg_kernel(const
     const int64_t at = (int64_t)warp * G::kSliceValues + G::kValues * lane;  // the lane's first value
     float v[4 * H][4];
     lane_load<H>(J.x + at, v);
-    if (J.normed) {  // uniform over the block: every block norms the whole row it holds (rms_norm's numerics)
+    if (J.norm.on) {  // uniform over the block: every block norms the whole row it holds (rms_norm's numerics)
         __shared__ double scratch[kMaxWarps];
         double ss = 0;
 #pragma unroll
@@ -105,27 +107,22 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) gemv_q8_xreg_kernel(const
 #pragma unroll
             for (int j = 0; j < 4; ++j) ss += (double)v[i][j] * v[i][j];
         ss = block_sum(ss, scratch);
-        const float r = 1.0f / sqrtf((float)(ss / (double)(n_warps * G::kSliceValues)) + J.eps);
+        const float r = rms_factor(ss, n_warps * G::kSliceValues, J.norm.eps);
 #pragma unroll
         for (int i = 0; i < 4 * H; ++i) {
-            const float4 w = J.norm ? *reinterpret_cast<const float4*>(J.norm + at + 4 * i) : make_float4(1, 1, 1, 1);
-            const float wj[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const float o = __fmul_rn(v[i][j], r);
-                v[i][j] = J.norm ? __fmul_rn(wj[j], o) : o;
-            }
+            const float4 o =
+                rms_scale4(make_float4(v[i][0], v[i][1], v[i][2], v[i][3]), r, J.norm.weight, (int)(at / 4) + i);
+            v[i][0] = o.x, v[i][1] = o.y, v[i][2] = o.z, v[i][3] = o.w;
         }
     }
     const float sx = lane_quantize<H>(v, a0, a1, a2);
     const int scale_at = 34 * (H * lane / 2);                           // the lane's block in the slice
     const int data_at = scale_at + 2 + (H == 1 ? 16 * (lane & 1) : 0);  // its first weight byte
 
-    const uint32_t ring_s = smem_addr(ring);  // the slices by 32-bit shared address
-    int slot = 0;                             // s % kStages
-    for (int s = 0; s < n_stages; ++s, slot = slot + 1 == kStages ? 0 : slot + 1) {
+    RingCursor<kStages, kRows * G::kSliceBytes> stage(ring);
+    for (int s = 0; s < n_stages; ++s, stage.next()) {
         ring_wait<kStages>(s, n_stages, issue);
-        const uint32_t stage_at = ring_s + (uint32_t)slot * (kRows * G::kSliceWords * 16);
+        const uint32_t stage_at = stage.at();
         float acc[kRows];
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
@@ -152,12 +149,6 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) gemv_q8_xreg_kernel(const
 
 // Launches the batch with blocks of w warps, H values per lane: false, launching nothing, when such a block
 // cannot run here.
-struct RowNorm {  // matmul_norm's: the jobs' x normed first when `on`
-    bool on = false;
-    const float* weight = nullptr;
-    float eps = 0.0f;
-};
-
 template <int H>
 bool launch_h(const MatmulParams* ps, int count, int w, RowNorm norm, cudaStream_t s) {
     const int bps = blocks_per_sm<gemv_q8_xreg_kernel<H>, Geom<H>>(w);
@@ -170,7 +161,7 @@ bool launch_h(const MatmulParams* ps, int count, int w, RowNorm norm, cudaStream
     int64_t blocks = 0;
     for (int j = 0; j < count; ++j) {
         const MatmulParams& p = ps[j];
-        b.job[j] = Job{p.w, p.row_bytes, p.M, p.x, p.y, blocks, norm.on, norm.weight, norm.eps};
+        b.job[j] = Job{p.w, p.row_bytes, p.M, p.x, p.y, blocks, norm};
         blocks += (p.M + per - 1) / per;
     }
     b.count = count;

@@ -189,12 +189,17 @@ __device__ __forceinline__ void issue_covering(uint4* ring, int s, int bytes, Ro
     for (int r = 0; r < kRows; ++r) copy_covering<kSlotWords>(slot + r * kSlotWords, row(kRows * s + r), bytes, lane);
 }
 
-// The first byte of row r's slice in stage s's slot, where issue_covering put it (row: the same function).
-template <int kStages, int kSlotWords, class Row>
-__device__ __forceinline__ const uint8_t* covered_slice(const uint4* ring, int s, int r, Row&& row) {
-    const uint8_t* slot = reinterpret_cast<const uint8_t*>(ring + (s % kStages) * kRows * kSlotWords);
-    return slot + r * kSlotWords * 16 + (int)(reinterpret_cast<uintptr_t>(row(kRows * s + r)) & 15);
-}
+// The ring's stages by 32-bit shared address, for the stage loops (slot s % kStages without a division):
+// at() is the current stage's first byte, next() moves to the following stage. Row r's slice of a stage
+// issue_covering filled starts at at() + r * kSlotWords * 16 + the row's address mod 16.
+template <int kStages, uint32_t kStageBytes>
+struct RingCursor {
+    uint32_t base;
+    int slot = 0;
+    __device__ explicit RingCursor(const void* ring) : base(smem_addr(ring)) {}
+    __device__ uint32_t at() const { return base + (uint32_t)slot * kStageBytes; }
+    __device__ void next() { slot = slot + 1 == kStages ? 0 : slot + 1; }
+};
 
 // After stage s (of n_stages): keeps this warp's sums of its 4 rows (k from butterfly4) in sums (block_smem's
 // two buffers, n_warps x kChunk each, so one barrier per chunk suffices), and at the end of every kChunk rows

@@ -423,22 +423,16 @@ __global__ void __launch_bounds__(kNormXThreads)
             }
         }
         v[k] = s;
-        ss += (double)s.x * s.x + (double)s.y * s.y + (double)s.z * s.z + (double)s.w * s.w;
+        ss += sum_sq4(s);
     }
     ss = block_sum(ss, scratch);
-    const float r = 1.0f / sqrtf((float)(ss / (double)D) + eps);
+    const float r = rms_factor(ss, D, eps);
     float4* xi = reinterpret_cast<float4*>(x + i * D);
-    const float4* wv = reinterpret_cast<const float4*>(norm);
 #pragma unroll
     for (int k = 0; k < kNormXVecs; ++k) {
         const int c = t + k * kNormXThreads;
         if (c >= nv) break;
-        float4 o = make_float4(__fmul_rn(v[k].x, r), __fmul_rn(v[k].y, r), __fmul_rn(v[k].z, r), __fmul_rn(v[k].w, r));
-        if (norm) {
-            const float4 w = wv[c];
-            o = make_float4(__fmul_rn(w.x, o.x), __fmul_rn(w.y, o.y), __fmul_rn(w.z, o.z), __fmul_rn(w.w, o.w));
-        }
-        xi[c] = o;
+        xi[c] = rms_scale4(v[k], r, norm, c);
     }
 }
 
@@ -534,29 +528,7 @@ int64_t per_token_blocks(int64_t n, int sms) {
 void CudaBackend::hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
                          const float* base, int64_t n, const HcParams& p, const HcPostArgs* first) {
     if (op_skipped("hc_pre")) return;
-    DSV4_CHECK(p.hc > 0 && p.hc <= kMaxHc);
-    const int n_mix = (2 + p.hc) * p.hc;
-    DSV4_CHECK(fn.rows == n_mix && fn.cols == p.hc * p.dim);
-    DSV4_CHECK(n <= INT32_MAX);
-    DSV4_CHECK(!first || first->H_out == H);
-    if (n <= 0) return;
-    Scratch s(*this);
-    const HcDots dots = hc_dots(s, H, fn, n, p, first);
-    if (!branches_on()) {
-        launch_pdl(hc_pre_finish_kernel, dim3((unsigned)n, (unsigned)hc_slices(n, p)), kThreads, 0, stream_, x, post,
-                   comb, H, dots, scale, base, p);
-        CUDA_CHECK_LAUNCH();
-        return;
-    }
-    // The scratch of the dots outlives the branch: inside a step graph it is the graph's own memory, and
-    // outside one the branch runs in order on the stream.
-    branch();
-    launch_pdl(hc_pre_comb_kernel, (unsigned)n, kWarp, 0, stream_, post, comb, dots, scale, base, p);
-    CUDA_CHECK_LAUNCH();
-    end_branch();
-    launch_pdl(hc_pre_x_kernel, dim3((unsigned)n, (unsigned)hc_slices(n, p)), kThreads, 0, stream_, x, H, dots, scale,
-               base, p);
-    CUDA_CHECK_LAUNCH();
+    hc_pre_launch(x, post, comb, H, fn, scale, base, n, p, first, nullptr);
 }
 
 void CudaBackend::hc_pre_norm(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
@@ -569,23 +541,43 @@ void CudaBackend::hc_pre_norm(float* x, float* post, float* comb, const float* H
         Backend::hc_pre_norm(x, post, comb, H, fn, scale, base, n, p, first, norm, eps);
         return;
     }
+    const XNorm xn{norm, eps};
+    hc_pre_launch(x, post, comb, H, fn, scale, base, n, p, first, &xn);
+}
+
+void CudaBackend::hc_pre_launch(float* x, float* post, float* comb, const float* H, const Weight& fn,
+                                const float* scale, const float* base, int64_t n, const HcParams& p,
+                                const HcPostArgs* first, const XNorm* norm) {
     DSV4_CHECK(p.hc > 0 && p.hc <= kMaxHc);
-    DSV4_CHECK(fn.rows == (2 + p.hc) * p.hc && fn.cols == p.hc * p.dim);
+    const int n_mix = (2 + p.hc) * p.hc;
+    DSV4_CHECK(fn.rows == n_mix && fn.cols == p.hc * p.dim);
     DSV4_CHECK(n <= INT32_MAX);
     DSV4_CHECK(!first || first->H_out == H);
     if (n <= 0) return;
     Scratch s(*this);
     const HcDots dots = hc_dots(s, H, fn, n, p, first);
-    branch();  // as hc_pre
+    if (!branches_on()) {
+        DSV4_CHECK(!norm);  // hc_pre_norm fuses only with branches on
+        launch_pdl(hc_pre_finish_kernel, dim3((unsigned)n, (unsigned)hc_slices(n, p)), kThreads, 0, stream_, x, post,
+                   comb, H, dots, scale, base, p);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
+    // The scratch of the dots outlives the branch: inside a step graph it is the graph's own memory, and
+    // outside one the branch runs in order on the stream.
+    branch();
     launch_pdl(hc_pre_comb_kernel, (unsigned)n, kWarp, 0, stream_, post, comb, dots, scale, base, p);
     CUDA_CHECK_LAUNCH();
     end_branch();
-    if (p.hc == 4)
-        launch_pdl(hc_pre_x_norm_kernel<4>, (unsigned)n, kNormXThreads, 0, stream_, x, H, dots, scale, base, norm, eps,
-                   p);
+    if (!norm)
+        launch_pdl(hc_pre_x_kernel, dim3((unsigned)n, (unsigned)hc_slices(n, p)), kThreads, 0, stream_, x, H, dots,
+                   scale, base, p);
+    else if (p.hc == 4)
+        launch_pdl(hc_pre_x_norm_kernel<4>, (unsigned)n, kNormXThreads, 0, stream_, x, H, dots, scale, base,
+                   norm->weight, norm->eps, p);
     else
-        launch_pdl(hc_pre_x_norm_kernel<0>, (unsigned)n, kNormXThreads, 0, stream_, x, H, dots, scale, base, norm, eps,
-                   p);
+        launch_pdl(hc_pre_x_norm_kernel<0>, (unsigned)n, kNormXThreads, 0, stream_, x, H, dots, scale, base,
+                   norm->weight, norm->eps, p);
     CUDA_CHECK_LAUNCH();
 }
 

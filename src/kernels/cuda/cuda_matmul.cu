@@ -258,11 +258,9 @@ void CudaBackend::matmul_norm(float* y, int64_t y_stride, const float* x, int64_
         return;
     }
     Scratch s(*this);
-    const int64_t K = w.cols;
-    float* t = s.get<float>(n * K);
-    copy_rows(t, K, x, x_stride, n, K);
-    rms_norm(t, t, norm, n, K, K, eps);
-    matmul(y, y_stride, t, K, w, n);
+    float* t = s.get<float>(n * w.cols);
+    norm_rows(t, x, x_stride, norm, n, w.cols, eps);
+    matmul(y, y_stride, t, w.cols, w, n);
 }
 
 void CudaBackend::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {

@@ -83,10 +83,13 @@ __global__ void __launch_bounds__(kMaxThreads<H>, 1) moe_down_xreg_kernel(const 
     const int item = warp / a.slices, slice = warp % a.slices;
     const uint32_t rb = (uint32_t)a.row_bytes, last = (uint32_t)(a.D - 1);
     const uint8_t* base = a.down + (size_t)item_expert[item] * a.D * rb + (size_t)slice * G::kSliceBytes;
-    // Row r of the block: d0 + r, clamped into the matrix (rows past the block's last are read, not used); the
-    // offset in the expert is 32-bit (D * row_bytes < 2^32: launch_moe_down_xreg).
-    const uint32_t d0u = (uint32_t)d0;
-    auto row = [&](int r) { return base + min(d0u + (uint32_t)r, last) * rb; };
+    // Row r of the block: d(r) = d0 + r, clamped into the matrix (rows past the block's last are read, not
+    // used); the offset in the expert is 32-bit (D * row_bytes < 2^32: launch_moe_down_xreg). row_sh(r): its
+    // address mod 16 (a multiple of 4: row_bytes and the matrix are 4-byte aligned).
+    auto row_d = [&](int r) { return min((uint32_t)d0 + (uint32_t)r, last); };
+    auto row = [&](int r) { return base + row_d(r) * rb; };
+    const uint32_t sh_base = (uint32_t)reinterpret_cast<uintptr_t>(base) & 15, rb15 = rb & 15;
+    auto row_sh = [&](int r) { return (sh_base + row_d(r) * rb15) % 16; };
     auto issue = [&](int s) { issue_covering<kStages, G::kSlotWords>(ring, s, G::kSliceBytes, row, lane); };
     ring_start<kStages>(n_stages, issue);
     pdl_wait();  // h comes from the gate/up kernel
@@ -98,20 +101,15 @@ __global__ void __launch_bounds__(kMaxThreads<H>, 1) moe_down_xreg_kernel(const 
     const float sx =
         lane_digits<H>(a.h + (int64_t)item_pair[item] * a.F + slice * G::kSliceValues + vo, a0, a1, a2, xsum);
 
-    // The slices in the ring by 32-bit shared address: row r's lands at its slot plus the row's offset in its
-    // first 16-byte word (a multiple of 4: row_bytes and the matrix are 4-byte aligned).
-    constexpr uint32_t kSlotBytes = G::kSlotWords * 16, kStageBytes = kRows * kSlotBytes;
-    const uint32_t ring_s = smem_addr(ring);
-    const uint32_t sh_base = (uint32_t)reinterpret_cast<uintptr_t>(base) & 15, rb15 = rb & 15;
-    int slot = 0;  // s % kStages
-    for (int s = 0; s < n_stages; ++s, slot = slot + 1 == kStages ? 0 : slot + 1) {
+    constexpr uint32_t kSlotBytes = G::kSlotWords * 16;
+    RingCursor<kStages, kRows * kSlotBytes> stage(ring);
+    for (int s = 0; s < n_stages; ++s, stage.next()) {
         ring_wait<kStages>(s, n_stages, issue);
-        const uint32_t stage_at = ring_s + (uint32_t)slot * kStageBytes;
+        const uint32_t stage_at = stage.at();
         float acc[kRows];
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
-            const uint32_t d = min(d0u + (uint32_t)(kRows * s + r), last);  // the row of row(kRows s + r)
-            const uint32_t p = stage_at + r * kSlotBytes + (sh_base + d * rb15) % 16;
+            const uint32_t p = stage_at + r * kSlotBytes + row_sh(kRows * s + r);  // row(kRows s + r)'s slice
             // The lane's 16 H values lie in one 256-value block: its d and dmin once per row.
             const uint32_t blk = p + 84 * (vo >> 8);
             const uint32_t dd = lds32(blk + 80);

@@ -53,7 +53,7 @@ struct Geom {
     static constexpr int kSliceValues = kWarp * kValues;         // per warp: 512 H
     static constexpr int kSliceBytes = kSliceValues / 256 * 66;  // 132 H
     // 16-byte words of a row's slot: those covering the slice from any offset in its first word, and one
-    // spare word that the last lane's aligned over-read (ld64_any) may touch.
+    // spare word that the last lane's aligned over-read (lds_words_any) may touch.
     static constexpr int kSlotWords = (15 + kSliceBytes + 15) / 16 + 1;
     static constexpr size_t smem(int w) { return block_smem(w, kStages * kRows * kSlotWords * 16); }
 };
@@ -83,9 +83,13 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp / H, 1)
     const size_t expert_at = (size_t)e * a.F * rb + (size_t)warp * G::kSliceBytes;
     const uint8_t* gate = a.gate + expert_at;
     const uint8_t* up = a.up + expert_at;
-    // Row i of the block: gate (i even) or up row f0 + i / 2, clamped into the matrix (rows past the block's
-    // last are read, not used); the offset in the expert is 32-bit.
-    auto row = [&](int i) { return ((i & 1) ? up : gate) + (uint32_t)min(f0 + (i >> 1), a.F - 1) * rb; };
+    // Row i of the block: gate (i even) or up row f(i) = f0 + i / 2, clamped into the matrix (rows past the
+    // block's last are read, not used); the offset in the expert is 32-bit. row_sh(i): its address mod 16.
+    auto row_f = [&](int i) { return (uint32_t)min(f0 + (i >> 1), a.F - 1); };
+    auto row = [&](int i) { return ((i & 1) ? up : gate) + row_f(i) * rb; };
+    const uint32_t sh_gate = (uint32_t)reinterpret_cast<uintptr_t>(gate) & 15;
+    const uint32_t sh_up = (uint32_t)reinterpret_cast<uintptr_t>(up) & 15, rb15 = rb & 15;
+    auto row_sh = [&](int i) { return (((i & 1) ? sh_up : sh_gate) + row_f(i) * rb15) % 16; };
     auto issue = [&](int s) { issue_covering<kStages, G::kSlotWords>(ring, s, G::kSliceBytes, row, lane); };
     ring_start<kStages>(n_stages, issue);
 
@@ -95,21 +99,15 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp / H, 1)
     const int block_at = 66 * (vo >> 8), unit_at = block_at + 2 + 8 * ((vo & 255) >> 5);
     const int entry0 = (vo & 31) >> 3;  // the lane's first grid entry in its unit (0, or 2 for H = 1's odd lanes)
 
-    // The slices in the ring by 32-bit shared address: row i's lands at its slot plus the row's offset in its
-    // first 16-byte word, (offset of the expert slice + f row_bytes) mod 16.
-    constexpr uint32_t kSlotBytes = G::kSlotWords * 16, kStageBytes = kRows * kSlotBytes;
-    const uint32_t ring_s = smem_addr(ring);
-    const uint32_t sh_gate = (uint32_t)reinterpret_cast<uintptr_t>(gate) & 15;
-    const uint32_t sh_up = (uint32_t)reinterpret_cast<uintptr_t>(up) & 15, rb15 = rb & 15;
-    int slot = 0;  // s % kStages
-    for (int s = 0; s < n_stages; ++s, slot = slot + 1 == kStages ? 0 : slot + 1) {
+    constexpr uint32_t kSlotBytes = G::kSlotWords * 16;
+    RingCursor<kStages, kRows * kSlotBytes> stage(ring);
+    for (int s = 0; s < n_stages; ++s, stage.next()) {
         ring_wait<kStages>(s, n_stages, issue);
-        const uint32_t stage_at = ring_s + (uint32_t)slot * kStageBytes;
+        const uint32_t stage_at = stage.at();
         float acc[kRows];
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
-            const uint32_t f = (uint32_t)min(f0 + 2 * s + (r >> 1), a.F - 1);  // the row of row(kRows s + r)
-            const uint32_t p = stage_at + r * kSlotBytes + (((r & 1) ? sh_up : sh_gate) + f * rb15) % 16;
+            const uint32_t p = stage_at + r * kSlotBytes + row_sh(kRows * s + r);  // row(kRows s + r)'s slice
             uint32_t q[2];  // the unit's 4 grid indices, then its 4 x 7 sign bits and 4-bit scale
             lds_words_any(p + unit_at, q);
             const float db = mul_rn(mul_rn(half_bits(lds16(p + block_at)), 0.5f + small_to_float(q[1] >> 28)), 0.25f);

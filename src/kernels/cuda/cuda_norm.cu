@@ -32,21 +32,14 @@ __device__ __forceinline__ void rms_norm_vec_regs(float4 (&v)[V], const float* x
     }
     double ss = 0;
 #pragma unroll
-    for (int k = 0; k < V; ++k)
-        ss += (double)v[k].x * v[k].x + (double)v[k].y * v[k].y + (double)v[k].z * v[k].z + (double)v[k].w * v[k].w;
+    for (int k = 0; k < V; ++k) ss += sum_sq4(v[k]);
     ss = sum(ss);
-    const float r = 1.0f / sqrtf((float)(ss / (double)dim) + eps);
-    const float4* wv = reinterpret_cast<const float4*>(weight);
+    const float r = rms_factor(ss, dim, eps);
 #pragma unroll
     for (int k = 0; k < V; ++k) {
         const int j = t + k * threads;
         if (j >= nv) break;
-        float4 o = make_float4(__fmul_rn(v[k].x, r), __fmul_rn(v[k].y, r), __fmul_rn(v[k].z, r), __fmul_rn(v[k].w, r));
-        if (weight) {
-            const float4 w = wv[j];
-            o = make_float4(__fmul_rn(w.x, o.x), __fmul_rn(w.y, o.y), __fmul_rn(w.z, o.z), __fmul_rn(w.w, o.w));
-        }
-        v[k] = o;
+        v[k] = rms_scale4(v[k], r, weight, j);
     }
 }
 
