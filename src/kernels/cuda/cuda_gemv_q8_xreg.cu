@@ -28,10 +28,19 @@ namespace {
 using namespace gemv;
 using namespace xreg;
 
-constexpr int kStages = 3;  // ring depth: two stages in flight while one is multiplied
 constexpr int kMaxJobs = 16;
+// Ring depth: 4 (three stages in flight while one is multiplied) unless DSV4_GEMV_XREG_STAGES=3 (A/B). Measured
+// on the H200 (docs/benchmarks.md, runs 63-65): decode at 4K +1.5-2.3% with 4 (bench_gemv alone: wo_b 16.03 ->
+// 15.55 us, q_b 15.33 -> 16.48; the step gains where the GEMV overlaps its neighbours).
+int ring_stages() {
+    static const int s = [] {
+        const char* v = std::getenv("DSV4_GEMV_XREG_STAGES");
+        return v && std::strcmp(v, "3") == 0 ? 3 : 4;
+    }();
+    return s;
+}
 
-template <int H>
+template <int H, int S>
 struct Geom {
     static constexpr int kValues = 16 * H;                      // per lane
     static constexpr int kWords = kValues / 4;                  // weight words and digit words (per plane) per lane
@@ -39,7 +48,7 @@ struct Geom {
     static constexpr int kSliceBytes = kSliceValues / 32 * 34;  // 544 H
     static constexpr int kSliceWords = kSliceBytes / 16;        // 16-byte words
     static_assert(kSliceBytes % 16 == 0, "a warp's slice of a row is whole 16-byte words");
-    static constexpr size_t smem(int w) { return block_smem(w, kStages * kRows * kSliceBytes); }
+    static constexpr size_t smem(int w) { return block_smem(w, S * kRows * kSliceBytes); }
 };
 
 struct RowNorm {  // matmul_norm's: x normed first when `on`, times `weight` when non-null
@@ -62,9 +71,9 @@ struct Batch {
     int64_t rows_per_block;  // a multiple of kRows
 };
 
-template <int H>
+template <int H, int kStages>
 __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) gemv_q8_xreg_kernel(const __grid_constant__ Batch b) {
-    using G = Geom<H>;
+    using G = Geom<H, kStages>;
     extern __shared__ uint4 smem[];
     const int n_warps = blockDim.x / kWarp, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
     int j = 0;
@@ -149,9 +158,9 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) gemv_q8_xreg_kernel(const
 
 // Launches the batch with blocks of w warps, H values per lane: false, launching nothing, when such a block
 // cannot run here.
-template <int H>
-bool launch_h(const MatmulParams* ps, int count, int w, RowNorm norm, cudaStream_t s) {
-    const int bps = blocks_per_sm<gemv_q8_xreg_kernel<H>, Geom<H>>(w);
+template <int H, int S>
+bool launch_hs(const MatmulParams* ps, int count, int w, RowNorm norm, cudaStream_t s) {
+    const int bps = blocks_per_sm<gemv_q8_xreg_kernel<H, S>, Geom<H, S>>(w);
     if (bps == 0) return false;
     int64_t rows = 0;
     for (int j = 0; j < count; ++j) rows += ps[j].M;
@@ -166,18 +175,23 @@ bool launch_h(const MatmulParams* ps, int count, int w, RowNorm norm, cudaStream
     }
     b.count = count;
     b.rows_per_block = per;
-    launch_pdl(gemv_q8_xreg_kernel<H>, (unsigned)blocks, w * kWarp, Geom<H>::smem(w), s, b);
+    launch_pdl(gemv_q8_xreg_kernel<H, S>, (unsigned)blocks, w * kWarp, Geom<H, S>::smem(w), s, b);
     return true;
 }
+template <int H>
+bool launch_h(const MatmulParams* ps, int count, int w, RowNorm norm, cudaStream_t s) {
+    return ring_stages() == 4 ? launch_hs<H, 4>(ps, count, w, norm, s) : launch_hs<H, 3>(ps, count, w, norm, s);
+}
 
-// The least weight bytes of a launch taken here: 16 MB (DSV4_GEMV_XREG_MIN_MB=N sets N MB). Smaller launches
+// The least weight bytes of a launch taken here: 8 MB (DSV4_GEMV_XREG_MIN_MB=N sets N MB). Smaller launches
 // stay on the pipelined kernel: its many small blocks leave room for the kernels of the step's other branch,
-// where this kernel's one wave fills every SM, and the small calls do not gain here anyway (bench_gemv: 8.9 MB
-// in 10.5 us against 9.4). Measured on the H200 (run 52): decode at 4K 99.23 tokens/s with 16 MB, 92.92 with 0.
+// where this kernel's one wave fills every SM. Measured on the H200: decode at 4K 99.23 tokens/s with 16 MB,
+// 92.92 with 0 (run 52: q_a + kv, 6.7 MB, moved here too); 129.32 with 8 against 126.56 and 125.55 with 16
+// (run 63: the shared expert's down projection, 8.9 MB, moves here).
 double min_bytes() {
     static const double b = [] {
         const char* v = std::getenv("DSV4_GEMV_XREG_MIN_MB");
-        return (v ? std::atof(v) : 16.0) * 1e6;
+        return (v ? std::atof(v) : 8.0) * 1e6;
     }();
     return b;
 }
