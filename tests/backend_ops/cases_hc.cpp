@@ -444,9 +444,8 @@ void add_hc_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     // A format the dots kernel does not decode (square sums + matmul): hc_post runs as its own kernel first.
     out.push_back(hc_post_pre_case(4, 1024, 2, GgmlType::Q4_K, true, o.seed));
     // hc_pre_norm: the fused kernel (hc = 4 and the general form; one token and many; D at its column limit)
-    // and the shapes it leaves to hc_pre + rms_norm (D % 4 != 0, D past the limit). Up to 8 tokens and D <= 8192
-    // the CUDA dots kernel's last block collapses and norms (cuda_hc.cu): one token and 8 (its token loop),
-    // every decoded fn format, D at that limit and just past it (the separate kernel), hc = 3 (the general form).
+    // and the shapes it leaves to hc_pre + rms_norm (D % 4 != 0, D past the limit); also 8 tokens, Q8_0 and BF16
+    // mix weights, D = 8192 and 8196.
     out.push_back(hc_pre_norm_case(4, 4096, 1, GgmlType::F16, true, true, o.seed));  // V4-Flash decode
     out.push_back(hc_pre_norm_case(4, 4096, 1, GgmlType::F32, false, true, o.seed));
     out.push_back(hc_pre_norm_case(4, 1024, 9, GgmlType::Q8_0, true, false, o.seed));

@@ -96,12 +96,9 @@ CudaBackend::CudaBackend(int device, const CudaOptions& options) : device_(devic
         offsets[i] = total;
         total += (parts[i].bytes + 15) / 16 * 16;
     }
-    const size_t counter_at = total;  // then the arrival counter of the fused hc_pre (zero between launches)
-    total += 16;
     std::vector<uint8_t> host(total, 0);
     for (size_t i = 0; i < std::size(parts); ++i) std::memcpy(host.data() + offsets[i], parts[i].src, parts[i].bytes);
     CUDA_CHECK(cudaMalloc(&tables_mem_, total));
-    hc_counter_ = reinterpret_cast<unsigned*>(static_cast<uint8_t*>(tables_mem_) + counter_at);
     // Every copy goes through stream_: a copy on the legacy stream would not be ordered before the kernels
     // of this non-blocking stream.
     CUDA_CHECK(cudaMemcpyAsync(tables_mem_, host.data(), total, cudaMemcpyHostToDevice, stream_));

@@ -133,24 +133,15 @@ public:
         float* raw = nullptr;
         double* ss = nullptr;
         int P_raw = 1, P_ss = 1;
-        bool x_done = false;  // the dots kernel also wrote hc_pre_norm's x (XFinish)
     };
     int hc_slices(int64_t n, const HcParams& p) const;
+    HcDots hc_dots(Scratch& s, const float* H, const Weight& fn, int64_t n, const HcParams& p, const HcPostArgs* first);
     // hc_pre and hc_pre_norm: the checks, the dots, the Sinkhorn on its branch and the collapse; with `norm`
     // (hc_pre_norm, only with branches on), the collapse kernel also applies the RMS norm.
     struct XNorm {
         const float* weight;
         float eps;
     };
-    // hc_pre_norm's collapse and norm, which the dots kernel's last block may do itself (decode sizes).
-    struct XFinish {
-        float* x;
-        const float* scale;
-        const float* base;
-        XNorm norm;
-    };
-    HcDots hc_dots(Scratch& s, const float* H, const Weight& fn, int64_t n, const HcParams& p, const HcPostArgs* first,
-                   const XFinish* fin = nullptr);
     void hc_pre_launch(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
                        const float* base, int64_t n, const HcParams& p, const HcPostArgs* first, const XNorm* norm);
 
@@ -186,7 +177,6 @@ private:
     cudaDeviceProp props_{};
     QuantTables tables_{};
     void* tables_mem_ = nullptr;
-    unsigned* hc_counter_ = nullptr;  // in tables_mem_: blocks of the fused hc_pre dots kernel that are done
     std::vector<void*> weights_;                         // resident weights, freed at destruction
     std::unordered_map<void*, size_t> live_;             // allocation -> rounded size
     std::multimap<size_t, void*> cache_;                 // freed allocations by rounded size, for reuse

@@ -15,9 +15,6 @@
 //      the Sinkhorn split of comb. It keeps
 //      comb in registers, a lane per element, when hc * hc <= 32 (row and column sums gathered by shuffles in
 //      the serial order: bit for bit numerics.h); larger hc use the shared-memory lane-per-row steps.
-//      hc_pre_norm (the collapse, then the RMS norm of x) of at most kDotTokens tokens: the last block of the
-//      dots kernel to finish does the collapse and the norm itself (a counter in device memory), so a decode
-//      step has one kernel less per hc_pre; DSV4_HC_FINISH=0 keeps the separate kernel (A/B).
 #include <algorithm>
 
 #include "core/check.h"
@@ -92,43 +89,17 @@ constexpr bool dots_format(GgmlType t) {
     return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0;
 }
 
-// hc_pre_norm's collapse and RMS norm of token i by a whole block of NT threads (pre_x_norm_token, below),
-// done by the dots kernel's last block when `counter` is set (a decode call: one row of blocks): x, scale, base,
-// the norm and the dots' buffers as hc_pre_x_norm_kernel takes them.
-struct HcFinish {
-    unsigned* counter = nullptr;  // blocks done; the last one resets it to 0
-    float* x = nullptr;
-    const float* scale = nullptr;
-    const float* base = nullptr;
-    const float* norm = nullptr;
-    float eps = 0.0f;
-    HcParams p{};
-    CudaBackend::HcDots dots{};
-};
-template <int HC, int NT, int VECS>
-__device__ void pre_x_norm_token(float* x, const float* H, const CudaBackend::HcDots& dots, const float* scale,
-                                 const float* base, const float* norm, float eps, const HcParams& p, int64_t i);
-
-// The finishing block's register budget: kFinishVecs float4 per thread cover D <= 4 kFinishVecs kThreads = 8192
-// (wider rows take the separate kernel).
-constexpr int kFinishVecs = 8;
-
 // Block (p, q): chunk p (kDotCols columns) of the flattened streams H_i of tokens i in [kDotTokens q, +
 // kDotTokens): ss[i, p] = its square sum (double) and part[i, p, m] = its dot with fn row m. With a fused
 // hc_post (first.H_out == H, else null), the block first computes its chunk of H from first's inputs, writes
-// it and works on those values (the chunks of all blocks cover H once). With FIN (fin.counter set, one row of
-// blocks), the last block to finish also collapses and norms each token's streams into fin.x: its partial sums
-// and H written, every block counts itself (a fence before the count), and the block that counts last reads
-// all of them after a fence (the pattern of a last-block reduction), so the step has one kernel less.
-template <GgmlType T, bool FIN>
+// it and works on those values (the chunks of all blocks cover H once).
+template <GgmlType T>
 __global__ void __launch_bounds__(kThreads)
     hc_dots_kernel(float* part, double* ss, const float* H, HcPostArgs first, int hc, int dim, const uint8_t* fn,
-                   size_t row_bytes, int n_mix, int64_t flat, int64_t n_all, int P, QuantTables tables,
-                   HcFinish fin) {
+                   size_t row_bytes, int n_mix, int64_t flat, int64_t n_all, int P, QuantTables tables) {
     pdl_begin();
     using D = Dq<T>;
     __shared__ float hs[kDotTokens][kDotCols];
-    const float* H_all = H;
     const int64_t i0 = (int64_t)blockIdx.y * kDotTokens;
     const int n = (int)min((int64_t)kDotTokens, n_all - i0);
     H += i0 * flat;
@@ -176,25 +147,6 @@ __global__ void __launch_bounds__(kThreads)
             const float v = warp_sum(acc[i]);
             if (lane == 0) part[((int64_t)i * P + p) * n_mix + m] = v;
         }
-    }
-    if constexpr (FIN) {
-        __shared__ bool last;
-        __threadfence();  // this block's ss, part and H before its count
-        __syncthreads();
-        if (threadIdx.x == 0) last = atomicAdd(fin.counter, 1u) == gridDim.x * gridDim.y - 1;
-        __syncthreads();
-        if (!last) return;
-        __threadfence();  // every other block's writes before the reads below
-        for (int64_t i = 0; i < n_all; ++i) {
-            if (hc == 4)
-                pre_x_norm_token<4, kThreads, kFinishVecs>(fin.x, H_all, fin.dots, fin.scale, fin.base, fin.norm, fin.eps,
-                                                           fin.p, i);
-            else
-                pre_x_norm_token<0, kThreads, kFinishVecs>(fin.x, H_all, fin.dots, fin.scale, fin.base, fin.norm, fin.eps,
-                                                           fin.p, i);
-            __syncthreads();
-        }
-        if (threadIdx.x == 0) *fin.counter = 0;  // for the next launch (kernel completion publishes it)
     }
 }
 
@@ -439,24 +391,26 @@ __global__ void __launch_bounds__(kThreads) hc_pre_x_kernel(float* x, const floa
 constexpr int kNormXThreads = 512;
 constexpr int kNormXVecs = 8;
 
-template <int HC, int NT, int VECS>
-__device__ void pre_x_norm_token(float* x, const float* H, const CudaBackend::HcDots& dots, const float* scale,
-                                 const float* base, const float* norm, float eps, const HcParams& p, int64_t i) {
+template <int HC>
+__global__ void __launch_bounds__(kNormXThreads)
+    hc_pre_x_norm_kernel(float* x, const float* H, CudaBackend::HcDots dots, const float* scale, const float* base,
+                         const float* norm, float eps, HcParams p) {
+    pdl_begin();
     __shared__ float mixes[kMaxMix];
     __shared__ float pre_s[kMaxHc], post_s[kMaxHc];
     __shared__ double scratch[32];
     const int hc = HC > 0 ? HC : p.hc, n_mix = (2 + hc) * hc;
-    const int64_t D = p.dim;
+    const int64_t i = blockIdx.x, D = p.dim;
     load_mixes(mixes, dots.raw, dots.P_raw, dots.ss, dots.P_ss, i, n_mix, hc * D, p.norm_eps);
     if (threadIdx.x < hc) hc_pre_post(mixes, scale, base, hc, p.hc_eps, threadIdx.x, pre_s, post_s);
     __syncthreads();
     const int nv = (int)(D / 4), t = threadIdx.x;
     const float4* Hi = reinterpret_cast<const float4*>(H + i * hc * D);
-    float4 v[VECS];
+    float4 v[kNormXVecs];
     double ss = 0;
 #pragma unroll
-    for (int k = 0; k < VECS; ++k) {
-        const int c = t + k * NT;
+    for (int k = 0; k < kNormXVecs; ++k) {
+        const int c = t + k * kNormXThreads;
         float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
         if (c < nv) {
 #pragma unroll
@@ -475,19 +429,11 @@ __device__ void pre_x_norm_token(float* x, const float* H, const CudaBackend::Hc
     const float r = rms_factor(ss, D, eps);
     float4* xi = reinterpret_cast<float4*>(x + i * D);
 #pragma unroll
-    for (int k = 0; k < VECS; ++k) {
-        const int c = t + k * NT;
+    for (int k = 0; k < kNormXVecs; ++k) {
+        const int c = t + k * kNormXThreads;
         if (c >= nv) break;
         xi[c] = rms_scale4(v[k], r, norm, c);
     }
-}
-
-template <int HC>
-__global__ void __launch_bounds__(kNormXThreads)
-    hc_pre_x_norm_kernel(float* x, const float* H, CudaBackend::HcDots dots, const float* scale, const float* base,
-                         const float* norm, float eps, HcParams p) {
-    pdl_begin();
-    pre_x_norm_token<HC, kNormXThreads, kNormXVecs>(x, H, dots, scale, base, norm, eps, p, blockIdx.x);
 }
 
 // A warp per token: post [hc] and the Sinkhorn-normalized comb [hc, hc].
@@ -609,8 +555,7 @@ void CudaBackend::hc_pre_launch(float* x, float* post, float* comb, const float*
     DSV4_CHECK(!first || first->H_out == H);
     if (n <= 0) return;
     Scratch s(*this);
-    const XFinish fin{x, scale, base, norm ? *norm : XNorm{}};
-    const HcDots dots = hc_dots(s, H, fn, n, p, first, norm ? &fin : nullptr);
+    const HcDots dots = hc_dots(s, H, fn, n, p, first);
     if (!branches_on()) {
         DSV4_CHECK(!norm);  // hc_pre_norm fuses only with branches on
         launch_pdl(hc_pre_finish_kernel, dim3((unsigned)n, (unsigned)hc_slices(n, p)), kThreads, 0, stream_, x, post,
@@ -624,7 +569,6 @@ void CudaBackend::hc_pre_launch(float* x, float* post, float* comb, const float*
     launch_pdl(hc_pre_comb_kernel, (unsigned)n, kWarp, 0, stream_, post, comb, dots, scale, base, p);
     CUDA_CHECK_LAUNCH();
     end_branch();
-    if (dots.x_done) return;  // the dots kernel's last block wrote x
     if (!norm)
         launch_pdl(hc_pre_x_kernel, dim3((unsigned)n, (unsigned)hc_slices(n, p)), kThreads, 0, stream_, x, H, dots,
                    scale, base, p);
@@ -673,7 +617,7 @@ int CudaBackend::hc_slices(int64_t n, const HcParams& p) const {
 }
 
 CudaBackend::HcDots CudaBackend::hc_dots(Scratch& s, const float* H, const Weight& fn, int64_t n, const HcParams& p,
-                                         const HcPostArgs* first, const XFinish* fin) {
+                                         const HcPostArgs* first) {
     const int64_t flat = p.hc * p.dim;
     const int n_mix = (int)fn.rows;
     const bool tile = n >= kTileMinTokens && n_mix <= kTileMixes;
@@ -681,11 +625,6 @@ CudaBackend::HcDots CudaBackend::hc_dots(Scratch& s, const float* H, const Weigh
     // flat < 2^31); before the tile kernel or the square sums + matmul it runs as its own kernel.
     const bool fused = first && dots_format(fn.type) && !tile && flat <= INT32_MAX;
     if (first && !fused) hc_post(*first, n, p);
-    // hc_pre_norm's collapse and norm in the dots kernel's last block: one row of blocks (n <= kDotTokens) and
-    // the row within the finishing block's registers (DSV4_HC_FINISH=0: the separate kernel, A/B).
-    static const bool finish_on = env_switch_on("DSV4_HC_FINISH");
-    const bool finish = fin && finish_on && dots_format(fn.type) && !tile && n <= kDotTokens &&
-                        p.dim <= 4 * (int64_t)kFinishVecs * kThreads;
     HcDots d;
     if (dots_format(fn.type)) {
         const int P = (int)((flat + kDotCols - 1) / kDotCols);
@@ -700,16 +639,10 @@ CudaBackend::HcDots CudaBackend::hc_dots(Scratch& s, const float* H, const Weigh
                                                     (int)kTileSmem));
                     launch_pdl(hc_dots_tile_kernel<T>, dim3((unsigned)P, ceil_div(n, kTileTokens)), kThreads, kTileSmem,
                                stream_, d.raw, d.ss, H, fn.data, fn.row_bytes, n_mix, flat, n, P, tables_);
-                } else if (finish) {
-                    HcFinish f{hc_counter_, fin->x, fin->scale, fin->base, fin->norm.weight, fin->norm.eps, p, d};
-                    launch_pdl(hc_dots_kernel<T, true>, dim3((unsigned)P, 1u), kThreads, 0, stream_, d.raw, d.ss, H,
-                               fused ? *first : HcPostArgs{}, p.hc, (int)p.dim, fn.data, fn.row_bytes, n_mix, flat, n,
-                               P, tables_, f);
-                    d.x_done = true;
                 } else {
-                    launch_pdl(hc_dots_kernel<T, false>, dim3((unsigned)P, ceil_div(n, kDotTokens)), kThreads, 0,
-                               stream_, d.raw, d.ss, H, fused ? *first : HcPostArgs{}, p.hc, (int)p.dim, fn.data,
-                               fn.row_bytes, n_mix, flat, n, P, tables_, HcFinish{});
+                    launch_pdl(hc_dots_kernel<T>, dim3((unsigned)P, ceil_div(n, kDotTokens)), kThreads, 0, stream_,
+                               d.raw, d.ss, H, fused ? *first : HcPostArgs{}, p.hc, (int)p.dim, fn.data, fn.row_bytes,
+                               n_mix, flat, n, P, tables_);
                 }
             }
         });
