@@ -187,7 +187,8 @@ bool launch_h(const MatmulParams* ps, int count, int w, RowNorm norm, cudaStream
 // stay on the pipelined kernel: its many small blocks leave room for the kernels of the step's other branch,
 // where this kernel's one wave fills every SM. Measured on the H200: decode at 4K 99.23 tokens/s with 16 MB,
 // 92.92 with 0 (run 52: q_a + kv, 6.7 MB, moved here too); 129.32 with 8 against 126.56 and 125.55 with 16
-// (run 63: the shared expert's down projection, 8.9 MB, moves here).
+// (run 63: the shared expert's down projection, 8.9 MB, moves here); 122.36 with 4 against 126.60 and 128.28
+// with 8 (run 66: q_a + kv again).
 double min_bytes() {
     static const double b = [] {
         const char* v = std::getenv("DSV4_GEMV_XREG_MIN_MB");
