@@ -106,9 +106,9 @@ int parse(int argc, char** argv, Options& o) {
 int main(int argc, char** argv) {
     Options opt;
     if (int rc = parse(argc, argv, opt); rc >= 0) return rc;
-    // The CUDA backend sends one-row Q8_0 launches of 8 MB or more to the kernel that holds the row in
-    // registers (a speed choice); here every eligible case takes it, so its small and odd shapes are checked
-    // too (the pipelined kernel keeps the cases it alone serves: K not a multiple of 512, several rows).
+    // The CUDA backend sends one-row Q8_0 launches of DSV4_GEMV_XREG_MIN_MB or more to the kernel that holds the
+    // row in registers (a speed choice); here every eligible case takes it, so its small and odd shapes are
+    // checked too (the pipelined kernel keeps the cases it alone serves: K not a multiple of 512, several rows).
     setenv("DSV4_GEMV_XREG_MIN_MB", "0", 0);
 
     auto cpu = make_cpu_backend(opt.threads > 0 ? opt.threads : ThreadPool::default_threads());

@@ -3,7 +3,8 @@
 // through its cp.async ring (cuda_gemv_stream.cuh); lanes decode units of the staged blocks (cuda_gemv_codecs.cuh).
 // For Q8_0, Q2_K and IQ2_XXS, when the caller provides scratch, the activations are first written as 8-bit
 // digits and the lanes use integer dot products (cuda_gemv_digits.cuh). Q8_0 launches of one activation row and
-// 8 MB or more go to the kernel that holds the activation in registers instead (cuda_gemv_q8_xreg.cu).
+// enough weight bytes (min_bytes there) go to the kernel that holds the activation in registers instead
+// (cuda_gemv_q8_xreg.cu).
 // When the matrix has few rows, up to 4 warps of a block split the row's stages (split-K) and add their partial sums in
 // a fixed order, so enough warps stream at once to keep HBM busy.
 #include <algorithm>

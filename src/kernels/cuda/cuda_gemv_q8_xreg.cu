@@ -29,17 +29,10 @@ using namespace gemv;
 using namespace xreg;
 
 constexpr int kMaxJobs = 16;
-// Ring depth: 4 (three stages in flight while one is multiplied) unless DSV4_GEMV_XREG_STAGES=3 (A/B). Measured
-// on the H200 (docs/benchmarks.md, runs 63-65): decode at 4K +1.5-2.3% with 4 (bench_gemv alone: wo_b 16.03 ->
-// 15.55 us, q_b 15.33 -> 16.48; the step gains where the GEMV overlaps its neighbours).
-int ring_stages() {
-    static const int s = [] {
-        const char* v = std::getenv("DSV4_GEMV_XREG_STAGES");
-        return v && std::strcmp(v, "3") == 0 ? 3 : 4;
-    }();
-    return s;
-}
 
+// S: the ring's depth, 4 by default (gemv_stages: three stages in flight while one is multiplied; bench_gemv alone
+// measured wo_b 16.03 -> 15.55 us and q_b 15.33 -> 16.48 against 3, the step gains where the GEMV overlaps its
+// neighbours).
 template <int H, int S>
 struct Geom {
     static constexpr int kValues = 16 * H;                      // per lane
@@ -180,7 +173,7 @@ bool launch_hs(const MatmulParams* ps, int count, int w, RowNorm norm, cudaStrea
 }
 template <int H>
 bool launch_h(const MatmulParams* ps, int count, int w, RowNorm norm, cudaStream_t s) {
-    return ring_stages() == 4 ? launch_hs<H, 4>(ps, count, w, norm, s) : launch_hs<H, 3>(ps, count, w, norm, s);
+    return gemv_stages() == 4 ? launch_hs<H, 4>(ps, count, w, norm, s) : launch_hs<H, 3>(ps, count, w, norm, s);
 }
 
 // The least weight bytes of a launch taken here: 8 MB (DSV4_GEMV_XREG_MIN_MB=N sets N MB). Smaller launches
