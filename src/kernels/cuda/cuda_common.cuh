@@ -159,8 +159,9 @@ inline bool env_switch_on(const char* name) {
 }
 
 // What-if timing (docs/benchmarks.md): DSV4_CUDA_SKIP=op1,op2,... makes those backend ops launch nothing, so
-// a benchmark shows what the step would take without them. The model's numbers are then wrong; never set it
-// outside a timing run. Read once.
+// a benchmark shows what the step would take without them (indexer_topk writes empty lists instead, so the
+// attention still reads valid ones). The model's numbers are then wrong; never set it outside a timing run.
+// Read once.
 inline bool op_skipped(const char* op) {
     static const std::string list = [] {
         const char* v = std::getenv("DSV4_CUDA_SKIP");

@@ -8,8 +8,8 @@
 // those k are then sorted (bitonic, descending).
 //
 // Scoring kernel: a block per (query, split), each split a contiguous range of the query's keys. The
-// query's heads (padded to 64 with zero rows) and head weights sit in shared memory; keys stream through a
-// double-buffered cp.async stage, 32 dims of a 64- or 128-key tile at a time. Warp w owns heads 8w..8w+7
+// query's heads (padded to 64 with zero rows) and head weights sit in shared memory; keys stream through
+// cp.async stages, 32 dims of a 32-, 64- or 128-key tile at a time (kStageBufs of them in flight). Warp w owns heads 8w..8w+7
 // of each 64-head chunk and lane l keys l, l + 32, ... of the tile: a register tile of 8 heads x RK keys,
 // four dims per shared load, so f32 FMAs rather than shared-memory loads bound the rate. Per key the warps'
 // sums of relu(dot) w meet in shared memory. The host knows n but not n_visible (it lives on the device),
@@ -22,7 +22,8 @@
 //   - several splits, longer ranges: each block keeps its best top_k as above and writes them (unsorted)
 //     to its slot of scratch.
 // Merge kernel (several splits): a 1024-thread block per query stages the candidates in shared memory when
-// they fit (else reads them from global memory at every pass), radix-selects the top k, sorts and writes.
+// they fit (else reads them from global memory at every pass), radix-selects the top k, sorts and writes;
+// raw scores of at most kSortAll keys are sorted whole instead (sort_all_raw).
 // Scratch: n x splits x top_k keys, nothing of the context's size beyond that.
 #include <algorithm>
 #include <cstdint>
@@ -42,7 +43,7 @@ constexpr int kHeadChunk = kWarps * kHeadsPerWarp;  // heads per pass over a key
 constexpr int kSlice = 32;                          // dims per staged key slice
 constexpr int kSliceStride = kSlice + 4;            // padded rows: conflict-free float4 loads across lanes
 constexpr int kMaxTile = kWarp * 4;                 // keys per tile with 4 keys per lane
-constexpr int kMinChunk = 2 * kWarp;                // fewest keys a split gets (one 64-key tile)
+constexpr int kMinChunk = kWarp;                    // fewest keys a split gets (one 32-key tile)
 constexpr int kMergeThreads = 1024;
 constexpr int kSelBits = 11;  // radix digit
 constexpr int kBins = 1 << kSelBits;
@@ -314,13 +315,19 @@ size_t score_smem_bytes(int H_pad, int hd_pad, int buf_cap) {
            (size_t)buf_cap * sizeof(uint64_t) + kBins * sizeof(int);
 }
 
-// Stage step g's key slice (tile g / steps, dims (g % steps % n_sl) * kSlice) into buffer g & 1; keys
-// past hi and dims past hd read as zeros.
+// The key slices' staging area holds two slices of the largest tile: kStageBufs<RK> slices of a 32 RK-key
+// tile, so smaller tiles keep more slices in flight (a 32-key tile's four 32-dim slices at once: a decode
+// split then waits for its keys once, not once per slice).
+template <int RK>
+constexpr int kStageBufs = 2 * kMaxTile / (kWarp * RK);
+
+// Stage step g's key slice (tile g / steps, dims (g % steps % n_sl) * kSlice) into buffer g % kStageBufs;
+// keys past hi and dims past hd read as zeros.
 template <int RK>
 __device__ __forceinline__ void stage_slice(const ScoreArgs& a, float* kt, int lo, int hi, int g, int steps, int n_sl) {
     constexpr int TK = kWarp * RK;
     const int t0 = lo + (g / steps) * TK, k0 = (g % steps % n_sl) * kSlice;
-    float* dst = kt + (g & 1) * kMaxTile * kSliceStride;
+    float* dst = kt + (g % kStageBufs<RK>) * TK * kSliceStride;
     if (a.vec) {
 #pragma unroll
         for (int m = 0; m < RK; ++m) {  // TK rows x 8 chunks of 16 bytes
@@ -348,16 +355,23 @@ __device__ void score_keys(const ScoreArgs& a, const ScoreSmem& s, SelShared& sh
     const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
     const int n_sl = a.hd_pad / kSlice, steps = (a.H_pad / kHeadChunk) * n_sl;
     const int total = (hi - lo + TK - 1) / TK * steps;
+    constexpr int NB = kStageBufs<RK>;
     float acc[kHeadsPerWarp][RK], part[RK];
-    stage_slice<RK>(a, s.kt, lo, hi, 0, steps, n_sl);
+    // NB - 1 slices ahead; every step commits a group (empty past the last slice), so waiting for all but
+    // the last NB - 1 groups means slice g has landed.
+    for (int j = 0; j < NB - 1; ++j) {
+        if (j < total)
+            stage_slice<RK>(a, s.kt, lo, hi, j, steps, n_sl);
+        else
+            cp_async_commit();
+    }
 #pragma unroll 1
     for (int g = 0; g < total; ++g) {
-        if (g + 1 < total) {
-            stage_slice<RK>(a, s.kt, lo, hi, g + 1, steps, n_sl);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        if (g + NB - 1 < total)
+            stage_slice<RK>(a, s.kt, lo, hi, g + NB - 1, steps, n_sl);
+        else
+            cp_async_commit();
+        cp_async_wait<NB - 1>();
         __syncthreads();
         const int step = g % steps, hc = step / n_sl, sl = step % n_sl;
         if (step == 0)
@@ -370,7 +384,7 @@ __device__ void score_keys(const ScoreArgs& a, const ScoreSmem& s, SelShared& sh
                 for (int j = 0; j < RK; ++j) acc[r][j] = 0.0f;
         const int h0 = hc * kHeadChunk + warp * kHeadsPerWarp;
         const float* qb = s.q + q_offset(h0, sl * kSlice, a.hd_pad);
-        const float* kb = s.kt + (g & 1) * kMaxTile * kSliceStride + lane * kSliceStride;
+        const float* kb = s.kt + (g % NB) * TK * kSliceStride + lane * kSliceStride;
 #pragma unroll
         for (int kk = 0; kk < kSlice; kk += 4) {
             float4 kv[RK];
@@ -467,7 +481,9 @@ __global__ void __launch_bounds__(kThreads, 2) indexer_score_kernel(ScoreArgs a)
     // This query's scratch (several splits): raw score bits by key index, or top_k keys per split.
     uint64_t* region = final ? nullptr : a.part + i * a.splits * a.top_k;
     if (hi > lo) {
-        if (hi - lo <= 2 * kWarp)
+        if (hi - lo <= kWarp)
+            score_keys<1>(a, s, sh, lo, hi, r.raw, reinterpret_cast<uint32_t*>(region), k);
+        else if (hi - lo <= 2 * kWarp)
             score_keys<2>(a, s, sh, lo, hi, r.raw, reinterpret_cast<uint32_t*>(region), k);
         else
             score_keys<4>(a, s, sh, lo, hi, r.raw, reinterpret_cast<uint32_t*>(region), k);
@@ -526,6 +542,59 @@ __device__ void select_staged(const T* items, int n, unsigned char* area, int ar
     }
 }
 
+// Raw scores of at most kSortAll keys (decode at contexts up to 4 kSortAll tokens): all of them sorted at
+// once, which is the selection too (keys are unique, so the first top_k of the sorted keys are the top k in
+// order). A bitonic network over m = the power of two >= nv (at least a warp) positions, position e = tid +
+// kMergeThreads u in register v[u] of thread tid: partners closer than a warp trade by shuffles, those
+// kMergeThreads apart sit in one thread, the rest meet in `s` (m keys of shared memory). Writes the query's
+// list: indices by rank, -1 past nv.
+constexpr int kSortAll = 2 * kMergeThreads;
+__device__ void sort_all_raw(const uint32_t* bits, int nv, uint64_t* s, int32_t* o, int top_k) {
+    const int tid = threadIdx.x;
+    int m = kWarp;
+    while (m < nv) m <<= 1;
+    const int slots = m > kMergeThreads ? 2 : 1;  // uniform over the block
+    uint64_t v[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+        const int e = tid + kMergeThreads * u;
+        v[u] = e < nv ? make_key(bits[e], e) : 0;
+    }
+    for (int size = 2; size <= m; size <<= 1) {
+        for (int j = size >> 1; j > 0; j >>= 1) {
+            uint64_t y[2];
+            if (j >= kWarp && j < kMergeThreads) {
+                for (int u = 0; u < slots; ++u) {
+                    const int e = tid + kMergeThreads * u;
+                    if (e < m) s[e] = v[u];
+                }
+                __syncthreads();
+                for (int u = 0; u < slots; ++u) {
+                    const int e = tid + kMergeThreads * u;
+                    y[u] = e < m ? s[e ^ j] : 0;
+                }
+                __syncthreads();
+            } else if (j >= kMergeThreads) {
+                y[0] = v[1];
+                y[1] = v[0];
+            } else {
+                for (int u = 0; u < slots; ++u) y[u] = __shfl_xor_sync(kFullMask, v[u], j);
+            }
+            for (int u = 0; u < slots; ++u) {
+                const int e = tid + kMergeThreads * u;
+                const bool desc = (e & size) == 0, lower = (e & j) == 0;  // the pair's lower position keeps the max
+                v[u] = lower == desc ? max(v[u], y[u]) : min(v[u], y[u]);
+            }
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+        const int e = tid + kMergeThreads * u;
+        if (e < top_k && e < m) o[e] = v[u] != 0 ? key_index(v[u]) : -1;
+    }
+    for (int e = m + tid; e < top_k; e += kMergeThreads) o[e] = -1;
+}
+
 // One block per query: the top k of its splits' candidates, sorted. Shared memory: the output buffer
 // [k2 = power of two >= top_k], the histogram [kBins], then `area_bytes` to stage the candidates in.
 __global__ void __launch_bounds__(kMergeThreads)
@@ -546,6 +615,10 @@ __global__ void __launch_bounds__(kMergeThreads)
     }
     const SplitRange r = split_range(nv, splits, top_k);
     const uint64_t* region = part + i * splits * top_k;
+    if (r.raw && nv <= kSortAll && area_bytes >= kSortAll * (int)sizeof(uint64_t)) {  // uniform over the block
+        sort_all_raw(reinterpret_cast<const uint32_t*>(region), nv, reinterpret_cast<uint64_t*>(area), o, top_k);
+        return;
+    }
     if (threadIdx.x == 0) sh.count = 0;
     __syncthreads();
     if (r.raw)  // raw score bits by key index
@@ -559,8 +632,11 @@ __global__ void __launch_bounds__(kMergeThreads)
 
 void CudaBackend::indexer_topk(int32_t* idx, const float* q, const float* w, const float* keys,
                                const int32_t* n_visible, int64_t n, int n_heads, int head_dim, int top_k) {
-    if (op_skipped("indexer_topk")) return;
     if (n <= 0 || top_k <= 0) return;
+    if (op_skipped("indexer_topk")) {  // what-if: no entry selected (all -1), so the attention still reads valid lists
+        CUDA_CHECK(cudaMemsetAsync(idx, 0xFF, (size_t)n * top_k * sizeof(int32_t), stream_));
+        return;
+    }
     DSV4_CHECK(n <= INT32_MAX && n_heads > 0 && head_dim > 0);
     int k2 = 32;
     while (k2 < top_k) k2 <<= 1;
