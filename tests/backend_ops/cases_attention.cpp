@@ -418,14 +418,20 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     // with V4-Flash's 64 heads of 128 and top_k 512: per-split raw scores merged by one block; fewer keys
     // than a split's minimum; fewer keys than top_k; queries of different lengths (5000, 256, 0).
     out.push_back(indexer_case(1, 64, 128, 8192, 512, false, false, s));
+    out.push_back(indexer_case(1, 64, 128, 1024, 512, false, false, s));  // 4096 tokens of context
     out.push_back(indexer_case(1, 64, 128, 600, 512, false, false, s));
     out.push_back(indexer_case(1, 64, 128, 300, 512, false, false, s));
     out.push_back(indexer_case(3, 64, 128, 5000, 512, false, false, s));
-    // Raw scores sorted whole by the merge (at most 2048 keys): two keys per thread (1500, 2000 keys, exact
-    // ties among them), fewer positions than top_k (40 keys).
+    // Raw scores of at most 2048 keys: ranked (one or two queries) or sorted whole by the merge (two keys per
+    // thread): 1500 and 2000 keys, exact ties among them, fewer positions than top_k (40 keys).
     out.push_back(indexer_case(1, 64, 128, 2000, 512, false, false, s));
     out.push_back(indexer_case(2, 16, 64, 1500, 512, true, false, s));
     out.push_back(indexer_case(1, 8, 64, 40, 128, true, false, s));
+    // One or two queries: raw scores ranked over the query's blocks (up to 4096 keys): exact ties, most keys
+    // ranked past top_k.
+    out.push_back(indexer_case(2, 16, 64, 4000, 512, true, false, s));
+    out.push_back(indexer_case(1, 8, 64, 3000, 64, true, false, s));
+    out.push_back(indexer_case(3, 16, 64, 1800, 512, true, false, s));  // three queries: sorted whole, 2 keys a thread
     // Splits longer than top_k keep their own best (ties across splits exactly); too many of those to
     // stage in shared memory; raw scores too many to stage.
     out.push_back(indexer_case(2, 4, 64, 5000, 8, true, false, s));

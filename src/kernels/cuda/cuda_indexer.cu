@@ -23,7 +23,8 @@
 //     to its slot of scratch.
 // Merge kernel (several splits): a 1024-thread block per query stages the candidates in shared memory when
 // they fit (else reads them from global memory at every pass), radix-selects the top k, sorts and writes;
-// raw scores of at most kSortAll keys are sorted whole instead (sort_all_raw).
+// raw scores of at most kSortAll keys are sorted whole instead (sort_all_raw), and for one or two queries
+// (decode) raw scores of at most kRankMax keys are ranked by kRankMax / 32 blocks per query (rank_raw).
 // Scratch: n x splits x top_k keys, nothing of the context's size beyond that.
 #include <algorithm>
 #include <cstdint>
@@ -595,7 +596,37 @@ __device__ void sort_all_raw(const uint32_t* bits, int nv, uint64_t* s, int32_t*
     for (int e = m + tid; e < top_k; e += kMergeThreads) o[e] = -1;
 }
 
-// One block per query: the top k of its splits' candidates, sorted. Shared memory: the output buffer
+// Raw scores of at most kWarp gridDim.y keys (decode of one or two queries, contexts up to 4 kRankMax tokens):
+// the list by ranks, spread over the query's blocks. Block y takes keys [kWarp y, + kWarp), lane l of every warp
+// key kWarp y + l; each warp counts, for its lane's key, the larger keys among its share of all nv (a warp's
+// kWarp candidates at a time, broadcast by shuffles); the warps' counts meet in shared memory as integers, so
+// the rank (the number of larger keys: keys are unique, ranks a permutation) is exact, and a key ranked below
+// top_k is written to its place. Block 0 writes -1 past nv.
+constexpr int kRankMax = 4096;
+constexpr int kRankQueries = 2;  // queries per call that get kRankMax / kWarp blocks each
+__device__ void rank_raw(const uint32_t* bits, int nv, int32_t* o, int top_k) {
+    __shared__ int above_s[kWarp];
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
+    const int e = kWarp * (int)blockIdx.y + lane;
+    if (threadIdx.x < kWarp) above_s[threadIdx.x] = 0;
+    __syncthreads();
+    const uint64_t mine = e < nv ? make_key(bits[e], e) : 0;
+    int above = 0;
+    for (int c0 = kWarp * warp; c0 < nv; c0 += kWarp * n_warps) {
+        const int c = c0 + lane;
+        const uint64_t cand = c < nv ? make_key(bits[c], c) : 0;
+#pragma unroll 8
+        for (int t = 0; t < kWarp; ++t) above += __shfl_sync(kFullMask, cand, t) > mine ? 1 : 0;
+    }
+    atomicAdd(&above_s[lane], above);
+    __syncthreads();
+    if (warp == 0 && e < nv && above_s[lane] < top_k) o[above_s[lane]] = key_index(mine);
+    if (blockIdx.y == 0)
+        for (int j = nv + threadIdx.x; j < top_k; j += blockDim.x) o[j] = -1;
+}
+
+// Block (query, y): the top k of the query's splits' candidates, sorted: by ranks over the query's blocks
+// (rank_raw) where the grid has them for its raw scores, else by block y = 0 alone. Shared memory: the output buffer
 // [k2 = power of two >= top_k], the histogram [kBins], then `area_bytes` to stage the candidates in.
 __global__ void __launch_bounds__(kMergeThreads)
     indexer_merge_kernel(int32_t* out, const uint64_t* part, const int32_t* n_visible, int top_k, int k2, int splits,
@@ -609,12 +640,17 @@ __global__ void __launch_bounds__(kMergeThreads)
     const int64_t i = blockIdx.x;
     const int nv = max(n_visible[i], 0), k = min(top_k, nv);
     int32_t* o = out + i * top_k;
+    const SplitRange r = split_range(nv, splits, top_k);
+    const uint64_t* region = part + i * splits * top_k;
+    if (k > 0 && r.raw && nv <= kWarp * (int)gridDim.y) {  // uniform over the block
+        if (kWarp * (int)blockIdx.y < nv) rank_raw(reinterpret_cast<const uint32_t*>(region), nv, o, top_k);
+        return;
+    }
+    if (blockIdx.y > 0) return;
     if (k == 0) {
         for (int j = threadIdx.x; j < top_k; j += kMergeThreads) o[j] = -1;
         return;
     }
-    const SplitRange r = split_range(nv, splits, top_k);
-    const uint64_t* region = part + i * splits * top_k;
     if (r.raw && nv <= kSortAll && area_bytes >= kSortAll * (int)sizeof(uint64_t)) {  // uniform over the block
         sort_all_raw(reinterpret_cast<const uint32_t*>(region), nv, reinterpret_cast<uint64_t*>(area), o, top_k);
         return;
@@ -679,7 +715,9 @@ void CudaBackend::indexer_topk(int32_t* idx, const float* q, const float* w, con
     if (merge_smem > 48 * 1024)
         CUDA_CHECK(
             cudaFuncSetAttribute(indexer_merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)merge_smem));
-    launch_pdl(indexer_merge_kernel, (unsigned)n, kMergeThreads, merge_smem, stream_, idx, a.part, n_visible, top_k, k2,
+    const unsigned rank_blocks = n <= kRankQueries ? kRankMax / kWarp : 1;
+    launch_pdl(indexer_merge_kernel, dim3((unsigned)n, rank_blocks), kMergeThreads, merge_smem, stream_, idx, a.part,
+               n_visible, top_k, k2,
                a.splits, area);
     CUDA_CHECK_LAUNCH();
 }
