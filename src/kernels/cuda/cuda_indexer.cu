@@ -543,7 +543,7 @@ __device__ void select_staged(const T* items, int n, unsigned char* area, int ar
     }
 }
 
-// Raw scores of at most kSortAll keys (decode at contexts up to 4 kSortAll tokens): all of them sorted at
+// Raw scores of at most kSortAll keys (three or more queries, else rank_raw takes them): all of them sorted at
 // once, which is the selection too (keys are unique, so the first top_k of the sorted keys are the top k in
 // order). A bitonic network over m = the power of two >= nv (at least a warp) positions, position e = tid +
 // kMergeThreads u in register v[u] of thread tid: partners closer than a warp trade by shuffles, those
