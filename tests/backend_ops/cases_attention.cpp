@@ -422,8 +422,8 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(indexer_case(1, 64, 128, 600, 512, false, false, s));
     out.push_back(indexer_case(1, 64, 128, 300, 512, false, false, s));
     out.push_back(indexer_case(3, 64, 128, 5000, 512, false, false, s));
-    // Raw scores of at most 2048 keys: ranked (one or two queries) or sorted whole by the merge (two keys per
-    // thread): 1500 and 2000 keys, exact ties among them, fewer positions than top_k (40 keys).
+    // Raw scores ranked over the query's blocks (one or two queries): 1500 and 2000 keys, exact ties among
+    // them, fewer positions than top_k (40 keys).
     out.push_back(indexer_case(1, 64, 128, 2000, 512, false, false, s));
     out.push_back(indexer_case(2, 16, 64, 1500, 512, true, false, s));
     out.push_back(indexer_case(1, 8, 64, 40, 128, true, false, s));
@@ -431,7 +431,7 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     // ranked past top_k.
     out.push_back(indexer_case(2, 16, 64, 4000, 512, true, false, s));
     out.push_back(indexer_case(1, 8, 64, 3000, 64, true, false, s));
-    out.push_back(indexer_case(3, 16, 64, 1800, 512, true, false, s));  // three queries: sorted whole, 2 keys a thread
+    out.push_back(indexer_case(3, 16, 64, 1800, 512, true, false, s));  // three queries: the one-block merge
     // Splits longer than top_k keep their own best (ties across splits exactly); too many of those to
     // stage in shared memory; raw scores too many to stage.
     out.push_back(indexer_case(2, 4, 64, 5000, 8, true, false, s));

@@ -9,9 +9,9 @@
 //
 // Scoring kernel: a block per (query, split), each split a contiguous range of the query's keys. The
 // query's heads (padded to 64 with zero rows) and head weights sit in shared memory; keys stream through
-// cp.async stages, 32 dims of a 32-, 64- or 128-key tile at a time (kStageBufs of them in flight). Warp w owns heads 8w..8w+7
-// of each 64-head chunk and lane l keys l, l + 32, ... of the tile: a register tile of 8 heads x RK keys,
-// four dims per shared load, so f32 FMAs rather than shared-memory loads bound the rate. Per key the warps'
+// cp.async stages, 32 dims of a 32-, 64- or 128-key tile at a time (kStageBufs of them in flight). Warp w
+// owns heads 8w..8w+7 of each 64-head chunk and lane l keys l, l + 32, ... of the tile: a register tile of 8
+// heads x RK keys, four dims per shared load, so f32 FMAs rather than shared-memory loads bound the rate. Per key the warps'
 // sums of relu(dot) w meet in shared memory. The host knows n but not n_visible (it lives on the device),
 // so the split count fills the GPU from n alone and each block derives its range from n_visible:
 //   - one split (many queries, prefill): the block keeps a buffer of candidates, appending a tile's keys
@@ -23,8 +23,8 @@
 //     to its slot of scratch.
 // Merge kernel (several splits): a 1024-thread block per query stages the candidates in shared memory when
 // they fit (else reads them from global memory at every pass), radix-selects the top k, sorts and writes;
-// raw scores of at most kSortAll keys are sorted whole instead (sort_all_raw), and for one or two queries
-// (decode) raw scores of at most kRankMax keys are ranked by kRankMax / 32 blocks per query (rank_raw).
+// for one or two queries (decode) raw scores of at most kRankMax keys are ranked instead, by kRankMax / 32
+// blocks per query (rank_raw).
 // Scratch: n x splits x top_k keys, nothing of the context's size beyond that.
 #include <algorithm>
 #include <cstdint>
@@ -360,18 +360,16 @@ __device__ void score_keys(const ScoreArgs& a, const ScoreSmem& s, SelShared& sh
     float acc[kHeadsPerWarp][RK], part[RK];
     // NB - 1 slices ahead; every step commits a group (empty past the last slice), so waiting for all but
     // the last NB - 1 groups means slice g has landed.
-    for (int j = 0; j < NB - 1; ++j) {
+    auto stage = [&](int j) {
         if (j < total)
             stage_slice<RK>(a, s.kt, lo, hi, j, steps, n_sl);
         else
             cp_async_commit();
-    }
+    };
+    for (int j = 0; j < NB - 1; ++j) stage(j);
 #pragma unroll 1
     for (int g = 0; g < total; ++g) {
-        if (g + NB - 1 < total)
-            stage_slice<RK>(a, s.kt, lo, hi, g + NB - 1, steps, n_sl);
-        else
-            cp_async_commit();
+        stage(g + NB - 1);
         cp_async_wait<NB - 1>();
         __syncthreads();
         const int step = g % steps, hc = step / n_sl, sl = step % n_sl;
@@ -543,59 +541,6 @@ __device__ void select_staged(const T* items, int n, unsigned char* area, int ar
     }
 }
 
-// Raw scores of at most kSortAll keys (three or more queries, else rank_raw takes them): all of them sorted at
-// once, which is the selection too (keys are unique, so the first top_k of the sorted keys are the top k in
-// order). A bitonic network over m = the power of two >= nv (at least a warp) positions, position e = tid +
-// kMergeThreads u in register v[u] of thread tid: partners closer than a warp trade by shuffles, those
-// kMergeThreads apart sit in one thread, the rest meet in `s` (m keys of shared memory). Writes the query's
-// list: indices by rank, -1 past nv.
-constexpr int kSortAll = 2 * kMergeThreads;
-__device__ void sort_all_raw(const uint32_t* bits, int nv, uint64_t* s, int32_t* o, int top_k) {
-    const int tid = threadIdx.x;
-    int m = kWarp;
-    while (m < nv) m <<= 1;
-    const int slots = m > kMergeThreads ? 2 : 1;  // uniform over the block
-    uint64_t v[2];
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-        const int e = tid + kMergeThreads * u;
-        v[u] = e < nv ? make_key(bits[e], e) : 0;
-    }
-    for (int size = 2; size <= m; size <<= 1) {
-        for (int j = size >> 1; j > 0; j >>= 1) {
-            uint64_t y[2];
-            if (j >= kWarp && j < kMergeThreads) {
-                for (int u = 0; u < slots; ++u) {
-                    const int e = tid + kMergeThreads * u;
-                    if (e < m) s[e] = v[u];
-                }
-                __syncthreads();
-                for (int u = 0; u < slots; ++u) {
-                    const int e = tid + kMergeThreads * u;
-                    y[u] = e < m ? s[e ^ j] : 0;
-                }
-                __syncthreads();
-            } else if (j >= kMergeThreads) {
-                y[0] = v[1];
-                y[1] = v[0];
-            } else {
-                for (int u = 0; u < slots; ++u) y[u] = __shfl_xor_sync(kFullMask, v[u], j);
-            }
-            for (int u = 0; u < slots; ++u) {
-                const int e = tid + kMergeThreads * u;
-                const bool desc = (e & size) == 0, lower = (e & j) == 0;  // the pair's lower position keeps the max
-                v[u] = lower == desc ? max(v[u], y[u]) : min(v[u], y[u]);
-            }
-        }
-    }
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-        const int e = tid + kMergeThreads * u;
-        if (e < top_k && e < m) o[e] = v[u] != 0 ? key_index(v[u]) : -1;
-    }
-    for (int e = m + tid; e < top_k; e += kMergeThreads) o[e] = -1;
-}
-
 // Raw scores of at most kWarp gridDim.y keys (decode of one or two queries, contexts up to 4 kRankMax tokens):
 // the list by ranks, spread over the query's blocks. Block y takes keys [kWarp y, + kWarp), lane l of every warp
 // key kWarp y + l; each warp counts, for its lane's key, the larger keys among its share of all nv (a warp's
@@ -626,8 +571,8 @@ __device__ void rank_raw(const uint32_t* bits, int nv, int32_t* o, int top_k) {
 }
 
 // Block (query, y): the top k of the query's splits' candidates, sorted: by ranks over the query's blocks
-// (rank_raw) where the grid has them for its raw scores, else by block y = 0 alone. Shared memory: the output buffer
-// [k2 = power of two >= top_k], the histogram [kBins], then `area_bytes` to stage the candidates in.
+// (rank_raw) where the grid has them for its raw scores, else by block y = 0 alone. Shared memory: the output
+// buffer [k2 = power of two >= top_k], the histogram [kBins], then `area_bytes` to stage the candidates in.
 __global__ void __launch_bounds__(kMergeThreads)
     indexer_merge_kernel(int32_t* out, const uint64_t* part, const int32_t* n_visible, int top_k, int k2, int splits,
                          int area_bytes) {
@@ -649,10 +594,6 @@ __global__ void __launch_bounds__(kMergeThreads)
     if (blockIdx.y > 0) return;
     if (k == 0) {
         for (int j = threadIdx.x; j < top_k; j += kMergeThreads) o[j] = -1;
-        return;
-    }
-    if (r.raw && nv <= kSortAll && area_bytes >= kSortAll * (int)sizeof(uint64_t)) {  // uniform over the block
-        sort_all_raw(reinterpret_cast<const uint32_t*>(region), nv, reinterpret_cast<uint64_t*>(area), o, top_k);
         return;
     }
     if (threadIdx.x == 0) sh.count = 0;
@@ -717,8 +658,7 @@ void CudaBackend::indexer_topk(int32_t* idx, const float* q, const float* w, con
             cudaFuncSetAttribute(indexer_merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)merge_smem));
     const unsigned rank_blocks = n <= kRankQueries ? kRankMax / kWarp : 1;
     launch_pdl(indexer_merge_kernel, dim3((unsigned)n, rank_blocks), kMergeThreads, merge_smem, stream_, idx, a.part,
-               n_visible, top_k, k2,
-               a.splits, area);
+               n_visible, top_k, k2, a.splits, area);
     CUDA_CHECK_LAUNCH();
 }
 
