@@ -352,17 +352,24 @@ void attention_f32(CudaBackend& b, const AttentionArgs& a) {
     // Heads per warp: each row slice read from shared memory feeds HPW heads' FMAs, so 4 keep the shared
     // reads level with the FMAs where 2 leave them the bound, but 4 take about 220 registers (one block per
     // SM) and make half as many blocks: used when the blocks still fill the GPU twice over (prefill). Past
-    // head_dim 512 one head's registers are all that fit. (For decode, one head per warp at head_dim 512 made
-    // twice the blocks but measured slower on the H200: 38.8 against 28.6 us per V4-Flash call.)
+    // head_dim 512 one head's registers are all that fit. Where even two heads per warp leave SMs idle (decode,
+    // whose entries are then split over blocks), one head per warp makes twice the blocks, each with half the
+    // work to wait for: 135.4 against 133.0-133.5 tokens/s for the V4-Flash decode at 4K on the H200
+    // (DSV4_ATTN_DECODE_HPW1=0 keeps two, for A/B).
+    static const bool decode_hpw1 = env_switch_on("DSV4_ATTN_DECODE_HPW1");
     const int ne = (hd + kWarp - 1) / kWarp;
+    const int64_t sms = b.props().multiProcessorCount;
     int hpw = 2;
     AttentionKernel kernel = nullptr;
     if (ne > 16) {
         hpw = 1;
         kernel = vec ? attention_kernel<32, 1, true> : attention_kernel<32, 1, false>;
-    } else if (vec && a.n * ((H + 4 * kWarps - 1) / (4 * kWarps)) >= 2 * (int64_t)b.props().multiProcessorCount) {
+    } else if (vec && a.n * ((H + 4 * kWarps - 1) / (4 * kWarps)) >= 2 * sms) {
         hpw = 4;
         kernel = kernel_for<true, 4>(ne);
+    } else if (decode_hpw1 && a.n * ((H + 2 * kWarps - 1) / (2 * kWarps)) < sms) {
+        hpw = 1;
+        kernel = vec ? kernel_for<true, 1>(ne) : kernel_for<false, 1>(ne);
     } else {
         kernel = vec ? kernel_for<true, 2>(ne) : kernel_for<false, 2>(ne);
     }
@@ -372,8 +379,8 @@ void attention_f32(CudaBackend& b, const AttentionArgs& a) {
     // kMinSplitEntries entries per split where the count is known here (with comp_count it is on the device).
     const int64_t blocks = a.n * n_groups;
     int splits = 1;
-    if (blocks < b.props().multiProcessorCount) {
-        int64_t s = std::min<int64_t>(kMaxSplits, (b.props().multiProcessorCount + blocks - 1) / blocks);
+    if (blocks < sms) {
+        int64_t s = std::min<int64_t>(kMaxSplits, (sms + blocks - 1) / blocks);
         if (!a.kv_comp || a.comp_idx) {
             const int64_t entries = a.n_win + (a.kv_comp ? a.n_comp : 0);
             s = std::min<int64_t>(s, (entries + kMinSplitEntries - 1) / kMinSplitEntries);
