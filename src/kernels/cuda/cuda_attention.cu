@@ -354,30 +354,31 @@ void attention_f32(CudaBackend& b, const AttentionArgs& a) {
     // SM) and make half as many blocks: used when the blocks still fill the GPU twice over (prefill). Past
     // head_dim 512 one head's registers are all that fit. Where even two heads per warp leave SMs idle (decode,
     // whose entries are then split over blocks), one head per warp makes twice the blocks, each with half the
-    // work to wait for: 135.4 against 133.0-133.5 tokens/s for the V4-Flash decode at 4K on the H200
-    // (DSV4_ATTN_DECODE_HPW1=0 keeps two, for A/B).
+    // work to wait for: +1-3% for the V4-Flash decode at 4K on the H200 (runs 74-75; DSV4_ATTN_DECODE_HPW1=0 keeps
+    // two, for A/B).
     static const bool decode_hpw1 = env_switch_on("DSV4_ATTN_DECODE_HPW1");
     const int ne = (hd + kWarp - 1) / kWarp;
     const int64_t sms = b.props().multiProcessorCount;
+    // The (query, head group) blocks with hpw heads per warp.
+    auto blocks_for = [&](int hpw) { return a.n * ceil_div(H, kWarps * hpw); };
     int hpw = 2;
     AttentionKernel kernel = nullptr;
     if (ne > 16) {
         hpw = 1;
         kernel = vec ? attention_kernel<32, 1, true> : attention_kernel<32, 1, false>;
-    } else if (vec && a.n * ((H + 4 * kWarps - 1) / (4 * kWarps)) >= 2 * sms) {
+    } else if (vec && blocks_for(4) >= 2 * sms) {
         hpw = 4;
         kernel = kernel_for<true, 4>(ne);
-    } else if (decode_hpw1 && a.n * ((H + 2 * kWarps - 1) / (2 * kWarps)) < sms) {
+    } else if (decode_hpw1 && blocks_for(2) < sms) {
         hpw = 1;
         kernel = vec ? kernel_for<true, 1>(ne) : kernel_for<false, 1>(ne);
     } else {
         kernel = vec ? kernel_for<true, 2>(ne) : kernel_for<false, 2>(ne);
     }
-    const int64_t n_groups = (H + kWarps * hpw - 1) / (kWarps * hpw);
 
     // Split each query's entries only when the (query, head group) blocks leave SMs idle, and never below
     // kMinSplitEntries entries per split where the count is known here (with comp_count it is on the device).
-    const int64_t blocks = a.n * n_groups;
+    const int64_t blocks = blocks_for(hpw);
     int splits = 1;
     if (blocks < sms) {
         int64_t s = std::min<int64_t>(kMaxSplits, (sms + blocks - 1) / blocks);
