@@ -85,6 +85,7 @@ __device__ __forceinline__ float hc_post_element(const HcPostArgs& a, int64_t i,
 // fn is stored in).
 constexpr int kDotCols = 256;
 constexpr int kDotTokens = 8;
+constexpr int kEarlyMixes = 3;  // fn rows per warp the kernel loads before its wait
 constexpr bool dots_format(GgmlType t) {
     return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0;
 }
@@ -97,17 +98,36 @@ template <GgmlType T>
 __global__ void __launch_bounds__(kThreads)
     hc_dots_kernel(float* part, double* ss, const float* H, HcPostArgs first, int hc, int dim, const uint8_t* fn,
                    size_t row_bytes, int n_mix, int64_t flat, int64_t n_all, int P, QuantTables tables) {
-    pdl_begin();
     using D = Dq<T>;
     __shared__ float hs[kDotTokens][kDotCols];
+    const int p = blockIdx.x;
+    const int64_t c0 = (int64_t)p * kDotCols;
+    const int cols = (int)(flat - c0 < kDotCols ? flat - c0 : kDotCols);
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    constexpr int kWarps = kThreads / kWarp;
+    constexpr int kPerLane = kDotCols / kWarp;  // consecutive columns of each lane: their loads go out together
+    // Values lane * kPerLane + j of this chunk of fn row m (zeros past flat).
+    auto load_fn = [&](int m, float (&w)[kPerLane]) {
+        const uint8_t* row = fn + (size_t)m * row_bytes;
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) {
+            const int c = lane * kPerLane + j;
+            const int64_t k = c0 + c;
+            w[j] = c < cols ? D::value(row + (k / D::kElems) * D::kBytes, (int)(k % D::kElems), tables) : 0.0f;
+        }
+    };
+    // The warp's first kEarlyMixes rows of fn are weights: loaded before the wait, so their latency overlaps the
+    // kernel before (three rows per warp cover hc = 4's 24 mixes).
+    float early[kEarlyMixes][kPerLane];
+#pragma unroll
+    for (int r = 0; r < kEarlyMixes; ++r)
+        if (warp + r * kWarps < n_mix) load_fn(warp + r * kWarps, early[r]);
+    pdl_begin();
     const int64_t i0 = (int64_t)blockIdx.y * kDotTokens;
     const int n = (int)min((int64_t)kDotTokens, n_all - i0);
     H += i0 * flat;
     ss += i0 * P;
     part += i0 * P * n_mix;
-    const int p = blockIdx.x;
-    const int64_t c0 = (int64_t)p * kDotCols;
-    const int cols = (int)(flat - c0 < kDotCols ? flat - c0 : kDotCols);
     for (int t = threadIdx.x; t < n * kDotCols; t += kThreads) {
         const int i = t / kDotCols, c = t % kDotCols;
         float v = 0.0f;
@@ -115,24 +135,13 @@ __global__ void __launch_bounds__(kThreads)
         hs[i][c] = v;
     }
     __syncthreads();
-    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-    constexpr int kWarps = kThreads / kWarp;
     for (int i = warp; i < n; i += kWarps) {
         double a = 0;
         for (int c = lane; c < cols; c += kWarp) a += (double)hs[i][c] * hs[i][c];
         a = warp_sum(a);
         if (lane == 0) ss[(int64_t)i * P + p] = a;
     }
-    constexpr int kPerLane = kDotCols / kWarp;  // consecutive columns of each lane: their loads go out together
-    for (int m = warp; m < n_mix; m += kWarps) {
-        const uint8_t* row = fn + (size_t)m * row_bytes;
-        float w[kPerLane];
-#pragma unroll
-        for (int j = 0; j < kPerLane; ++j) {
-            const int c = lane * kPerLane + j;
-            const int64_t k = c0 + c;
-            w[j] = c < cols ? D::value(row + (k / D::kElems) * D::kBytes, (int)(k % D::kElems), tables) : 0.0f;
-        }
+    auto dots = [&](int m, const float (&w)[kPerLane]) {
         float acc[kDotTokens];
 #pragma unroll
         for (int i = 0; i < kDotTokens; ++i) {
@@ -147,6 +156,14 @@ __global__ void __launch_bounds__(kThreads)
             const float v = warp_sum(acc[i]);
             if (lane == 0) part[((int64_t)i * P + p) * n_mix + m] = v;
         }
+    };
+#pragma unroll
+    for (int r = 0; r < kEarlyMixes; ++r)
+        if (warp + r * kWarps < n_mix) dots(warp + r * kWarps, early[r]);
+    for (int m = warp + kEarlyMixes * kWarps; m < n_mix; m += kWarps) {
+        float w[kPerLane];
+        load_fn(m, w);
+        dots(m, w);
     }
 }
 
@@ -390,22 +407,45 @@ __global__ void __launch_bounds__(kThreads) hc_pre_x_kernel(float* x, const floa
 // 16-byte aligned rows and D <= 4 kNormXVecs kNormXThreads.
 constexpr int kNormXThreads = 512;
 constexpr int kNormXVecs = 8;
+constexpr size_t kNormXStageMax = 160 * 1024;  // bytes of streams staged in shared memory, at most
 
 template <int HC>
 __global__ void __launch_bounds__(kNormXThreads)
     hc_pre_x_norm_kernel(float* x, const float* H, CudaBackend::HcDots dots, const float* scale, const float* base,
-                         const float* norm, float eps, HcParams p) {
-    pdl_begin();
+                         const float* norm, float eps, HcParams p, bool staged) {
+    extern __shared__ float4 h_stage[];  // [hc][D / 4]: the token's streams when staged
     __shared__ float mixes[kMaxMix];
-    __shared__ float pre_s[kMaxHc], post_s[kMaxHc];
+    __shared__ float pre_s[kMaxHc], post_s[kMaxHc], scale_s[2], base_s[2 * kMaxHc];
     __shared__ double scratch[32];
     const int hc = HC > 0 ? HC : p.hc, n_mix = (2 + hc) * hc;
     const int64_t i = blockIdx.x, D = p.dim;
-    load_mixes(mixes, dots.raw, dots.P_raw, dots.ss, dots.P_ss, i, n_mix, hc * D, p.norm_eps);
-    if (threadIdx.x < hc) hc_pre_post(mixes, scale, base, hc, p.hc_eps, threadIdx.x, pre_s, post_s);
-    __syncthreads();
     const int nv = (int)(D / 4), t = threadIdx.x;
+    // The weights (pre's scale and base, the norm's) are read before the wait: their latency overlaps the
+    // kernel before, and after it the chain is one round trip for the dots and (staged) the streams together.
+    if (t < 2) scale_s[t] = scale[t];
+    if (t < 2 * hc) base_s[t] = base[t];
+    float4 nw[kNormXVecs];
+#pragma unroll
+    for (int k = 0; k < kNormXVecs; ++k) {
+        const int c = t + k * kNormXThreads;
+        nw[k] = norm && c < nv ? reinterpret_cast<const float4*>(norm)[c] : make_float4(1.f, 1.f, 1.f, 1.f);
+    }
+    pdl_begin();
     const float4* Hi = reinterpret_cast<const float4*>(H + i * hc * D);
+    if (staged) {  // each thread copies the values it reads below: its own wait covers them
+#pragma unroll
+        for (int k = 0; k < kNormXVecs; ++k) {
+            const int c = t + k * kNormXThreads;
+            if (c >= nv) break;
+            for (int j = 0; j < hc; ++j) cp_async16(&h_stage[(int64_t)j * nv + c], &Hi[(int64_t)j * nv + c]);
+        }
+        cp_async_commit();
+    }
+    load_mixes(mixes, dots.raw, dots.P_raw, dots.ss, dots.P_ss, i, n_mix, hc * D, p.norm_eps);
+    if (t < hc) hc_pre_post(mixes, scale_s, base_s, hc, p.hc_eps, t, pre_s, post_s);
+    if (staged) cp_async_wait_all();
+    __syncthreads();
+    const float4* src = staged ? h_stage : Hi;
     float4 v[kNormXVecs];
     double ss = 0;
 #pragma unroll
@@ -416,7 +456,7 @@ __global__ void __launch_bounds__(kNormXThreads)
 #pragma unroll
             for (int j = 0; j < (HC > 0 ? HC : kMaxHc); ++j) {
                 if (HC == 0 && j >= hc) break;
-                const float4 h = Hi[(int64_t)j * nv + c];
+                const float4 h = src[(int64_t)j * nv + c];
                 const float w = pre_s[j];
                 s = make_float4(__fadd_rn(s.x, __fmul_rn(w, h.x)), __fadd_rn(s.y, __fmul_rn(w, h.y)),
                                 __fadd_rn(s.z, __fmul_rn(w, h.z)), __fadd_rn(s.w, __fmul_rn(w, h.w)));
@@ -432,7 +472,11 @@ __global__ void __launch_bounds__(kNormXThreads)
     for (int k = 0; k < kNormXVecs; ++k) {
         const int c = t + k * kNormXThreads;
         if (c >= nv) break;
-        xi[c] = rms_scale4(v[k], r, norm, c);
+        float4 o = make_float4(__fmul_rn(v[k].x, r), __fmul_rn(v[k].y, r), __fmul_rn(v[k].z, r), __fmul_rn(v[k].w, r));
+        if (norm)  // as rms_scale4: w * (x * r)
+            o = make_float4(__fmul_rn(nw[k].x, o.x), __fmul_rn(nw[k].y, o.y), __fmul_rn(nw[k].z, o.z),
+                            __fmul_rn(nw[k].w, o.w));
+        xi[c] = o;
     }
 }
 
@@ -572,12 +616,21 @@ void CudaBackend::hc_pre_launch(float* x, float* post, float* comb, const float*
     if (!norm)
         launch_pdl(hc_pre_x_kernel, dim3((unsigned)n, (unsigned)hc_slices(n, p)), kThreads, 0, stream_, x, H, dots,
                    scale, base, p);
-    else if (p.hc == 4)
-        launch_pdl(hc_pre_x_norm_kernel<4>, (unsigned)n, kNormXThreads, 0, stream_, x, H, dots, scale, base,
-                   norm->weight, norm->eps, p);
-    else
-        launch_pdl(hc_pre_x_norm_kernel<0>, (unsigned)n, kNormXThreads, 0, stream_, x, H, dots, scale, base,
-                   norm->weight, norm->eps, p);
+    else {
+        // The token's streams staged in shared memory (their copies go out with the dots' loads) where they fit.
+        const size_t stage = (size_t)p.hc * p.dim * sizeof(float);
+        static const bool stage_on = env_switch_on("DSV4_HC_STAGE");
+        const bool staged = stage_on && stage <= kNormXStageMax;
+        auto launch = [&](auto kernel) {
+            if (staged) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)stage));
+            launch_pdl(kernel, (unsigned)n, kNormXThreads, staged ? stage : 0, stream_, x, H, dots, scale, base,
+                       norm->weight, norm->eps, p, staged);
+        };
+        if (p.hc == 4)
+            launch(hc_pre_x_norm_kernel<4>);
+        else
+            launch(hc_pre_x_norm_kernel<0>);
+    }
     CUDA_CHECK_LAUNCH();
 }
 
