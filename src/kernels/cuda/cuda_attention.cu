@@ -302,12 +302,18 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, in
 __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttentionArgs a, int splits,
                                                                         const float2* part_ml,
                                                                         const float* part_o) {
-    pdl_begin();
     __shared__ float w_s[kMaxSplits];
     __shared__ float inv_s;
     const int H = a.n_heads, hd = a.head_dim;
     const int64_t ih = blockIdx.x, i = ih / H;
     const int h = (int)(ih % H);
+    const int d = blockIdx.y * kMergeThreads + threadIdx.x;
+    // The sink and the inverse RoPE's frequency of dim d are model data: read before the wait.
+    const float sink = a.sinks ? a.sinks[h] : 0.0f;
+    const int rope_off = hd - a.out_rope.rope_dim;
+    const float freq = a.out_rope.freqs && d >= rope_off && d < hd ? a.out_rope.freqs[(d - rope_off) / 2] : 0.0f;
+    pdl_begin();
+    const int32_t pos = a.out_rope.freqs ? a.pos[i] : 0;
     if (threadIdx.x < kWarp) {
         const int s = threadIdx.x;
         const float2 ml = s < splits ? part_ml[(i * splits + s) * H + h] : make_float2(-INFINITY, 0.0f);
@@ -315,10 +321,9 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(Attentio
         const float w = ml.x == -INFINITY ? 0.0f : expf(ml.x - M);
         const float L = warp_sum(w * ml.y);
         w_s[s] = w;
-        if (s == 0) inv_s = M == -INFINITY ? 0.0f : 1.0f / (L + (a.sinks ? expf(a.sinks[h] - M) : 0.0f));
+        if (s == 0) inv_s = M == -INFINITY ? 0.0f : 1.0f / (L + (a.sinks ? expf(sink - M) : 0.0f));
     }
     __syncthreads();
-    const int d = blockIdx.y * kMergeThreads + threadIdx.x;
     float o = 0.0f;
     if (d < hd) {
         // All the splits' loads are issued before the sum (unrolled to the cap), so one L2 round trip.
@@ -330,8 +335,15 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(Attentio
         for (int s = 0; s < kMaxSplits; ++s) o = fmaf(w_s[s], x[s], o);
         o = o * inv_s;
     }
-    if (a.out_rope.freqs)  // uniform over the block
-        o = rope_lanes(o, d, hd - a.out_rope.rope_dim, hd, a.pos[i], a.out_rope.freqs, true);
+    if (a.out_rope.freqs) {  // uniform over the block; rope_lanes with the frequency read above
+        const float other = __shfl_xor_sync(0xffffffffu, o, 1);
+        if (d >= rope_off && d < hd) {
+            const bool first = (d - rope_off) % 2 == 0;
+            float x0 = first ? o : other, x1 = first ? other : o;
+            rope_pair(x0, x1, pos, freq, true);
+            o = first ? x0 : x1;
+        }
+    }
     if (d < hd) a.out[ih * hd + d] = o;
 }
 
