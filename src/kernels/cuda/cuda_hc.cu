@@ -617,10 +617,11 @@ void CudaBackend::hc_pre_launch(float* x, float* post, float* comb, const float*
         launch_pdl(hc_pre_x_kernel, dim3((unsigned)n, (unsigned)hc_slices(n, p)), kThreads, 0, stream_, x, H, dots,
                    scale, base, p);
     else {
-        // The token's streams staged in shared memory (their copies go out with the dots' loads) where they fit.
+        // The token's streams staged in shared memory (their copies go out with the dots' loads) where they fit
+        // (with room for the kernel's static shared memory, 2 KB).
         const size_t stage = (size_t)p.hc * p.dim * sizeof(float);
         static const bool stage_on = env_switch_on("DSV4_HC_STAGE");
-        const bool staged = stage_on && stage <= kNormXStageMax;
+        const bool staged = stage_on && stage <= kNormXStageMax && stage + 2048 <= (size_t)props_.sharedMemPerBlockOptin;
         auto launch = [&](auto kernel) {
             if (staged) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)stage));
             launch_pdl(kernel, (unsigned)n, kNormXThreads, staged ? stage : 0, stream_, x, H, dots, scale, base,
