@@ -695,7 +695,10 @@ TEST(ServerMetrics, PrometheusText) {
     http.count_request("/v1/chat/completions", 200);
     http.count_request("/v1/completions", 400);
     http.count_disconnect();
-    const std::string text = render_metrics(e, http.snapshot(), 10.0);
+    ProcessStats proc;
+    proc.uptime_seconds = 10.0;
+    proc.heap_allocated_bytes = 123456;
+    const std::string text = render_metrics(e, http.snapshot(), proc);
 
     // Every line is a comment or "name{labels} value"; every sampled family was declared.
     // Metric and label names as the exposition format defines them.
@@ -726,6 +729,12 @@ TEST(ServerMetrics, PrometheusText) {
     EXPECT_TRUE(has("dsv4_http_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 2"));
     EXPECT_TRUE(has("dsv4_http_requests_total{endpoint=\"/v1/completions\",status=\"400\"} 1"));
     EXPECT_TRUE(has("dsv4_client_disconnects_total 1"));
+    EXPECT_TRUE(has("dsv4_uptime_seconds 10"));
+    EXPECT_TRUE(has("dsv4_heap_allocated_bytes 123456"));
+
+    // Where the C library cannot say, the family is left out rather than reported as zero.
+    proc.heap_allocated_bytes.reset();
+    EXPECT_EQ(render_metrics(e, http.snapshot(), proc).find("dsv4_heap_allocated_bytes"), std::string::npos);
 }
 
 }  // namespace

@@ -86,7 +86,7 @@ std::string label_value(const std::string& v) {
 
 }  // namespace
 
-std::string render_metrics(const EngineStats& e, const HttpCounters::Snapshot& http, double uptime_seconds) {
+std::string render_metrics(const EngineStats& e, const HttpCounters::Snapshot& http, const ProcessStats& proc) {
     Writer w;
     w.metric("dsv4_requests_total", "counter", "Generation requests accepted by the engine.", (double)e.requests_total);
     w.metric("dsv4_requests_finished_total", "counter", "Generation requests that ended (any reason).",
@@ -138,7 +138,12 @@ std::string render_metrics(const EngineStats& e, const HttpCounters::Snapshot& h
     w.metric("dsv4_tool_call_parse_errors_total", "counter",
              "Chat completions whose tool-call markup did not parse (the markup was withheld).",
              (double)http.parse_errors);
-    w.metric("dsv4_uptime_seconds", "gauge", "Seconds since the server started.", uptime_seconds);
+    w.metric("dsv4_uptime_seconds", "gauge", "Seconds since the server started.", proc.uptime_seconds);
+    if (proc.heap_allocated_bytes) {
+        w.metric("dsv4_heap_allocated_bytes", "gauge",
+                 "Bytes the C heap has handed out and not taken back (all arenas; the model file is not on it).",
+                 (double)*proc.heap_allocated_bytes);
+    }
     return w.take();
 }
 

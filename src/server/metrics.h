@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -36,7 +37,13 @@ private:
     Snapshot s_;
 };
 
-// The Prometheus text for one scrape. uptime_seconds: since the server started.
-std::string render_metrics(const EngineStats& engine, const HttpCounters::Snapshot& http, double uptime_seconds);
+// What the process holds, read at scrape time; an unknown value is left out of the text.
+struct ProcessStats {
+    double uptime_seconds = 0;                     // since the server started
+    std::optional<uint64_t> heap_allocated_bytes;  // see core/heap_stats.h
+};
+
+// The Prometheus text for one scrape.
+std::string render_metrics(const EngineStats& engine, const HttpCounters::Snapshot& http, const ProcessStats& proc);
 
 }  // namespace dsv4::server

@@ -15,6 +15,7 @@
 
 #include <httplib.h>
 
+#include "core/heap_stats.h"
 #include "server/event_channel.h"
 #include "server/generation.h"
 #include "server/metrics.h"
@@ -188,8 +189,10 @@ void Server::Impl::setup() {
                        {"queue_depth", st.queue_depth}});
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-        const double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-        res.set_content(render_metrics(engine.stats(), counters.snapshot(), up), "text/plain; version=0.0.4");
+        ProcessStats proc;
+        proc.uptime_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        proc.heap_allocated_bytes = heap_allocated_bytes();
+        res.set_content(render_metrics(engine.stats(), counters.snapshot(), proc), "text/plain; version=0.0.4");
     });
 }
 

@@ -10,10 +10,11 @@ export const BIN = process.env.DSV4_BIN;
 export const MODEL = process.env.DSV4_MODEL;
 if (!BIN || !MODEL) throw new Error('set DSV4_BIN (the dsv4 binary) and DSV4_MODEL (a model GGUF)');
 
-// Starts `dsv4 serve` and resolves once it listens. Its stderr is kept (and shown when a test fails).
-export async function startServer(extraArgs = [], { startupMs = 90_000 } = {}) {
+// Starts `dsv4 serve` and resolves once it listens. Its stderr is kept (and shown when a test fails). `env`: extra
+// environment variables for the server.
+export async function startServer(extraArgs = [], { startupMs = 90_000, env = {} } = {}) {
   const args = ['serve', '-m', MODEL, '--host', '127.0.0.1', '--port', '0', '--threads', '2', ...extraArgs];
-  const child = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
   const server = { child, stderr: '', stdout: '', base: null, exited: null };
   server.exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
   child.stderr.on('data', (d) => { server.stderr += d; });
