@@ -95,14 +95,14 @@ __device__ __forceinline__ void store_slice_rope(float* v, const float (&x)[NE],
             const int d = 128 * j + 4 * lane;
             if (d >= hd) continue;
             float4 o = make_float4(x[4 * j] * scale, x[4 * j + 1] * scale, x[4 * j + 2] * scale, x[4 * j + 3] * scale);
-            rope_float4(o, d, off, pos, rope_freqs4(r.freqs, d, off, hd), true);
+            rope_float4(o, d, off, pos, r.freqs, true);
             *reinterpret_cast<float4*>(v + d) = o;
         }
     } else {
 #pragma unroll
         for (int e = 0; e < NE; ++e) {
             const int d = 32 * e + lane;
-            const float o = rope_lanes(x[e] * scale, d, off, hd, pos, rope_freq(r.freqs, d, off, hd), true);
+            const float o = rope_lanes(x[e] * scale, d, off, hd, pos, r.freqs, true);
             if (d < hd) v[d] = o;
         }
     }
@@ -311,7 +311,7 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(Attentio
     // The sink and the inverse RoPE's frequency of dim d are model data: read before the wait.
     const float sink = a.sinks ? a.sinks[h] : 0.0f;
     const int rope_off = hd - a.out_rope.rope_dim;
-    const float freq = a.out_rope.freqs ? rope_freq(a.out_rope.freqs, d, rope_off, hd) : 0.0f;
+    const float freq = a.out_rope.freqs && d >= rope_off && d < hd ? a.out_rope.freqs[(d - rope_off) / 2] : 0.0f;
     pdl_begin();
     const int32_t pos = a.out_rope.freqs ? a.pos[i] : 0;
     if (threadIdx.x < kWarp) {
@@ -335,7 +335,15 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(Attentio
         for (int s = 0; s < kMaxSplits; ++s) o = fmaf(w_s[s], x[s], o);
         o = o * inv_s;
     }
-    if (a.out_rope.freqs) o = rope_lanes(o, d, rope_off, hd, pos, freq, true);  // uniform over the block
+    if (a.out_rope.freqs) {  // uniform over the block; rope_lanes with the frequency read above
+        const float other = __shfl_xor_sync(0xffffffffu, o, 1);
+        if (d >= rope_off && d < hd) {
+            const bool first = (d - rope_off) % 2 == 0;
+            float x0 = first ? o : other, x1 = first ? other : o;
+            rope_pair(x0, x1, pos, freq, true);
+            o = first ? x0 : x1;
+        }
+    }
     if (d < hd) a.out[ih * hd + d] = o;
 }
 

@@ -112,30 +112,22 @@ __device__ __forceinline__ void rope_pair(float& a, float& c, int32_t pos, float
     a = __fsub_rn(__fmul_rn(a0, cs), __fmul_rn(c0, sn));
     c = __fadd_rn(__fmul_rn(a0, sn), __fmul_rn(c0, cs));
 }
-// The frequency of the RoPE pair holding dim d of a head whose RoPE dims [off, hd) start at an even off; 0
-// outside them (freqs is then not read). Model data: a kernel may read it before its PDL wait.
-__device__ __forceinline__ float rope_freq(const float* freqs, int d, int off, int hd) {
-    return d >= off && d < hd ? freqs[(d - off) / 2] : 0.0f;
-}
-// The frequencies of the two pairs in the float4 of dims d .. d + 3 (d a multiple of 4).
-__device__ __forceinline__ float2 rope_freqs4(const float* freqs, int d, int off, int hd) {
-    return make_float2(rope_freq(freqs, d, off, hd), rope_freq(freqs, d + 2, off, hd));
-}
 // RoPE of the dims d .. d + 3 held in one float4 of a head whose RoPE dims start at `off` (even, so a pair is
-// its (x, y) or its (z, w)), with f = rope_freqs4(...) of d; dims before off are left as they are.
-__device__ __forceinline__ void rope_float4(float4& v, int d, int off, int32_t pos, float2 f, bool inverse) {
-    if (d >= off) rope_pair(v.x, v.y, pos, f.x, inverse);
-    if (d + 2 >= off) rope_pair(v.z, v.w, pos, f.y, inverse);
+// its (x, y) or its (z, w)); dims before off are left as they are.
+__device__ __forceinline__ void rope_float4(float4& v, int d, int off, int32_t pos, const float* freqs, bool inverse) {
+    if (d >= off) rope_pair(v.x, v.y, pos, freqs[(d - off) / 2], inverse);
+    if (d + 2 >= off) rope_pair(v.z, v.w, pos, freqs[(d + 2 - off) / 2], inverse);
 }
 // RoPE of a head held a dim per lane: this lane's value o of dim d, where dim d ^ 1 is lane ^ 1's (d and the lane
-// have the same parity) and the RoPE dims [off, hd) start at an even off; freq = rope_freq(...) of d. Returns o
-// rotated, or as it is outside [off, hd). Every lane of the warp must call it (a shuffle).
-__device__ __forceinline__ float rope_lanes(float o, int d, int off, int hd, int32_t pos, float freq, bool inverse) {
+// have the same parity) and the RoPE dims [off, hd) start at an even off. Returns o rotated, or as it is outside
+// [off, hd). Every lane of the warp must call it (a shuffle).
+__device__ __forceinline__ float rope_lanes(float o, int d, int off, int hd, int32_t pos, const float* freqs,
+                                            bool inverse) {
     const float other = __shfl_xor_sync(0xffffffffu, o, 1);
     if (d < off || d >= hd) return o;
     const bool first = (d - off) % 2 == 0;  // d even
     float a = first ? o : other, c = first ? other : o;
-    rope_pair(a, c, pos, freq, inverse);
+    rope_pair(a, c, pos, freqs[(d - off) / 2], inverse);
     return first ? a : c;
 }
 
@@ -249,34 +241,21 @@ __device__ __forceinline__ float warp_max(float v) {
 
 // The pieces of rms_norm that the kernels norming a row they hold share (as the CPU's rms_norm): the squares
 // of four values summed in double, the factor 1 / sqrt(mean + eps) from the row's sum, and the scaling of
-// values 4j .. 4j + 3 of the row: x * r, then times the weight's float4 j (rms_weight4: ones when there is no
-// weight, an exact product), each product rounded on its own. The weights are model data: a kernel may read
-// them before its PDL wait.
+// values 4j .. 4j + 3 of the row: x * r, then times weight's float4 j when weight is non-null (16-byte
+// aligned), each product rounded on its own.
 __device__ __forceinline__ double sum_sq4(float4 v) {
     return (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
 }
 __device__ __forceinline__ float rms_factor(double ss, int64_t dim, float eps) {
     return 1.0f / sqrtf((float)(ss / (double)dim) + eps);
 }
-__device__ __forceinline__ float4 rms_weight4(const float* weight, int j) {  // weight 16-byte aligned or null
-    return weight ? reinterpret_cast<const float4*>(weight)[j] : make_float4(1.f, 1.f, 1.f, 1.f);
-}
-__device__ __forceinline__ float4 rms_scale4(float4 v, float r, float4 w) {
-    const float4 o = make_float4(__fmul_rn(v.x, r), __fmul_rn(v.y, r), __fmul_rn(v.z, r), __fmul_rn(v.w, r));
-    return make_float4(__fmul_rn(w.x, o.x), __fmul_rn(w.y, o.y), __fmul_rn(w.z, o.z), __fmul_rn(w.w, o.w));
-}
-
-// The weights of the float4 slots t, t + threads, ... of a row of dim values that `threads` threads norm (this
-// is thread t): rms_weight4 of each, ones past the row.
-template <int V>
-__device__ __forceinline__ void rms_weights_regs(float4 (&w)[V], const float* weight, int64_t dim, int t,
-                                                 int threads) {
-    const int nv = (int)(dim / 4);
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-        const int j = t + k * threads;
-        w[k] = j < nv ? rms_weight4(weight, j) : make_float4(1.f, 1.f, 1.f, 1.f);
+__device__ __forceinline__ float4 rms_scale4(float4 v, float r, const float* weight, int j) {
+    float4 o = make_float4(__fmul_rn(v.x, r), __fmul_rn(v.y, r), __fmul_rn(v.z, r), __fmul_rn(v.w, r));
+    if (weight) {
+        const float4 w = reinterpret_cast<const float4*>(weight)[j];
+        o = make_float4(__fmul_rn(w.x, o.x), __fmul_rn(w.y, o.y), __fmul_rn(w.z, o.z), __fmul_rn(w.w, o.w));
     }
+    return o;
 }
 
 // Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.

@@ -425,7 +425,11 @@ __global__ void __launch_bounds__(kNormXThreads)
     if (t < 2) scale_s[t] = scale[t];
     if (t < 2 * hc) base_s[t] = base[t];
     float4 nw[kNormXVecs];
-    rms_weights_regs(nw, norm, D, t, kNormXThreads);
+#pragma unroll
+    for (int k = 0; k < kNormXVecs; ++k) {
+        const int c = t + k * kNormXThreads;
+        nw[k] = norm && c < nv ? reinterpret_cast<const float4*>(norm)[c] : make_float4(1.f, 1.f, 1.f, 1.f);
+    }
     pdl_begin();
     const float4* Hi = reinterpret_cast<const float4*>(H + i * hc * D);
     if (staged) {  // each thread copies the values it reads below: its own wait covers them
@@ -468,7 +472,11 @@ __global__ void __launch_bounds__(kNormXThreads)
     for (int k = 0; k < kNormXVecs; ++k) {
         const int c = t + k * kNormXThreads;
         if (c >= nv) break;
-        xi[c] = rms_scale4(v[k], r, nw[k]);
+        float4 o = make_float4(__fmul_rn(v[k].x, r), __fmul_rn(v[k].y, r), __fmul_rn(v[k].z, r), __fmul_rn(v[k].w, r));
+        if (norm)  // as rms_scale4: w * (x * r)
+            o = make_float4(__fmul_rn(nw[k].x, o.x), __fmul_rn(nw[k].y, o.y), __fmul_rn(nw[k].z, o.z),
+                            __fmul_rn(nw[k].w, o.w));
+        xi[c] = o;
     }
 }
 

@@ -18,11 +18,11 @@ constexpr int kNormVecs = 8;
 
 // One 16-byte aligned row of at most threads * 4 * kNormVecs floats, normed by `threads` threads of which this is
 // thread t (a block or a warp) into v: each loads its float4s t, t + threads, ... before using any (a row is one
-// dependent load, not one per loop trip) and scales them in place by its weights w (rms_weights_regs); sum()
-// adds a double over those threads. Slots past the row hold zeros.
+// dependent load, not one per loop trip) and scales them in place (times weight when non-null); sum() adds a
+// double over those threads. Slots past the row hold zeros.
 template <int V = kNormVecs, class Sum>
-__device__ __forceinline__ void rms_norm_vec_regs(float4 (&v)[V], const float* x, const float4 (&w)[V], int64_t dim,
-                                                  float eps, int t, int threads, Sum sum) {
+__device__ __forceinline__ void rms_norm_vec_regs(float4 (&v)[V], const float* x, const float* weight,
+                                                  int64_t dim, float eps, int t, int threads, Sum sum) {
     const float4* xi = reinterpret_cast<const float4*>(x);
     const int nv = (int)(dim / 4);
 #pragma unroll
@@ -37,17 +37,10 @@ __device__ __forceinline__ void rms_norm_vec_regs(float4 (&v)[V], const float* x
     const float r = rms_factor(ss, dim, eps);
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-        if (t + k * threads >= nv) break;
-        v[k] = rms_scale4(v[k], r, w[k]);
+        const int j = t + k * threads;
+        if (j >= nv) break;
+        v[k] = rms_scale4(v[k], r, weight, j);
     }
-}
-// The same with the weights read here, alongside the row.
-template <int V = kNormVecs, class Sum>
-__device__ __forceinline__ void rms_norm_vec_regs(float4 (&v)[V], const float* x, const float* weight, int64_t dim,
-                                                  float eps, int t, int threads, Sum sum) {
-    float4 w[V];
-    rms_weights_regs(w, weight, dim, t, threads);
-    rms_norm_vec_regs(v, x, w, dim, eps, t, threads, sum);
 }
 
 // rms_norm_vec_regs, then the row's store.
@@ -149,29 +142,50 @@ __global__ void __launch_bounds__(kNormThreads)
     norm_rope_kernel(float* x, int64_t n_warps, int n_heads, int head_dim, int64_t stride, const float* weight,
                      float eps, const int32_t* pos, const float* freqs, int rope_dim, int block) {
     const int lane = threadIdx.x % kWarp;
-    const int off = head_dim - rope_dim;
+    const int nv = head_dim / 4, off = head_dim - rope_dim;
     // The norm's weights and the RoPE frequencies of the lane's dims are read before the wait (model data, not
     // written by any kernel), so after it the chain is one round trip for the head and its position.
     float4 nw[V];
-    rms_weights_regs(nw, weight, head_dim, lane, kWarp);
     float2 fr[V];
 #pragma unroll
-    for (int k = 0; k < V; ++k) fr[k] = rope_freqs4(freqs, 4 * (lane + k * kWarp), off, head_dim);
+    for (int k = 0; k < V; ++k) {
+        const int j = lane + k * kWarp, d = 4 * j;
+        nw[k] = weight && j < nv ? reinterpret_cast<const float4*>(weight)[j] : make_float4(1.f, 1.f, 1.f, 1.f);
+        fr[k].x = rope_dim > 0 && d >= off && d < head_dim ? freqs[(d - off) / 2] : 0.0f;
+        fr[k].y = rope_dim > 0 && d + 2 >= off && d < head_dim ? freqs[(d + 2 - off) / 2] : 0.0f;
+    }
     pdl_begin();
     const int64_t w = (int64_t)blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
     if (w >= n_warps) return;  // warp-uniform
     const int64_t row = w / n_heads;
     float* head = x + row * stride + (w % n_heads) * (int64_t)head_dim;
     const int32_t p = rope_dim > 0 ? pos[row] : 0;
+    // The head's RMS norm as rms_norm_vec_regs computes it: a double sum, then w * (x * r).
     float4 v[V];
-    rms_norm_vec_regs<V>(v, head, nw, head_dim, eps, lane, kWarp, [](double s) { return warp_sum(s); });
-    const int nv = head_dim / 4;
+    const float4* hv = reinterpret_cast<const float4*>(head);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        const int j = lane + k * kWarp;
+        v[k] = j < nv ? hv[j] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    double ssq = 0;
+#pragma unroll
+    for (int k = 0; k < V; ++k) ssq += sum_sq4(v[k]);
+    const float r = rms_factor(warp_sum(ssq), head_dim, eps);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        v[k] = make_float4(__fmul_rn(v[k].x, r), __fmul_rn(v[k].y, r), __fmul_rn(v[k].z, r), __fmul_rn(v[k].w, r));
+        if (weight)
+            v[k] = make_float4(__fmul_rn(nw[k].x, v[k].x), __fmul_rn(nw[k].y, v[k].y), __fmul_rn(nw[k].z, v[k].z),
+                               __fmul_rn(nw[k].w, v[k].w));
+    }
     if (rope_dim > 0) {
 #pragma unroll
         for (int k = 0; k < V; ++k) {
             const int d = 4 * (lane + k * kWarp);
             if (d >= head_dim) break;
-            rope_float4(v[k], d, off, p, fr[k], false);
+            if (d >= off) rope_pair(v[k].x, v[k].y, p, fr[k].x, false);  // as rope_float4
+            if (d + 2 >= off) rope_pair(v[k].z, v[k].w, p, fr[k].y, false);
         }
     }
     if (block > 0) {
