@@ -335,15 +335,7 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(Attentio
         for (int s = 0; s < kMaxSplits; ++s) o = fmaf(w_s[s], x[s], o);
         o = o * inv_s;
     }
-    if (a.out_rope.freqs) {  // uniform over the block; rope_lanes with the frequency read above
-        const float other = __shfl_xor_sync(0xffffffffu, o, 1);
-        if (d >= rope_off && d < hd) {
-            const bool first = (d - rope_off) % 2 == 0;
-            float x0 = first ? o : other, x1 = first ? other : o;
-            rope_pair(x0, x1, pos, freq, true);
-            o = first ? x0 : x1;
-        }
-    }
+    if (a.out_rope.freqs) o = rope_lanes(o, d, rope_off, hd, pos, [=] { return freq; }, true);  // block-uniform
     if (d < hd) a.out[ih * hd + d] = o;
 }
 

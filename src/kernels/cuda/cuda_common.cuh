@@ -113,22 +113,32 @@ __device__ __forceinline__ void rope_pair(float& a, float& c, int32_t pos, float
     c = __fadd_rn(__fmul_rn(a0, sn), __fmul_rn(c0, cs));
 }
 // RoPE of the dims d .. d + 3 held in one float4 of a head whose RoPE dims start at `off` (even, so a pair is
-// its (x, y) or its (z, w)); dims before off are left as they are.
+// its (x, y) or its (z, w)); dims before off are left as they are. freq(i): the frequency of the float4's pair i
+// (0 or 1), asked only for a pair it rotates; a kernel that read its frequencies before its PDL wait returns them.
+template <class Freq>
+__device__ __forceinline__ void rope_float4(float4& v, int d, int off, int32_t pos, Freq freq, bool inverse) {
+    if (d >= off) rope_pair(v.x, v.y, pos, freq(0), inverse);
+    if (d + 2 >= off) rope_pair(v.z, v.w, pos, freq(1), inverse);
+}
 __device__ __forceinline__ void rope_float4(float4& v, int d, int off, int32_t pos, const float* freqs, bool inverse) {
-    if (d >= off) rope_pair(v.x, v.y, pos, freqs[(d - off) / 2], inverse);
-    if (d + 2 >= off) rope_pair(v.z, v.w, pos, freqs[(d + 2 - off) / 2], inverse);
+    rope_float4(v, d, off, pos, [=](int i) { return freqs[(d + 2 * i - off) / 2]; }, inverse);
 }
 // RoPE of a head held a dim per lane: this lane's value o of dim d, where dim d ^ 1 is lane ^ 1's (d and the lane
 // have the same parity) and the RoPE dims [off, hd) start at an even off. Returns o rotated, or as it is outside
-// [off, hd). Every lane of the warp must call it (a shuffle).
-__device__ __forceinline__ float rope_lanes(float o, int d, int off, int hd, int32_t pos, const float* freqs,
-                                            bool inverse) {
+// [off, hd). Every lane of the warp must call it (a shuffle). freq(): the frequency of d's pair, asked only inside
+// [off, hd), as in rope_float4.
+template <class Freq>
+__device__ __forceinline__ float rope_lanes(float o, int d, int off, int hd, int32_t pos, Freq freq, bool inverse) {
     const float other = __shfl_xor_sync(0xffffffffu, o, 1);
     if (d < off || d >= hd) return o;
     const bool first = (d - off) % 2 == 0;  // d even
     float a = first ? o : other, c = first ? other : o;
-    rope_pair(a, c, pos, freqs[(d - off) / 2], inverse);
+    rope_pair(a, c, pos, freq(), inverse);
     return first ? a : c;
+}
+__device__ __forceinline__ float rope_lanes(float o, int d, int off, int hd, int32_t pos, const float* freqs,
+                                            bool inverse) {
+    return rope_lanes(o, d, off, hd, pos, [=] { return freqs[(d - off) / 2]; }, inverse);
 }
 
 // Order-preserving 64-bit key of (score, index) for top-k selection: a larger key is a higher score, then a
@@ -242,20 +252,30 @@ __device__ __forceinline__ float warp_max(float v) {
 // The pieces of rms_norm that the kernels norming a row they hold share (as the CPU's rms_norm): the squares
 // of four values summed in double, the factor 1 / sqrt(mean + eps) from the row's sum, and the scaling of
 // values 4j .. 4j + 3 of the row: x * r, then times weight's float4 j when weight is non-null (16-byte
-// aligned), each product rounded on its own.
+// aligned), each product rounded on its own. A kernel that read its weights w before its PDL wait passes them
+// with `weighted`.
 __device__ __forceinline__ double sum_sq4(float4 v) {
     return (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
 }
 __device__ __forceinline__ float rms_factor(double ss, int64_t dim, float eps) {
     return 1.0f / sqrtf((float)(ss / (double)dim) + eps);
 }
-__device__ __forceinline__ float4 rms_scale4(float4 v, float r, const float* weight, int j) {
-    float4 o = make_float4(__fmul_rn(v.x, r), __fmul_rn(v.y, r), __fmul_rn(v.z, r), __fmul_rn(v.w, r));
-    if (weight) {
-        const float4 w = reinterpret_cast<const float4*>(weight)[j];
-        o = make_float4(__fmul_rn(w.x, o.x), __fmul_rn(w.y, o.y), __fmul_rn(w.z, o.z), __fmul_rn(w.w, o.w));
-    }
+__device__ __forceinline__ float4 scale_rn4(float4 v, float r) {
+    return make_float4(__fmul_rn(v.x, r), __fmul_rn(v.y, r), __fmul_rn(v.z, r), __fmul_rn(v.w, r));
+}
+__device__ __forceinline__ float4 mul_rn4(float4 a, float4 b) {
+    return make_float4(__fmul_rn(a.x, b.x), __fmul_rn(a.y, b.y), __fmul_rn(a.z, b.z), __fmul_rn(a.w, b.w));
+}
+// The weighted product is written out: through mul_rn4 the compiler schedules the Q8_0 register GEMV's norm
+// differently (other machine code than the one measured and validated on the H200).
+__device__ __forceinline__ float4 rms_scale4(float4 v, float r, float4 w, bool weighted) {
+    float4 o = scale_rn4(v, r);
+    if (weighted) o = make_float4(__fmul_rn(w.x, o.x), __fmul_rn(w.y, o.y), __fmul_rn(w.z, o.z), __fmul_rn(w.w, o.w));
     return o;
+}
+__device__ __forceinline__ float4 rms_scale4(float4 v, float r, const float* weight, int j) {
+    const float4 o = scale_rn4(v, r);
+    return weight ? mul_rn4(reinterpret_cast<const float4*>(weight)[j], o) : o;
 }
 
 // Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.

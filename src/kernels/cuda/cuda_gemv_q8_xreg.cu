@@ -118,11 +118,8 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) gemv_q8_xreg_kernel(const
         const float r = rms_factor(ss, n_warps * G::kSliceValues, J.norm.eps);
 #pragma unroll
         for (int i = 0; i < 4 * H; ++i) {
-            float4 o = make_float4(__fmul_rn(v[i][0], r), __fmul_rn(v[i][1], r), __fmul_rn(v[i][2], r),
-                                   __fmul_rn(v[i][3], r));
-            if (J.norm.weight)  // as rms_scale4: w * (x * r)
-                o = make_float4(__fmul_rn(nw[i].x, o.x), __fmul_rn(nw[i].y, o.y), __fmul_rn(nw[i].z, o.z),
-                                __fmul_rn(nw[i].w, o.w));
+            const float4 o =
+                rms_scale4(make_float4(v[i][0], v[i][1], v[i][2], v[i][3]), r, nw[i], J.norm.weight != nullptr);
             v[i][0] = o.x, v[i][1] = o.y, v[i][2] = o.z, v[i][3] = o.w;
         }
     }

@@ -472,11 +472,7 @@ __global__ void __launch_bounds__(kNormXThreads)
     for (int k = 0; k < kNormXVecs; ++k) {
         const int c = t + k * kNormXThreads;
         if (c >= nv) break;
-        float4 o = make_float4(__fmul_rn(v[k].x, r), __fmul_rn(v[k].y, r), __fmul_rn(v[k].z, r), __fmul_rn(v[k].w, r));
-        if (norm)  // as rms_scale4: w * (x * r)
-            o = make_float4(__fmul_rn(nw[k].x, o.x), __fmul_rn(nw[k].y, o.y), __fmul_rn(nw[k].z, o.z),
-                            __fmul_rn(nw[k].w, o.w));
-        xi[c] = o;
+        xi[c] = rms_scale4(v[k], r, nw[k], norm != nullptr);
     }
 }
 

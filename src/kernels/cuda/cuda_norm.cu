@@ -173,19 +173,13 @@ __global__ void __launch_bounds__(kNormThreads)
     for (int k = 0; k < V; ++k) ssq += sum_sq4(v[k]);
     const float r = rms_factor(warp_sum(ssq), head_dim, eps);
 #pragma unroll
-    for (int k = 0; k < V; ++k) {
-        v[k] = make_float4(__fmul_rn(v[k].x, r), __fmul_rn(v[k].y, r), __fmul_rn(v[k].z, r), __fmul_rn(v[k].w, r));
-        if (weight)
-            v[k] = make_float4(__fmul_rn(nw[k].x, v[k].x), __fmul_rn(nw[k].y, v[k].y), __fmul_rn(nw[k].z, v[k].z),
-                               __fmul_rn(nw[k].w, v[k].w));
-    }
+    for (int k = 0; k < V; ++k) v[k] = rms_scale4(v[k], r, nw[k], weight != nullptr);
     if (rope_dim > 0) {
 #pragma unroll
         for (int k = 0; k < V; ++k) {
             const int d = 4 * (lane + k * kWarp);
             if (d >= head_dim) break;
-            if (d >= off) rope_pair(v[k].x, v[k].y, p, fr[k].x, false);  // as rope_float4
-            if (d + 2 >= off) rope_pair(v[k].z, v[k].w, p, fr[k].y, false);
+            rope_float4(v[k], d, off, p, [&](int i) { return i ? fr[k].y : fr[k].x; }, false);
         }
     }
     if (block > 0) {
