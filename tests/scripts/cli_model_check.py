@@ -69,22 +69,42 @@ expect(outs[0] != outs[2], "run prints another text for another seed")
 r = run(["run", "-m", tiny, "-p", "plain text", "-n", "4", "--raw", "--temp", "0"])
 expect(r.returncode == 0, "run --raw (greedy) succeeds")
 
-# dsv4 chat: multi-turn over stdin, /reset, and Ctrl-C stopping an answer but not the program.
-import signal, time
+# dsv4 chat: multi-turn over stdin, /reset, and Ctrl-C stopping an answer but not the program. The Ctrl-C goes
+# once the answer streams (its first bytes after the "> " prompt), not after a fixed delay: on a loaded machine
+# the model may still be loading then, before chat takes over SIGINT.
+import signal, threading, time
 chat = subprocess.Popen([dsv4, "chat", "-m", tiny, "-n", chat_tokens, "--seed", "1", "-c", "8192"], stdin=subprocess.PIPE,
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+streams = {"out": bytearray(), "err": bytearray()}
+def drain(pipe, key):
+    for chunk in iter(lambda: pipe.read1(4096), b""):
+        streams[key] += chunk
+readers = [threading.Thread(target=drain, args=(chat.stdout, "out")),
+           threading.Thread(target=drain, args=(chat.stderr, "err"))]
+for t in readers:
+    t.start()
 chat.stdin.write("Tell me a very long story.\n".encode())
 chat.stdin.flush()
-time.sleep(3.0)  # let the answer start streaming
+deadline = time.monotonic() + 300
+def answering():
+    at = streams["out"].find(b"> ")
+    return at >= 0 and len(streams["out"]) > at + 2
+while not answering() and chat.poll() is None and time.monotonic() < deadline:
+    time.sleep(0.05)
+expect(answering(), "chat starts streaming an answer")
 chat.send_signal(signal.SIGINT)
 time.sleep(1.0)
 try:
-    out, err = chat.communicate(input="/reset\nAnother question?\n/exit\n".encode(), timeout=600)
-except subprocess.TimeoutExpired:
+    chat.stdin.write("/reset\nAnother question?\n/exit\n".encode())
+    chat.stdin.close()
+    chat.wait(timeout=600)
+except (subprocess.TimeoutExpired, BrokenPipeError):
     chat.kill()
-    out, err = chat.communicate()
-out = out.decode("utf-8", "replace")
-err = err.decode("utf-8", "replace")
+    chat.wait()
+for t in readers:
+    t.join()
+out = streams["out"].decode("utf-8", "replace")
+err = streams["err"].decode("utf-8", "replace")
 expect(chat.returncode == 0, "chat exits 0 after Ctrl-C during an answer and /exit (rc %s)" % chat.returncode)
 expect("(stopped)" in err, "Ctrl-C stops the current answer")
 expect("(conversation cleared)" in out, "/reset clears the conversation")
