@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -223,6 +224,22 @@ inline const DeviceLimits& device_limits() {
     return l;
 }
 
+// The dynamic shared memory a block of a kernel with these attributes can have on this device: the opt-in limit
+// less the kernel's own static shared memory.
+inline size_t dynamic_smem_avail(const cudaFuncAttributes& attr) {
+    const size_t optin = device_limits().smem_optin;
+    return optin - std::min(optin, attr.sharedSizeBytes);
+}
+template <auto K>
+size_t dynamic_smem_avail() {  // of kernel K, found once
+    static const size_t avail = [] {
+        cudaFuncAttributes attr{};
+        CUDA_CHECK(cudaFuncGetAttributes(&attr, K));
+        return dynamic_smem_avail(attr);
+    }();
+    return avail;
+}
+
 inline unsigned ceil_div(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 
 // Grid size for a grid-stride loop over n items: enough blocks to fill the GPU, never zero.
@@ -265,6 +282,16 @@ __device__ __forceinline__ float4 scale_rn4(float4 v, float r) {
 }
 __device__ __forceinline__ float4 mul_rn4(float4 a, float4 b) {
     return make_float4(__fmul_rn(a.x, b.x), __fmul_rn(a.y, b.y), __fmul_rn(a.z, b.z), __fmul_rn(a.w, b.w));
+}
+// The norm's weights for rms_scale4 read ahead (before a PDL wait): float4 j of weight, ones when there is no
+// weight or j is past the row's nv float4s. The pointer is taken by reference so that a kernel parameter's field
+// is read as a parameter, as the validated machine code does.
+template <class Index>
+__device__ __forceinline__ float4 rms_weight4(const float* const& weight, Index j) {
+    return weight ? reinterpret_cast<const float4*>(weight)[j] : make_float4(1.f, 1.f, 1.f, 1.f);
+}
+__device__ __forceinline__ float4 rms_weight4(const float* const& weight, int j, int nv) {
+    return weight && j < nv ? reinterpret_cast<const float4*>(weight)[j] : make_float4(1.f, 1.f, 1.f, 1.f);
 }
 // The weighted product is written out: through mul_rn4 the compiler schedules the Q8_0 register GEMV's norm
 // differently (other machine code than the one measured and validated on the H200).

@@ -106,8 +106,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) gemv_q8_xreg_kernel(const
         float4 nw[4 * H];
 #pragma unroll
         for (int i = 0; i < 4 * H; ++i)
-            nw[i] = J.norm.weight ? reinterpret_cast<const float4*>(J.norm.weight)[at / 4 + i]
-                                  : make_float4(1.f, 1.f, 1.f, 1.f);
+            nw[i] = rms_weight4(J.norm.weight, at / 4 + i);
         __shared__ double scratch[kMaxWarps];
         double ss = 0;
 #pragma unroll

@@ -232,8 +232,7 @@ template <auto K, class Smem>
 std::array<int, kMaxWarps + 1> occupancy(Smem smem) {
     cudaFuncAttributes attr{};
     CUDA_CHECK(cudaFuncGetAttributes(&attr, K));
-    const size_t optin = device_limits().smem_optin;
-    const size_t avail = optin - std::min(optin, attr.sharedSizeBytes);
+    const size_t avail = dynamic_smem_avail(attr);
     CUDA_CHECK(cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)avail));
     CUDA_CHECK(
         cudaFuncSetAttribute(K, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared));

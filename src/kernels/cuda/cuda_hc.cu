@@ -428,7 +428,7 @@ __global__ void __launch_bounds__(kNormXThreads)
 #pragma unroll
     for (int k = 0; k < kNormXVecs; ++k) {
         const int c = t + k * kNormXThreads;
-        nw[k] = norm && c < nv ? reinterpret_cast<const float4*>(norm)[c] : make_float4(1.f, 1.f, 1.f, 1.f);
+        nw[k] = rms_weight4(norm, c, nv);
     }
     pdl_begin();
     const float4* Hi = reinterpret_cast<const float4*>(H + i * hc * D);
@@ -614,19 +614,19 @@ void CudaBackend::hc_pre_launch(float* x, float* post, float* comb, const float*
                    scale, base, p);
     else {
         // The token's streams staged in shared memory (their copies go out with the dots' loads) where they fit
-        // (with room for the kernel's static shared memory, 2 KB).
+        // beside the kernel's static shared memory.
         const size_t stage = (size_t)p.hc * p.dim * sizeof(float);
         static const bool stage_on = env_switch_on("DSV4_HC_STAGE");
-        const bool staged = stage_on && stage <= kNormXStageMax && stage + 2048 <= (size_t)props_.sharedMemPerBlockOptin;
-        auto launch = [&](auto kernel) {
+        auto launch = [&](auto kernel, size_t avail) {
+            const bool staged = stage_on && stage <= kNormXStageMax && stage <= avail;
             if (staged) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)stage));
             launch_pdl(kernel, (unsigned)n, kNormXThreads, staged ? stage : 0, stream_, x, H, dots, scale, base,
                        norm->weight, norm->eps, p, staged);
         };
         if (p.hc == 4)
-            launch(hc_pre_x_norm_kernel<4>);
+            launch(hc_pre_x_norm_kernel<4>, dynamic_smem_avail<hc_pre_x_norm_kernel<4>>());
         else
-            launch(hc_pre_x_norm_kernel<0>);
+            launch(hc_pre_x_norm_kernel<0>, dynamic_smem_avail<hc_pre_x_norm_kernel<0>>());
     }
     CUDA_CHECK_LAUNCH();
 }

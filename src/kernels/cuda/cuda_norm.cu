@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kNormThreads)
 #pragma unroll
     for (int k = 0; k < V; ++k) {
         const int j = lane + k * kWarp, d = 4 * j;
-        nw[k] = weight && j < nv ? reinterpret_cast<const float4*>(weight)[j] : make_float4(1.f, 1.f, 1.f, 1.f);
+        nw[k] = rms_weight4(weight, j, nv);
         fr[k].x = rope_dim > 0 && d >= off && d < head_dim ? freqs[(d - off) / 2] : 0.0f;
         fr[k].y = rope_dim > 0 && d + 2 >= off && d < head_dim ? freqs[(d + 2 - off) / 2] : 0.0f;
     }
