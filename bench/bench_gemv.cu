@@ -6,13 +6,13 @@
 // Method: CUDA events around each call, after warm-up, median of the calls; weights rotate over copies
 // totalling >= 256 MB (five times the 50 MB L2) so that no call finds its weights in L2; a spin kernel
 // keeps the GPU busy while the host queues the timed calls, so host launch cost is not counted (the GPU's
-// own per-launch gap is). The kernels run are those of the process's DSV4_GEMV mode (unset: current;
-// "staged", "legacy": the previous ones), so one GPU session can A/B them.
+// own per-launch gap is). The kernels run are those the backend chooses (cuda_select.cu); --force OP=KERNEL
+// (kernel names in cuda_kernels.h) times one kernel wherever it serves a call, so one GPU session can A/B them.
 //
 // `floor` rows time a plain read of the same bytes (read_floor_kernel): the least a call of that size takes.
 // --no-rotate keeps one copy of each weight, so calls smaller than L2 read it from there (A/B of DRAM).
 //
-// usage: bench_gemv [--n 1,2,4,8] [--reps N] [--only NAME] [--quick] [--no-rotate]
+// usage: bench_gemv [--n 1,2,4,8] [--reps N] [--only NAME] [--quick] [--no-rotate] [--force OP=KERNEL ...]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,7 +29,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
-#include "kernels/cuda/cuda_gemv.cuh"
+#include "kernels/cuda/cuda_kernels.h"
 
 using namespace dsv4;
 
@@ -290,6 +290,8 @@ std::vector<int64_t> parse_list(const char* s) {
 
 int main(int argc, char** argv) {
     Options o;
+    CudaOptions cuda_options;
+    std::string forced;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--n" && i + 1 < argc)
@@ -302,8 +304,18 @@ int main(int argc, char** argv) {
             o.quick = true;
         else if (a == "--no-rotate")
             o.no_rotate = true;
-        else {
-            std::fprintf(stderr, "usage: bench_gemv [--n 1,2,4,8] [--reps N] [--only NAME] [--quick] [--no-rotate]\n");
+        else if (a == "--force" && i + 1 < argc) {
+            const std::string f = argv[++i];
+            const size_t eq = f.find('=');
+            if (eq == std::string::npos || !set_kernel_force(cuda_options.force, f.substr(0, eq), f.substr(eq + 1))) {
+                std::fprintf(stderr, "bench_gemv: --force %s: not OP=KERNEL with a kernel of cuda_kernels.h\n", f.c_str());
+                return 2;
+            }
+            forced += " " + f;
+        } else {
+            std::fprintf(stderr,
+                         "usage: bench_gemv [--n 1,2,4,8] [--reps N] [--only NAME] [--quick] [--no-rotate] "
+                         "[--force OP=KERNEL ...]\n");
             return a == "--help" || a == "-h" ? 0 : 2;
         }
     }
@@ -311,24 +323,17 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench_gemv: no CUDA device\n");
         return 1;
     }
-    auto made = make_cuda_backend(0);
+    auto made = make_cuda_backend(0, cuda_options);
     if (!made.ok()) {
         std::fprintf(stderr, "bench_gemv: %s\n", made.error().c_str());
         return 1;
     }
     std::unique_ptr<Backend> backend = std::move(*made);
     auto& cb = static_cast<cuda::CudaBackend&>(*backend);
-    const char* mode = cuda::gemv_mode() == cuda::GemvMode::Staged   ? "staged (previous kernel)"
-                       : cuda::gemv_mode() == cuda::GemvMode::Legacy ? "legacy (generic kernel)"
-                                                                     : "pipelined (current)";
-    const char* moe_env = std::getenv("DSV4_MOE_DECODE");
-    std::printf(
-        "bench_gemv: %s, %d SMs, L2 %d MB; GEMV mode %s; MoE decode path %s; weights rotated over >= %.0f MB; "
-        "median of %d calls\n",
-        cb.props().name, cb.props().multiProcessorCount, cb.props().l2CacheSize >> 20, mode,
-        moe_env && std::strcmp(moe_env, "0") == 0 ? "off" : "on (when the mode is current)",
-        o.no_rotate ? 0.0 : kRotateBytes * 1e-6,
-        o.quick ? 10 : o.reps);
+    std::printf("bench_gemv: %s, %d SMs, L2 %d MB; kernels %s; weights rotated over >= %.0f MB; median of %d calls\n",
+                cb.props().name, cb.props().multiProcessorCount, cb.props().l2CacheSize >> 20,
+                forced.empty() ? "as chosen" : ("forced:" + forced).c_str(), o.no_rotate ? 0.0 : kRotateBytes * 1e-6,
+                o.quick ? 10 : o.reps);
     std::printf("%-10s %-22s %-8s %2s %9s %9s %8s %7s\n", "op", "shape", "type", "n", "MB/call", "us", "GB/s",
                 "of 4TB/s");
     Bench b(*backend, cb, o);

@@ -8,7 +8,7 @@
 #   ncu.txt             device time per kernel of one 4K decode step (Nsight Compute, graphs off)
 #   gemv.log            bench_gemv (decode GEMV and MoE at V4-Flash shapes)
 #   whatif (stdout)     decode at 4K (median of 3 runs of 64 tokens) with each set of ops in $WHATIF skipped
-#                       (DSV4_CUDA_SKIP: those ops launch nothing), the first set empty: what each op class
+#                       (bench --skip-ops: those ops launch nothing), the first set empty: what each op class
 #                       costs inside the step graph, where Nsight Compute times kernels one at a time
 # Needs the build from scripts/gpu_build.sh (build-gpu/). STEPS picks steps (default: all).
 DEFAULT_STEPS="gemv decode bf16 depths ncu"
@@ -45,11 +45,11 @@ fi
 if has whatif; then
   WHATIF=${WHATIF:-"none rms_norm hc_pre norm_rope attention moe_experts matmul matmul_batch"}
   for set in $WHATIF; do
-    skip=${set//+/,}
-    [[ $set == none ]] && skip=""
+    skip=()
+    [[ $set != none ]] && skip=(--skip-ops "${set//+/,}")
     rm -f /tmp/dsv4-whatif.json
-    DSV4_CUDA_SKIP=$skip timeout 120 "$BIN/dsv4" bench "${flash[@]}" --prompt 16 --ctx 4096 --gen 64 --repeat 3 \
-      --skip-fill >/tmp/dsv4-whatif.json 2>/dev/null
+    timeout 120 "$BIN/dsv4" bench "${flash[@]}" --prompt 16 --ctx 4096 --gen 64 --repeat 3 --skip-fill "${skip[@]}" \
+      >/tmp/dsv4-whatif.json 2>/dev/null
     python3 -c 'import json, sys; t = json.load(open(sys.argv[1]))["decode"][0]["tokens_per_s"]
 print("whatif skip=%-40s %8.2f tok/s %7.3f ms/token" % (sys.argv[2], t, 1e3 / t))' \
       /tmp/dsv4-whatif.json "$set" || echo "whatif skip=$set: failed"

@@ -15,9 +15,9 @@ if has build; then
   echo "build: ok in $((SECONDS - start)) s"
 fi
 if has conformance; then
-  timeout 240 "$BIN/test-backend-ops" >"$OUT/conformance.log" 2>&1
+  timeout 300 stdbuf -oL "$BIN/test-backend-ops" >"$OUT/conformance.log" 2>&1
   echo "conformance: exit $?"
-  grep -E "^FAIL|^  |^test-backend-ops" "$OUT/conformance.log" | head -60
+  grep -E "^FAIL|^  |^test-backend-ops" "$OUT/conformance.log" | head -80
 fi
 if has golden; then
   rm -rf /tmp/dsv4-logits

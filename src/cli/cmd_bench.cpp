@@ -126,6 +126,7 @@ int cmd_bench(int argc, char** argv) {
                  "nothing)");
     add_no_graphs_flag(app, no_graphs);
     add_device_options(app, dev);
+    add_kernel_options(app, dev);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

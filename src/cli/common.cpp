@@ -21,6 +21,17 @@ void add_device_options(CLI::App& app, DeviceOptions& d) {
         ->check(CLI::IsMember({"f32", "bf16"}));
 }
 
+void add_kernel_options(CLI::App& app, DeviceOptions& d) {
+    app.add_option("--skip-ops", d.skip_ops,
+                   "CUDA only, what-if timing: these ops (comma-separated backend op names) launch nothing, so the "
+                   "step's time without them shows; the model's numbers are then wrong")
+        ->delimiter(',');
+    app.add_option("--kernel", d.kernels,
+                   "CUDA only: OP=KERNEL runs that kernel wherever it serves a call (ops: matmul, moe_experts, "
+                   "attention, hc_pre_norm; kernels in docs/cuda.md); repeatable")
+        ->delimiter(',');
+}
+
 void add_no_graphs_flag(CLI::App& app, bool& no_graphs) {
     app.add_flag("--no-graphs", no_graphs,
                  "run every op of a decode step as it is called (default: repeated steps replay as one graph)");
@@ -42,12 +53,19 @@ Result<std::unique_ptr<Backend>> make_backend(const DeviceOptions& d) {
     if (d.device == "cuda" || (d.device == "auto" && cuda_device_available())) {
         CudaOptions o;
         o.gemm = gemm == "f32" ? GemmPrecision::F32 : GemmPrecision::BF16;
+        o.skip_ops = d.skip_ops;
+        for (const std::string& k : d.kernels) {
+            const size_t eq = k.find('=');
+            if (eq == std::string::npos || !set_kernel_force(o.force, k.substr(0, eq), k.substr(eq + 1)))
+                return make_error("--kernel " + k + ": not OP=KERNEL with a known op and kernel (docs/cuda.md)");
+        }
         return make_cuda_backend(0, o);
     }
 #else
     (void)gemm;  // checked above so a bad $DSV4_GEMM fails the same way in every build
     if (d.device == "cuda") return make_error("this dsv4 was built without CUDA (configure with -DDSV4_CUDA=ON)");
 #endif
+    if (!d.skip_ops.empty() || !d.kernels.empty()) return make_error("--skip-ops and --kernel apply to CUDA only");
     return make_cpu_backend(threads);
 }
 

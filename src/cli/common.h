@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "ops/backend.h"
@@ -22,9 +23,13 @@ struct DeviceOptions {
     std::string device = "auto";  // auto | cpu | cuda
     int threads = 0;              // CPU threads (0 = all cores)
     std::string gemm;             // CUDA matmul precision: f32 | bf16 | "" (= $DSV4_GEMM, else f32)
+    std::vector<std::string> skip_ops;  // CUDA what-if timing: ops that launch nothing (CudaOptions::skip_ops)
+    std::vector<std::string> kernels;   // CUDA kernels forced per op, as OP=KERNEL (CudaOptions::force)
 };
 
 void add_device_options(CLI::App& app, DeviceOptions& d);
+// The timing options of `bench`: --skip-ops and --kernel.
+void add_kernel_options(CLI::App& app, DeviceOptions& d);
 // --no-graphs: run every op of a decode step as it is called (StepOptions::graphs off).
 void add_no_graphs_flag(CLI::App& app, bool& no_graphs);
 // The backend the options ask for: "auto" picks CUDA when built with it and a GPU is present, else CPU.

@@ -260,6 +260,12 @@ public:
     // before. Null: not supported, every op runs as it is called.
     virtual GraphSupport* graph_support() { return nullptr; }
 
+    // ---- introspection ----
+    // The kernel the latest op that chooses between kernels ran ("q8_xreg", ...; the names of
+    // kernels/cuda/cuda_kernels.h), or null since clear_last_kernel(). The CPU has one kernel per op.
+    virtual const char* last_kernel() const { return nullptr; }
+    virtual void clear_last_kernel() {}
+
 protected:
     // t [n, K] (rows of K floats) = rms_norm(x) times norm, for x rows of x_stride floats: matmul_norm's unfused
     // first half (rms_norm takes one stride for both sides; a strided x is copied first).

@@ -26,6 +26,7 @@ void ProfilingBackend::timed(Key&& key, double bytes, F&& call) {
         return;
     }
     b_.synchronize();  // earlier queued work must not be charged to this op
+    b_.clear_last_kernel();
     const auto t0 = std::chrono::steady_clock::now();
     call();
     b_.synchronize();
@@ -36,6 +37,9 @@ void ProfilingBackend::timed(Key&& key, double bytes, F&& call) {
     } else {
         k = key;
     }
+    // The kernel the op chose, where the backend chooses between several (it names the one it ran last).
+    const char* kernel = b_.last_kernel();
+    if (kernel != nullptr) k += std::string(" [") + kernel + "]";
     OpProfileRow& r = rows_[k];
     r.key = k;
     r.calls += 1;

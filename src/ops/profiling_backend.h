@@ -14,7 +14,7 @@
 namespace dsv4 {
 
 struct OpProfileRow {
-    std::string key;     // op name, for matmul also the weight type and a row-count class
+    std::string key;     // op name, for matmul also the weight type and a row-count class, and [the kernel] it ran
     int64_t calls = 0;
     double seconds = 0;  // summed wall time including the wait for completion
     double bytes = 0;    // weight bytes the op had to read (matmul and embed only; 0 when not known)
@@ -28,6 +28,8 @@ public:
     void set_enabled(bool on) { enabled_ = on; }
     // Off, steps may be replayed as graphs of the wrapped backend; on, every op must run (and be timed) alone.
     GraphSupport* graph_support() override { return enabled_ ? nullptr : b_.graph_support(); }
+    const char* last_kernel() const override { return b_.last_kernel(); }
+    void clear_last_kernel() override { b_.clear_last_kernel(); }
 
     // Rows sorted by time, largest first.
     std::vector<OpProfileRow> rows() const;

@@ -34,6 +34,15 @@ struct Check {
     std::string detail;
 };
 
+#if defined(DSV4_HAVE_CUDA)
+// The op whose CUDA kernel choice a case exercises (cuda_kernels.h), or "" when its op has one kernel.
+std::string choice_op(const std::string& op) {
+    if (op == "matmul" || op == "matmul_batch" || op == "matmul_norm") return "matmul";
+    if (op == "moe_experts" || op == "attention" || op == "hc_pre_norm") return op;
+    return "";
+}
+#endif
+
 // tols: a bound per output (empty: tol for every output).
 Check compare(const Case& c, const Arrays& got, const Arrays& want, double tol, const std::vector<double>& tols,
               bool vs_ref) {
@@ -106,11 +115,6 @@ int parse(int argc, char** argv, Options& o) {
 int main(int argc, char** argv) {
     Options opt;
     if (int rc = parse(argc, argv, opt); rc >= 0) return rc;
-    // The CUDA backend sends one-row Q8_0 launches of DSV4_GEMV_XREG_MIN_MB or more to the kernel that holds the
-    // row in registers (a speed choice); here every eligible case takes it, so its small and odd shapes are
-    // checked too (the pipelined kernel keeps the cases it alone serves: K not a multiple of 512, several rows).
-    setenv("DSV4_GEMV_XREG_MIN_MB", "0", 0);
-
     auto cpu = make_cpu_backend(opt.threads > 0 ? opt.threads : ThreadPool::default_threads());
     std::unique_ptr<Backend> gpu;
     std::string gpu_note = "CUDA skipped: this build has no CUDA backend";
@@ -150,7 +154,8 @@ int main(int argc, char** argv) {
         int cases = 0, failed = 0;
     };
     std::map<std::string, Tally> per_op;
-    int n_cases = 0, n_failed = 0, n_gpu = 0, n_ref = 0;
+    int n_cases = 0, n_failed = 0, n_gpu = 0, n_ref = 0, n_forced = 0;
+    std::map<std::string, int> kernel_cases;  // "op/kernel" -> CUDA cases that ran it (chosen or forced)
     for (const CaseGen& gen : gens) {
         const Case c = gen();
         if (!opt.op.empty() && c.op != opt.op) continue;
@@ -163,14 +168,43 @@ int main(int argc, char** argv) {
         const Arrays cpu_out = on_cpu.read();
         on_cpu = Instance{};
         if (gpu) {
+            const double tol = c.tol_of_inputs ? c.tol_of_inputs() : c.tol;
+            const std::vector<double> no_tols;
+            const std::vector<double>& tols = c.tol_of_inputs ? no_tols : c.tols;
             Instance on_gpu = c.make(*gpu);
+            gpu->clear_last_kernel();
             on_gpu.run();
+            [[maybe_unused]] const char* chosen = gpu->last_kernel();
             const Arrays gpu_out = on_gpu.read();
-            const Check k = c.tol_of_inputs ? compare(c, gpu_out, cpu_out, c.tol_of_inputs(), {}, false)
-                                            : compare(c, gpu_out, cpu_out, c.tol, c.tols, false);
+            const Check k = compare(c, gpu_out, cpu_out, tol, tols, false);
             ok = ok && k.ok;
             detail += "cuda: " + k.detail;
             ++n_gpu;
+#if defined(DSV4_HAVE_CUDA)
+            const std::string cop = choice_op(c.op);
+            if (chosen) {
+                detail += std::string(" [") + chosen + "]";
+                ++kernel_cases[cop + "/" + chosen];
+            }
+            // Every other kernel of the op, forced, on the same inputs where it serves the case.
+            for (const std::string& kn : kernel_names(cop)) {
+                if (chosen && kn == chosen) continue;
+                set_cuda_kernel_force(*gpu, cop, kn);
+                Instance forced = c.make(*gpu);
+                gpu->clear_last_kernel();
+                forced.run();
+                const char* ran = gpu->last_kernel();
+                if (ran && kn == ran) {
+                    const Check f = compare(c, forced.read(), cpu_out, tol, tols, false);
+                    ok = ok && f.ok;
+                    detail += "; forced " + kn + ": " + f.detail;
+                    ++kernel_cases[cop + "/" + kn];
+                    ++n_forced;
+                }
+                forced = Instance{};
+                set_cuda_kernel_force(*gpu, cop, "");
+            }
+#endif
             if (opt.perf) {
                 const double s = time_op(*gpu, on_gpu);
                 std::printf("perf %-14s %-52s %10.2f us %9.1f GB/s%s\n", c.op.c_str(), c.shape.c_str(), s * 1e6,
@@ -199,7 +233,26 @@ int main(int argc, char** argv) {
     }
     for (const auto& [op, t] : per_op)
         std::printf("  %-14s %4d cases %s\n", op.c_str(), t.cases, t.failed ? "FAILED" : "ok");
-    std::printf("test-backend-ops: %d cases, %d passed, %d failed (%d CUDA vs CPU, %d CPU vs reference; %s)\n", n_cases,
-                n_cases - n_failed, n_failed, n_gpu, n_ref, gpu_note.c_str());
-    return n_failed == 0 && n_cases > 0 ? 0 : 1;
+    // Every kernel of every op that chooses, with the CUDA cases that ran it; with every case run, a kernel no
+    // case reached is a gap in the cases and fails the run.
+    int unreached = 0;
+#if defined(DSV4_HAVE_CUDA)
+    if (gpu) {
+        for (const std::string& op : kernel_choice_ops()) {
+            if (!opt.op.empty() && choice_op(opt.op) != op) continue;
+            for (const std::string& kn : kernel_names(op)) {
+                const std::string key = op + "/" + kn;
+                const int n = kernel_cases.count(key) ? kernel_cases.at(key) : 0;
+                const bool gap = n == 0 && opt.op.empty();
+                unreached += gap;
+                std::printf("  kernel %-28s %4d cases%s\n", key.c_str(), n, gap ? " NOT REACHED" : "");
+            }
+        }
+    }
+#endif
+    std::printf("test-backend-ops: %d cases, %d passed, %d failed (%d CUDA vs CPU, %d of them again with a forced "
+                "kernel, %d CPU vs reference; %s)\n",
+                n_cases, n_cases - n_failed, n_failed, n_gpu, n_forced, n_ref, gpu_note.c_str());
+    if (unreached) std::printf("test-backend-ops: %d selectable kernels reached by no case\n", unreached);
+    return n_failed == 0 && unreached == 0 && n_cases > 0 ? 0 : 1;
 }

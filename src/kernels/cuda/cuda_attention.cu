@@ -26,6 +26,7 @@
 #include "kernels/cuda/cuda_attention_tc.cuh"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_select.cuh"
 
 namespace dsv4::cuda {
 
@@ -211,8 +212,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, in
 
         // Scores: chunks of 8 rows keep the partials at 8 per head; one row's slice serves all HPW heads. The
         // chunk loop stays rolled (its result lands in rc by selects, not a run-time register index): unrolled,
-        // the kernel's code outgrew the instruction cache and "no instruction" was its main stall (Nsight
-        // Compute, run 45: 189 KB of SASS for the decode instance).
+        // the kernel's code outgrew the instruction cache and "no instruction" was its main stall (189 KB of
+        // SASS for the decode instance).
         float sc[HPW];
         {
             float rc[HPW][4];
@@ -339,11 +340,11 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(Attentio
     if (d < hd) a.out[ih * hd + d] = o;
 }
 
-using AttentionKernel = void (*)(AttentionArgs, int, float2*, float*);
+using AttentionFn = void (*)(AttentionArgs, int, float2*, float*);
 
 // NE values per lane per head: head_dim <= 32 NE.
 template <bool VEC, int HPW>
-AttentionKernel kernel_for(int ne) {
+AttentionFn kernel_for(int ne) {
     if (ne <= 4) return attention_kernel<4, HPW, VEC>;
     if (ne <= 8) return attention_kernel<8, HPW, VEC>;
     return attention_kernel<16, HPW, VEC>;
@@ -358,22 +359,20 @@ void attention_f32(CudaBackend& b, const AttentionArgs& a) {
     // SM) and make half as many blocks: used when the blocks still fill the GPU twice over (prefill). Past
     // head_dim 512 one head's registers are all that fit. Where even two heads per warp leave SMs idle (decode,
     // whose entries are then split over blocks), one head per warp makes twice the blocks, each with half the
-    // work to wait for: +1-3% for the V4-Flash decode at 4K on the H200 (runs 74-75; DSV4_ATTN_DECODE_HPW1=0 keeps
-    // two, for A/B).
-    static const bool decode_hpw1 = env_switch_on("DSV4_ATTN_DECODE_HPW1");
+    // work to wait for (a few percent of the V4-Flash decode step at 4K on the H200).
     const int ne = (hd + kWarp - 1) / kWarp;
     const int64_t sms = b.props().multiProcessorCount;
     // The (query, head group) blocks with hpw heads per warp.
     auto blocks_for = [&](int hpw) { return a.n * ceil_div(H, kWarps * hpw); };
     int hpw = 2;
-    AttentionKernel kernel = nullptr;
+    AttentionFn kernel = nullptr;
     if (ne > 16) {
         hpw = 1;
         kernel = vec ? attention_kernel<32, 1, true> : attention_kernel<32, 1, false>;
     } else if (vec && blocks_for(4) >= 2 * sms) {
         hpw = 4;
         kernel = kernel_for<true, 4>(ne);
-    } else if (decode_hpw1 && blocks_for(2) < sms) {
+    } else if (blocks_for(2) < sms) {
         hpw = 1;
         kernel = vec ? kernel_for<true, 1>(ne) : kernel_for<false, 1>(ne);
     } else {
@@ -419,7 +418,7 @@ void attention_f32(CudaBackend& b, const AttentionArgs& a) {
 }  // namespace
 
 void CudaBackend::attention(const AttentionArgs& a) {
-    if (op_skipped("attention")) return;
+    if (skipped("attention")) return;
     if (a.n <= 0 || a.n_heads <= 0) return;
     const int H = a.n_heads, hd = a.head_dim;
     DSV4_CHECK_MSG(hd > 0 && hd <= kMaxHeadDim, "attention: head_dim %d is outside (0, %d]", hd, kMaxHeadDim);
@@ -431,9 +430,14 @@ void CudaBackend::attention(const AttentionArgs& a) {
     // prefill-sized calls), the attention runs without it and the rope op follows.
     AttentionArgs plain = a;
     plain.out_rope = RopeParams{};
-    const bool tc = attention_tc(*this, plain);
+    const AttentionKernel k = select_attention(*this, plain);
+    const bool tc = k == AttentionKernel::tc_bf16;
     const bool rotate_in_kernel = (hd - r.rope_dim) % 2 == 0;
-    if (!tc) attention_f32(*this, rotate_in_kernel ? a : plain);
+    if (tc)
+        launch_attention_tc(*this, plain);
+    else
+        attention_f32(*this, rotate_in_kernel ? a : plain);
+    ran(kernel_name(k));
     if (r.freqs && (tc || !rotate_in_kernel)) rope(a.out, a.n, H, hd, (int64_t)H * hd, a.pos, r, true);
 }
 

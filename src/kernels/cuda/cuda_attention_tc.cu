@@ -25,7 +25,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_attention_rows.cuh"
 #include "kernels/cuda/cuda_attention_tc.cuh"
@@ -240,40 +240,60 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) attention_tc_kernel(Atten
 }
 
 template <int HD>
-bool launch_tc(CudaBackend& b, const AttentionArgs& a) {
-    const int mtiles = (int)std::min<int64_t>(kMaxMTiles, (a.n_heads + 15) / 16);
-    const int groups = (a.n_heads + 16 * mtiles - 1) / (16 * mtiles);
-    const size_t smem = TcLayout<HD>::smem(mtiles);
-    if (smem > (size_t)b.props().sharedMemPerBlockOptin || a.n * groups > INT32_MAX) return false;
-    CUDA_CHECK(cudaFuncSetAttribute(attention_tc_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    launch_pdl(attention_tc_kernel<HD>, (unsigned)(a.n * groups), 2 * mtiles * kWarp, smem, b.stream(), a, groups);
+struct TcLaunch {
+    int mtiles, groups;
+    size_t smem;
+    explicit TcLaunch(const AttentionArgs& a)
+        : mtiles((int)std::min<int64_t>(kMaxMTiles, (a.n_heads + 15) / 16)),
+          groups((a.n_heads + 16 * mtiles - 1) / (16 * mtiles)),
+          smem(TcLayout<HD>::smem(mtiles)) {}
+    bool fits(const CudaBackend& b, const AttentionArgs& a) const {
+        return smem <= (size_t)b.props().sharedMemPerBlockOptin && a.n * groups <= INT32_MAX;
+    }
+};
+
+template <int HD>
+void launch_tc(CudaBackend& b, const AttentionArgs& a) {
+    const TcLaunch<HD> l(a);
+    CUDA_CHECK(cudaFuncSetAttribute(attention_tc_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)l.smem));
+    launch_pdl(attention_tc_kernel<HD>, (unsigned)(a.n * l.groups), 2 * l.mtiles * kWarp, l.smem, b.stream(), a,
+               l.groups);
     CUDA_CHECK_LAUNCH();
-    return true;
 }
 
-// DSV4_ATTENTION_TC=0 keeps the f32 kernel in the bf16 mode too (A/B of speed and accuracy).
-bool tc_enabled() {
-    static const bool on = env_switch_on("DSV4_ATTENTION_TC");
-    return on;
+// Calls f with the head_dim as a template constant; false for a head_dim without a kernel.
+template <class F>
+bool with_head_dim(int head_dim, F&& f) {
+    switch (head_dim) {
+        case 64:
+            f(std::integral_constant<int, 64>{});
+            return true;
+        case 128:
+            f(std::integral_constant<int, 128>{});
+            return true;
+        case 256:
+            f(std::integral_constant<int, 256>{});
+            return true;
+        case 512:
+            f(std::integral_constant<int, 512>{});
+            return true;
+        default:
+            return false;  // the f32 kernel takes any other head_dim
+    }
 }
 
 }  // namespace
 
-bool attention_tc(CudaBackend& b, const AttentionArgs& a) {
-    if (b.gemm_precision() != GemmPrecision::BF16 || a.n < kTcMinRows || a.n_heads <= 0 || !tc_enabled()) return false;
-    if (!rows_aligned16(a)) return false;
-    switch (a.head_dim) {
-        case 64:
-            return launch_tc<64>(b, a);
-        case 128:
-            return launch_tc<128>(b, a);
-        case 256:
-            return launch_tc<256>(b, a);
-        case 512:
-            return launch_tc<512>(b, a);
-        default:
-            return false;  // the f32 kernel takes any other head_dim
-    }
+bool attention_tc_serves(const CudaBackend& b, const AttentionArgs& a) {
+    if (b.gemm_precision() != GemmPrecision::BF16 || a.n <= 0 || a.n_heads <= 0 || !rows_aligned16(a)) return false;
+    bool fits = false;
+    const bool has = with_head_dim(a.head_dim, [&](auto hd) { fits = TcLaunch<decltype(hd)::value>(a).fits(b, a); });
+    return has && fits;
+}
+
+void launch_attention_tc(CudaBackend& b, const AttentionArgs& a) {
+    DSV4_CHECK(attention_tc_serves(b, a));
+    with_head_dim(a.head_dim, [&](auto hd) { launch_tc<decltype(hd)::value>(b, a); });
 }
 
 }  // namespace dsv4::cuda

@@ -7,9 +7,10 @@ namespace dsv4::cuda {
 
 class CudaBackend;
 
-// Runs a's attention on the tensor cores and returns true when b is in the bf16 GEMM mode, the call has at
-// least kTcMinRows queries (prefill; decode keeps the f32 kernel), head_dim is 64, 128, 256 or 512 and the
-// q, out and KV pointers are 16-byte aligned; otherwise returns false and does nothing.
-bool attention_tc(CudaBackend& b, const AttentionArgs& a);
+// Whether a's attention can run on the tensor cores: b in the bf16 GEMM mode, head_dim 64, 128, 256 or 512,
+// the q, out and KV pointers 16-byte aligned and the kernel's shared memory available; launch_attention_tc
+// runs it (without the output's RoPE: the caller applies it).
+bool attention_tc_serves(const CudaBackend& b, const AttentionArgs& a);
+void launch_attention_tc(CudaBackend& b, const AttentionArgs& a);
 
 }  // namespace dsv4::cuda

@@ -55,6 +55,11 @@ bool set_cuda_gemm_precision(Backend& b, GemmPrecision p) {
     return true;
 }
 
+bool set_cuda_kernel_force(Backend& b, std::string_view op, std::string_view kernel) {
+    auto* c = dynamic_cast<cuda::CudaBackend*>(&b);
+    return c && set_kernel_force(c->force(), op, kernel);
+}
+
 namespace cuda {
 
 namespace {
@@ -67,7 +72,8 @@ size_t round_up(size_t bytes) { return (std::max<size_t>(bytes, 1) + kGranule - 
 
 }  // namespace
 
-CudaBackend::CudaBackend(int device, const CudaOptions& options) : device_(device), gemm_precision_(options.gemm) {
+CudaBackend::CudaBackend(int device, const CudaOptions& options)
+    : device_(device), skip_ops_(options.skip_ops), force_(options.force), gemm_precision_(options.gemm) {
     CUDA_CHECK(cudaSetDevice(device_));
     CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&main_stream_, cudaStreamNonBlocking));

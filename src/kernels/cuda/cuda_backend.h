@@ -4,9 +4,12 @@
 
 #include <memory>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "ops/backend.h"
 
 namespace dsv4 {
@@ -22,6 +25,12 @@ enum class GemmPrecision { F32, BF16 };
 
 struct CudaOptions {
     GemmPrecision gemm = GemmPrecision::F32;  // bf16 becomes the default once it is verified on an H200
+    // What-if timing (`dsv4 bench --skip-ops`): these backend ops launch nothing, so a benchmark shows what the
+    // step would take without them (indexer_topk writes empty lists, so the attention still reads valid ones).
+    // The model's numbers are then wrong: never for anything but timing.
+    std::vector<std::string> skip_ops;
+    // Kernels forced per op (cuda_kernels.h) where they serve a call: conformance of every choice, A/B timing.
+    KernelForce force;
 };
 
 // True when the CUDA runtime finds at least one usable device (false without a driver or GPU).
@@ -34,6 +43,10 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(int device, const CudaOptions
 // (false when `b` is not a CUDA backend): the conformance test runs one backend in both modes.
 std::optional<GemmPrecision> cuda_gemm_precision(const Backend& b);
 bool set_cuda_gemm_precision(Backend& b, GemmPrecision p);
+// Forces (kernel non-empty) or frees (empty) the kernel of one op of a CUDA backend, between ops; false when
+// b is not a CUDA backend or the op or kernel is unknown (cuda_kernels.h). Backend::last_kernel() says which
+// kernel the latest op call ran.
+bool set_cuda_kernel_force(Backend& b, std::string_view op, std::string_view kernel);
 
 // The conformance test's check of the bf16 decoders of the tensor-core paths: w's rows decoded to bf16 (bit
 // patterns, row-major, w.cols per row) with `run` values per thread (8, 16 or 32, as the kernels use them; 8

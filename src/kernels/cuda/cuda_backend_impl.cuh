@@ -7,7 +7,9 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <map>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -82,8 +84,6 @@ public:
     // main one and join() makes the main stream wait for every side stream; otherwise they are no-ops and
     // everything stays in order (eager ops free their scratch for reuse at once, which only stream order
     // makes safe). A branch opened inside another (an op's own branch) runs inline in the outer one.
-    // On by default (measured on the H200: docs/benchmarks.md, run 44); DSV4_BRANCHES=0 turns them off (A/B).
-    static bool branches_on();
     void branch() override;
     void end_branch() override;
     void join() override;
@@ -102,6 +102,17 @@ public:
     cublasContext* cublas();
     const QuantTables& tables() const { return tables_; }
     const cudaDeviceProp& props() const { return props_; }
+
+    // Kernel choice (cuda_select.cuh): the kernels forced by the options, and the one the latest op ran.
+    const KernelForce& force() const { return force_; }
+    KernelForce& force() { return force_; }
+    const char* last_kernel() const override { return last_kernel_; }
+    void clear_last_kernel() override { last_kernel_ = nullptr; }
+    void ran(const char* kernel) { last_kernel_ = kernel; }
+    // What-if timing (CudaOptions::skip_ops): whether `op` launches nothing.
+    bool skipped(const char* op) const {
+        return !skip_ops_.empty() && std::find(skip_ops_.begin(), skip_ops_.end(), op) != skip_ops_.end();
+    }
 
     // Scratch for an op's intermediates: released to the cache when the object dies (stream order keeps
     // the reuse safe: every kernel runs on the one stream).
@@ -137,7 +148,7 @@ public:
     int hc_slices(int64_t n, const HcParams& p) const;
     HcDots hc_dots(Scratch& s, const float* H, const Weight& fn, int64_t n, const HcParams& p, const HcPostArgs* first);
     // hc_pre and hc_pre_norm: the checks, the dots, the Sinkhorn on its branch and the collapse; with `norm`
-    // (hc_pre_norm, only with branches on), the collapse kernel also applies the RMS norm.
+    // (hc_pre_norm), the collapse kernel also applies the RMS norm.
     struct XNorm {
         const float* weight;
         float eps;
@@ -162,6 +173,9 @@ private:
     void release_cublas();  // cuda_gemm_tc.cu
 
     int device_ = 0;
+    std::vector<std::string> skip_ops_;
+    KernelForce force_;
+    const char* last_kernel_ = nullptr;
     CapturePool* capture_pool_ = nullptr;  // set while a graph is captured
     cudaStream_t stream_ = nullptr;        // the current stream (see stream())
     cudaStream_t main_stream_ = nullptr;

@@ -162,34 +162,8 @@ inline bool aligned16(const P*... p) {
     return ((reinterpret_cast<uintptr_t>(p) | ...) & 15) == 0;
 }
 
-// The A/B switches of the backend's kernel choices: on unless the environment variable `name` is "0". Each
-// caller keeps the answer in a static, so the variable is read once.
-inline bool env_switch_on(const char* name) {
-    const char* v = std::getenv(name);
-    return !(v && std::strcmp(v, "0") == 0);
-}
-
-// What-if timing (docs/benchmarks.md): DSV4_CUDA_SKIP=op1,op2,... makes those backend ops launch nothing, so
-// a benchmark shows what the step would take without them (indexer_topk writes empty lists instead, so the
-// attention still reads valid ones). The model's numbers are then wrong; never set it outside a timing run.
-// Read once.
-inline bool op_skipped(const char* op) {
-    static const std::string list = [] {
-        const char* v = std::getenv("DSV4_CUDA_SKIP");
-        return v ? "," + std::string(v) + "," : std::string();
-    }();
-    return !list.empty() && list.find("," + std::string(op) + ",") != std::string::npos;
-}
-
-// Whether kernels written for programmatic dependent launch (they call pdl_wait() before touching what
-// earlier kernels wrote) are launched that way: DSV4_PDL=0 launches them normally, for A/B timing.
-inline bool pdl_enabled() {
-    static const bool on = env_switch_on("DSV4_PDL");
-    return on;
-}
-
-// Launches kernel k as a programmatic dependent of the previous kernel in stream s (when pdl_enabled()): it
-// may start before that kernel ends and must wait for it with pdl_wait() (above).
+// Launches kernel k as a programmatic dependent of the previous kernel in stream s: it may start before that
+// kernel ends and must wait for it with pdl_wait() (above).
 template <class... P, class... A>
 void launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
     cudaLaunchConfig_t cfg = {};
@@ -201,7 +175,7 @@ void launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = pdl_enabled() ? 1 : 0;
+    cfg.numAttrs = 1;
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...));
 }
 
@@ -285,7 +259,7 @@ __device__ __forceinline__ float4 mul_rn4(float4 a, float4 b) {
 }
 // The norm's weights for rms_scale4 read ahead (before a PDL wait): float4 j of weight, ones when there is no
 // weight or j is past the row's nv float4s. The pointer is taken by reference so that a kernel parameter's field
-// is read as a parameter, as the validated machine code does.
+// is read from the parameter space where it is used, not copied to a register first.
 template <class Index>
 __device__ __forceinline__ float4 rms_weight4(const float* const& weight, Index j) {
     return weight ? reinterpret_cast<const float4*>(weight)[j] : make_float4(1.f, 1.f, 1.f, 1.f);
@@ -293,8 +267,8 @@ __device__ __forceinline__ float4 rms_weight4(const float* const& weight, Index 
 __device__ __forceinline__ float4 rms_weight4(const float* const& weight, int j, int nv) {
     return weight && j < nv ? reinterpret_cast<const float4*>(weight)[j] : make_float4(1.f, 1.f, 1.f, 1.f);
 }
-// The weighted product is written out: through mul_rn4 the compiler schedules the Q8_0 register GEMV's norm
-// differently (other machine code than the one measured and validated on the H200).
+// The weighted product is written out rather than through mul_rn4, which changes how the compiler schedules
+// the Q8_0 register GEMV's norm.
 __device__ __forceinline__ float4 rms_scale4(float4 v, float r, float4 w, bool weighted) {
     float4 o = scale_rn4(v, r);
     if (weighted) o = make_float4(__fmul_rn(w.x, o.x), __fmul_rn(w.y, o.y), __fmul_rn(w.z, o.z), __fmul_rn(w.w, o.w));

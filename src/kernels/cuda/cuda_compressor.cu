@@ -174,7 +174,7 @@ __global__ void compressor_state_kernel(CompressorArgs a) {
 }  // namespace
 
 void CudaBackend::compressor(const CompressorArgs& a) {
-    if (op_skipped("compressor")) return;
+    if (skipped("compressor")) return;
     if (a.n <= 0 || a.d <= 0) return;
     DSV4_CHECK(a.ratio > 0);
     if (a.n < kParallelMinTokens) {

@@ -190,7 +190,7 @@ void moe_small_experts_f32(CudaBackend& b, const MoeArgs& a, const std::vector<i
     float* h = s.get<float>(n * F);
     float* yc = s.get<float>(n * D);
     auto grouped = [&](const Weight& w, const float* x, int64_t x_stride, const int32_t* rows, float* out) {
-        launch_grouped_matmul(w, x, x_stride, rows, out, n, off_d, E, b.tables(), st);
+        launch_grouped_matmul(b, w, x, x_stride, rows, out, n, off_d, E);
     };
     grouped(a.gate, a.x, D, xr, g);
     grouped(a.up, a.x, D, xr, u);
@@ -222,10 +222,6 @@ void CudaBackend::release_cublas() {
     cublas_workspace_ = nullptr;
 }
 
-bool matmul_tc_wanted(const CudaBackend& b, int64_t n) {
-    return b.gemm_precision() == GemmPrecision::BF16 && n >= kTcMinRows;
-}
-
 void matmul_tc(CudaBackend& b, float* y, int64_t y_stride, const float* x, int64_t x_stride, const Weight& w,
                int64_t n) {
     const int64_t K = w.cols, M = w.rows, Kp = pad8(K);
@@ -241,12 +237,6 @@ void matmul_tc(CudaBackend& b, float* y, int64_t y_stride, const float* x, int64
         launch_dequant_bf16(wb, Kp, w.row_range(m0, ms), b.tables(), b.stream());
         gemm_bf16(h, y + m0, y_stride, wb, Kp, ms, xb, Kp, n, Kp);
     }
-}
-
-// DSV4_MOE_DECODE_ON_LOAD=0 keeps the per-expert decode + cuBLAS path (A/B of speed and accuracy).
-bool moe_tc_decode_on_load() {
-    static const bool on = env_switch_on("DSV4_MOE_DECODE_ON_LOAD");
-    return on;
 }
 
 bool moe_tc_wanted(const CudaBackend& b, const MoeArgs& a) {
@@ -285,7 +275,7 @@ void moe_experts_tc(CudaBackend& b, const MoeArgs& a, const int32_t* offsets, co
 
     cudaStream_t st = b.stream();
     const int64_t Dp = pad8(D), Fp = pad8(F);
-    if (moe_tc_kernels_fit(b, a) && moe_tc_decode_on_load()) {
+    if (moe_tc_kernels_fit(b, a)) {
         // Every big expert in two launches, the weights decoded as they are loaded (cuda_moe_tc.cu).
         std::vector<MoeTcTile> tiles;
         for (int e : big)

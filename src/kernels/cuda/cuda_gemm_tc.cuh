@@ -15,11 +15,8 @@ class CudaBackend;
 // value (write 2, read 2 back), ~0.8 ps per value at the H200's 4.8 TB/s. The f32 tile kernel instead spends
 // 2 flops per weight value per row on CUDA cores (67 TFLOP/s peak, about half reached): ~0.06 ps per value
 // per row, so the two cost the same near 13 rows, and from 16 rows on the tensor cores (~800 TFLOP/s) win.
-// Decode batches of fewer than 16 rows also keep the exact f32 numerics and the staged GEMV.
+// Decode batches of fewer than 16 rows also keep the exact f32 numerics and the decode GEMVs.
 constexpr int64_t kTcMinRows = 16;
-
-// True when matmul of n rows takes the tensor-core path on backend b.
-bool matmul_tc_wanted(const CudaBackend& b, int64_t n);
 // y[i, 0:M] = x[i, 0:K] . W^T for n rows (strided x and y) with bf16 inputs and f32 accumulation and output.
 void matmul_tc(CudaBackend& b, float* y, int64_t y_stride, const float* x, int64_t x_stride, const Weight& w,
                int64_t n);

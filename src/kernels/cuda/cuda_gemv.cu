@@ -1,16 +1,13 @@
 // Decode GEMV (n <= 8 activation rows) for the formats decode reads most: Q8_0, MXFP4, Q2_K, Q3_K, Q4_K, Q6_K, IQ2_XXS
 // and F16/BF16/F32. A warp takes 2 consecutive weight rows (so each activation load serves both) and streams them
 // through its cp.async ring (cuda_gemv_stream.cuh); lanes decode units of the staged blocks (cuda_gemv_codecs.cuh).
-// For Q8_0, Q2_K and IQ2_XXS, when the caller provides scratch, the activations are first written as 8-bit
-// digits and the lanes use integer dot products (cuda_gemv_digits.cuh). Q8_0 launches of one activation row and
-// enough weight bytes (min_bytes there) go to the kernel that holds the activation in registers instead
-// (cuda_gemv_q8_xreg.cu).
+// For Q8_0, Q2_K and IQ2_XXS (kernel gemv_digits) the activations are first written as 8-bit digits and the
+// lanes use integer dot products (cuda_gemv_digits.cuh); the other formats (gemv_f32) read f32 activations.
+// cuda_select.cu decides which of these (or another kernel) runs.
 // When the matrix has few rows, up to 4 warps of a block split the row's stages (split-K) and add their partial sums in
 // a fixed order, so enough warps stream at once to keep HBM busy.
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
-#include <cstring>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_gemv.cuh"
@@ -62,26 +59,12 @@ struct GemvBatch {
     int64_t groups;
 };
 
-// The row groups a warp of the persistent grid takes (a one-job batch): group gi, gi + slots, ...; item i of
-// the warp is the i-th of them.
-template <int R, class X>
-struct PersistentSrc {
-    const GemvJob* J;
-    int64_t gi, slots;
-    int nt;
-    __device__ int64_t m0(int item) const { return (gi + item * slots) * R; }
-    __device__ const uint8_t* row(int item, int r) const { return J->row(m0(item) + r); }
-    __device__ const X* x(int, int t) const { return J->x_row<X>(t, nt); }
-};
-
 // Grid: x covers the batch's row groups (R rows, wg warps each). The n <= NT activation rows are x rows 0..n-1.
 // Launched as a programmatic dependent: the first weight stages are requested before waiting for the kernel
-// that wrote x. slots > 0: the persistent form (wg = 1, one job): the grid is one wave of slots warps and warp gi
-// streams row groups gi, gi + slots, ... through its ring without a break (the LM head: 3.5 against 3.2 TB/s with a
-// block per 4 row groups).
+// that wrote x.
 template <GgmlType T, class C, int NT>
 __global__ void __launch_bounds__(kThreads, min_blocks<C, NT>())
-    gemv_kernel(const __grid_constant__ GemvBatch b, int wg, int64_t slots, QuantTables tb) {
+    gemv_kernel(const __grid_constant__ GemvBatch b, int wg, QuantTables tb) {
     constexpr int R = kRowsPerWarp;
     using X = typename XOf<C>::X;
     __shared__ uint4 ring[kWarpsPerBlock][ring_words<C, R>()];
@@ -90,22 +73,6 @@ __global__ void __launch_bounds__(kThreads, min_blocks<C, NT>())
     const Lut lut = build_lut<T>(lut_mem, tb);
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
     const int nt = b.n;
-    if (slots > 0) {
-        const GemvJob& J = b.job[0];
-        const PersistentSrc<R, X> src{&J, (int64_t)blockIdx.x * kWarpsPerBlock + warp, slots, nt};
-        const int n_items = src.gi < b.groups ? (int)((b.groups - src.gi + slots - 1) / slots) : 0;
-        stream_rows<C, R, NT>(src, n_items, J.nb, 0, 1, nt, ring[warp], lut, pdl_begin,
-                              [&](int item, const float(&acc)[R][NT]) {
-                                  const int64_t m0 = src.m0(item);
-#pragma unroll
-                                  for (int r = 0; r < R; ++r)
-#pragma unroll
-                                      for (int t = 0; t < NT; ++t)
-                                          if (lane == r * NT + t && t < nt && m0 + r < J.M)
-                                              J.y[t * J.y_stride + m0 + r] = acc[r][t];
-                              });
-        return;
-    }
     const int split = warp % wg;
     const int64_t g = (int64_t)blockIdx.x * (kWarpsPerBlock / wg) + warp / wg;
     int j = 0;
@@ -170,41 +137,13 @@ __global__ void quantize_digits_kernel(XDigits* out, const float* x, int64_t x_s
     if (sub == 4) o.sum16[1] = sum;
 }
 
-// Resident warps of kernel K on the whole GPU (once per kernel).
-template <auto K>
-int64_t resident_warps() {
-    static const int64_t warps = [] {
-        int per_sm = 0;
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, K, kThreads, 0));
-        return (int64_t)std::max(per_sm, 1) * device_limits().sms * kWarpsPerBlock;
-    }();
-    return warps;
-}
-
-// Row groups per warp from which the persistent form is used: measured on the H200, it gains on the LM head
-// (16 per warp) and loses a little on 3.9 per warp (q_b: 21.0 against 20.1 us).
-constexpr int64_t kPersistentGroups = 8;
-
-bool persistent_enabled() {
-    static const bool on = env_switch_on("DSV4_GEMV_PERSISTENT");
-    return on;
-}
-
 template <GgmlType T, class C, int NT>
 void launch_nt(const GemvBatch& b, int min_stages, const QuantTables& t, cudaStream_t s) {
     constexpr auto K = gemv_kernel<T, C, NT>;
     prefer_shared<K>();
     int wg = 1;  // warps per row group: split-K only while the rows alone leave the GPU short of warps
     while (wg < kWarpsPerBlock && 2 * wg <= min_stages && b.groups * wg < kTargetWarps) wg *= 2;
-    const int64_t resident = resident_warps<K>();
-    if (wg == 1 && b.count == 1 && b.groups >= kPersistentGroups * resident && persistent_enabled()) {
-        // One wave, every warp the same number of row groups (to within one).
-        const int64_t per_warp = (b.groups + resident - 1) / resident;
-        const int64_t slots = (b.groups + per_warp - 1) / per_warp;
-        launch_pdl(K, ceil_div(slots, kWarpsPerBlock), kThreads, 0, s, b, 1, slots, t);
-        return;
-    }
-    launch_pdl(K, ceil_div(b.groups * wg, kWarpsPerBlock), kThreads, 0, s, b, wg, (int64_t)0, t);
+    launch_pdl(K, ceil_div(b.groups * wg, kWarpsPerBlock), kThreads, 0, s, b, wg, t);
 }
 
 template <GgmlType T, class C>
@@ -263,8 +202,23 @@ void quantize_inputs(GemvBatch& b, const MatmulParams* ps, int count, DigitAlloc
     }
 }
 
+// Whether the codec of T takes every job: each block's alignment (kAlign) and whole blocks for its loads,
+// 16-byte aligned activation rows for the float4 loads, one row count.
 template <GgmlType T>
-bool launch(const MatmulParams* ps, int count, const QuantTables& t, cudaStream_t s, DigitAlloc* digits) {
+bool serves(const MatmulParams* ps, int count) {
+    using C = Codec<T>;
+    for (int j = 0; j < count; ++j) {
+        const MatmulParams& p = ps[j];
+        if (reinterpret_cast<uintptr_t>(p.w) % C::kAlign != 0 || p.row_bytes % C::kAlign != 0) return false;
+        if (p.K % C::kElems != 0 || p.n != ps[0].n || p.type != T) return false;
+        if (!aligned16(p.x) || p.x_stride % 4 != 0) return false;
+    }
+    return true;
+}
+
+template <GgmlType T>
+void launch(const MatmulParams* ps, int count, bool use_digits, const QuantTables& t, cudaStream_t s,
+            DigitAlloc* digits) {
     using C = Codec<T>;
     constexpr int R = kRowsPerWarp;
     GemvBatch b{};
@@ -273,45 +227,24 @@ bool launch(const MatmulParams* ps, int count, const QuantTables& t, cudaStream_
     int min_stages = INT32_MAX;
     for (int j = 0; j < count; ++j) {
         const MatmulParams& p = ps[j];
-        // Codec loads assume each block's alignment (kAlign) and whole blocks; float4 activation loads need
-        // 16-byte aligned rows.
-        if (reinterpret_cast<uintptr_t>(p.w) % C::kAlign != 0 || p.row_bytes % C::kAlign != 0) return false;
-        if (p.K % C::kElems != 0 || p.n != ps[0].n || p.type != T) return false;
-        if (!aligned16(p.x) || p.x_stride % 4 != 0) return false;
         const int nb = (int)(p.K / C::kElems);
         b.job[j] = GemvJob{p.w, p.row_bytes, p.M, nb, p.x, p.x_stride, p.y, p.y_stride, b.groups};
         b.groups += (p.M + R - 1) / R;
         min_stages = std::min(min_stages, (nb + Stage<C, R>::kBlocks - 1) / Stage<C, R>::kBlocks);
     }
-    const bool use_digits = has_digit_codec(T) && digits != nullptr && digits_enabled();
     if (use_digits) quantize_inputs(b, ps, count, *digits, s);
     with_codec<T>(use_digits, [&](auto codec) { launch_codec<T, decltype(codec)>(b, min_stages, t, s); });
-    return true;
 }
 
 }  // namespace
 
-bool digits_enabled() {
-    static const bool on = env_switch_on("DSV4_GEMV_DIGITS");
-    return on;
-}
-
-GemvMode gemv_mode() {
-    static const GemvMode mode = [] {
-        const char* v = std::getenv("DSV4_GEMV");
-        if (v && std::strcmp(v, "staged") == 0) return GemvMode::Staged;
-        if (v && std::strcmp(v, "legacy") == 0) return GemvMode::Legacy;
-        return GemvMode::Pipelined;
-    }();
-    return mode;
-}
-
-bool launch_gemv_staged(const MatmulParams& p, const QuantTables& t, cudaStream_t s, DigitAlloc* digits) {
-    // Grouped mode (experts; only when the MoE decode path is off or cannot take a case) keeps the previous
-    // kernel: its rows per expert are few and known only on the device, which a warp per row suits better
-    // (measured: 275 vs 425 us for V4-Flash's experts at n = 1).
-    if (gemv_mode() == GemvMode::Staged || p.offsets) return launch_gemv_warp_staged(p, t, s);
-    return launch_gemv_batch(&p, 1, t, s, digits);
+bool gemv_pipelined_serves(const MatmulParams* ps, int count) {
+    if (count < 1 || count > kMaxJobs || ps[0].n < 1 || ps[0].n > 8) return false;
+    for (int j = 0; j < count; ++j)
+        if (ps[j].offsets || ps[j].M == 0) return false;
+    bool ok = false;
+    dispatch_codec(ps[0].type, [&](auto tag) { ok = serves<decltype(tag)::type>(ps, count); });
+    return ok;
 }
 
 void launch_quantize_digits(XDigits* out, const float* x, int64_t x_stride, int64_t n, int64_t K, cudaStream_t s) {
@@ -320,18 +253,11 @@ void launch_quantize_digits(XDigits* out, const float* x, int64_t x_stride, int6
     launch_pdl(quantize_digits_kernel, ceil_div(n * nbx * kQuantLanes, 256), 256, 0, s, out, x, x_stride, n, nbx);
 }
 
-bool launch_gemv_batch(const MatmulParams* ps, int count, const QuantTables& t, cudaStream_t s, DigitAlloc* digits) {
-    if (count < 1 || count > kMaxJobs || gemv_mode() != GemvMode::Pipelined) return false;
-    if (ps[0].n < 1 || ps[0].n > 8) return false;
-    for (int j = 0; j < count; ++j)
-        if (ps[j].offsets || ps[j].M == 0) return false;
-    // One activation row of Q8_0 over digits: the kernel with the activation in registers, where it takes the case.
-    if (ps[0].type == GgmlType::Q8_0 && ps[0].n == 1 && digits != nullptr && digits_enabled() &&
-        launch_gemv_q8_xreg(ps, count, s))
-        return true;
-    bool ok = false;
-    dispatch_codec(ps[0].type, [&](auto tag) { ok = launch<decltype(tag)::type>(ps, count, t, s, digits); });
-    return ok;
+void launch_gemv_pipelined(const MatmulParams* ps, int count, bool use_digits, const QuantTables& t, cudaStream_t s,
+                           DigitAlloc* digits) {
+    DSV4_CHECK(gemv_pipelined_serves(ps, count));
+    DSV4_CHECK(!use_digits || (digits != nullptr && has_digit_codec(ps[0].type)));
+    dispatch_codec(ps[0].type, [&](auto tag) { launch<decltype(tag)::type>(ps, count, use_digits, t, s, digits); });
 }
 
 }  // namespace dsv4::cuda

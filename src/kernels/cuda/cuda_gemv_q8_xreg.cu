@@ -4,7 +4,7 @@
 // waiting on those loads (long scoreboard) and a 35.6 MB matrix taking 20.5 us where a plain read takes 12.7.
 //
 // Here a block of W warps covers the input: lane l of warp w owns values [512 H w + 16 H l, + 16 H) (H = 2: one
-// whole Q8_0 block per lane, H = 1: half a block, the default: see gemv_h in cuda_gemv_xreg.cuh), quantizes them itself
+// whole Q8_0 block per lane, H = 1: half a block, the one launched: see kH below), quantizes them itself
 // to the digits of cuda_gemv_digits.cuh (the same digits quantize_digits_kernel writes, so no quantize kernel runs) and
 // keeps them in registers while the block streams its rows: each warp copies its 544 H-byte slice of the next kRows
 // rows into a cp.async ring, every lane multiplies its weights by its digits (3 dp4a per 4 weights), a butterfly leaves
@@ -13,8 +13,6 @@
 // layer's projections of one input or wo_a's groups do).
 #include <algorithm>
 #include <array>
-#include <cstdlib>
-#include <cstring>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_gemv.cuh"
@@ -30,9 +28,7 @@ using namespace xreg;
 
 constexpr int kMaxJobs = 16;
 
-// S: the ring's depth, 4 by default (gemv_stages: three stages in flight while one is multiplied; bench_gemv alone
-// measured wo_b 16.03 -> 15.55 us and q_b 15.33 -> 16.48 against 3, the step gains where the GEMV overlaps its
-// neighbours).
+// S: the ring's depth.
 template <int H, int S>
 struct Geom {
     static constexpr int kValues = 16 * H;                      // per lane
@@ -154,12 +150,19 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) gemv_q8_xreg_kernel(const
     cp_async_wait<0>();
 }
 
-// Launches the batch with blocks of w warps, H values per lane: false, launching nothing, when such a block
-// cannot run here.
-template <int H, int S>
-bool launch_hs(const MatmulParams* ps, int count, int w, RowNorm norm, cudaStream_t s) {
-    const int bps = blocks_per_sm<gemv_q8_xreg_kernel<H, S>, Geom<H, S>>(w);
-    if (bps == 0) return false;
+// The lane width and ring depth this GEMV runs with: H = 1 (half a Q8_0 block per lane: a warp's chain of
+// dependent instructions is half as long as with a whole block, and a block has twice the warps, which
+// small matrices gain most from) and S = 4 stages (three in flight while one is multiplied).
+constexpr int kH = 1, kS = 4;
+using Kernel = Geom<kH, kS>;
+
+// Blocks of w warps per SM (0: such a block cannot run here).
+int blocks_per_sm_for(int w) { return blocks_per_sm<gemv_q8_xreg_kernel<kH, kS>, Kernel>(w); }
+
+void launch_batch(const MatmulParams* ps, int count, RowNorm norm, cudaStream_t s) {
+    const int w = (int)(ps[0].K / (512 * kH));
+    const int bps = blocks_per_sm_for(w);
+    DSV4_CHECK(bps > 0);
     int64_t rows = 0;
     for (int j = 0; j < count; ++j) rows += ps[j].M;
     const int64_t wave = (int64_t)bps * device_limits().sms;
@@ -173,37 +176,14 @@ bool launch_hs(const MatmulParams* ps, int count, int w, RowNorm norm, cudaStrea
     }
     b.count = count;
     b.rows_per_block = per;
-    launch_pdl(gemv_q8_xreg_kernel<H, S>, (unsigned)blocks, w * kWarp, Geom<H, S>::smem(w), s, b);
-    return true;
-}
-template <int H>
-bool launch_h(const MatmulParams* ps, int count, int w, RowNorm norm, cudaStream_t s) {
-    return gemv_stages() == 4 ? launch_hs<H, 4>(ps, count, w, norm, s) : launch_hs<H, 3>(ps, count, w, norm, s);
-}
-
-// The least weight bytes of a launch taken here: 8 MB (DSV4_GEMV_XREG_MIN_MB=N sets N MB). Smaller launches
-// stay on the pipelined kernel: its many small blocks leave room for the kernels of the step's other branch,
-// where this kernel's one wave fills every SM. Measured on the H200: decode at 4K 99.23 tokens/s with 16 MB,
-// 92.92 with 0 (run 52: q_a + kv, 6.7 MB, moved here too); 129.32 with 8 against 126.56 and 125.55 with 16
-// (run 63: the shared expert's down projection, 8.9 MB, moves here); 122.36 with 4 against 126.60 and 128.28
-// with 8 (run 66: q_a + kv again).
-double min_bytes() {
-    static const double b = [] {
-        const char* v = std::getenv("DSV4_GEMV_XREG_MIN_MB");
-        return (v ? std::atof(v) : 8.0) * 1e6;
-    }();
-    return b;
+    launch_pdl(gemv_q8_xreg_kernel<kH, kS>, (unsigned)blocks, w * kWarp, Kernel::smem(w), s, b);
 }
 
 }  // namespace
 
-namespace {
-
-bool launch_checked(const MatmulParams* ps, int count, RowNorm norm, cudaStream_t s) {
-    if (!gemv_enabled() || count < 1 || count > kMaxJobs) return false;
-    double bytes = 0;
-    for (int j = 0; j < count; ++j) bytes += (double)ps[j].M * (double)ps[j].row_bytes;
-    if (bytes < min_bytes()) return false;
+bool gemv_q8_xreg_serves(const MatmulParams* ps, int count, bool with_norm, const float* norm) {
+    if (count < 1 || count > kMaxJobs || (with_norm && count != 1)) return false;
+    if (with_norm && norm != nullptr && !aligned16(norm)) return false;
     const int64_t K = ps[0].K;
     if (K % 512 != 0 || K > 512 * kMaxWarps) return false;
     for (int j = 0; j < count; ++j) {
@@ -213,19 +193,17 @@ bool launch_checked(const MatmulParams* ps, int count, RowNorm norm, cudaStream_
         if (p.type != GgmlType::Q8_0 || p.n != 1 || p.K != K || p.M < 1 || p.offsets) return false;
         if (!aligned16(p.w) || p.row_bytes % 16 != 0 || !aligned16(p.x)) return false;
     }
-    return gemv_h() == 2 && K % 1024 == 0 ? launch_h<2>(ps, count, (int)(K / 1024), norm, s)
-                                          : launch_h<1>(ps, count, (int)(K / 512), norm, s);
+    return blocks_per_sm_for((int)(K / (512 * kH))) > 0;
 }
 
-}  // namespace
-
-bool launch_gemv_q8_xreg(const MatmulParams* ps, int count, cudaStream_t s) {
-    return launch_checked(ps, count, RowNorm{}, s);
+void launch_gemv_q8_xreg(const MatmulParams* ps, int count, cudaStream_t s) {
+    DSV4_CHECK(gemv_q8_xreg_serves(ps, count, false, nullptr));
+    launch_batch(ps, count, RowNorm{}, s);
 }
 
-bool launch_gemv_q8_xreg_norm(const MatmulParams& p, const float* norm, float eps, cudaStream_t s) {
-    if (norm != nullptr && !aligned16(norm)) return false;
-    return launch_checked(&p, 1, RowNorm{true, norm, eps}, s);
+void launch_gemv_q8_xreg_norm(const MatmulParams& p, const float* norm, float eps, cudaStream_t s) {
+    DSV4_CHECK(gemv_q8_xreg_serves(&p, 1, true, norm));
+    launch_batch(&p, 1, RowNorm{true, norm, eps}, s);
 }
 
 }  // namespace dsv4::cuda

@@ -108,22 +108,14 @@ constexpr int min_blocks() {
     return NT == 1 ? 8 : NT == 8 ? 2 : 4;
 }
 
-// The shared-memory carveout asked for the streaming kernels, in percent of the SM's unified L1 and shared
-// memory: the largest by default (the L1 cache matters little here: weights bypass it, activations are
-// small, and 8 blocks' rings need nearly all 228 KB); DSV4_SMEM_CARVEOUT=P asks for P percent (A/B; 50 and
-// 70 measured slower on the H200).
-inline int smem_carveout() {
-    static const int pct = [] {
-        const char* v = std::getenv("DSV4_SMEM_CARVEOUT");
-        const int p = v ? std::atoi(v) : -1;
-        return p >= 0 && p <= 100 ? p : (int)cudaSharedmemCarveoutMaxShared;
-    }();
-    return pct;
-}
+// The streaming kernels ask for the largest shared-memory carveout of the SM's unified L1 and shared memory:
+// the L1 cache matters little here (weights bypass it, activations are small) and 8 blocks' rings need nearly
+// all 228 KB.
 template <auto K>
 void prefer_shared() {
     static const bool done = [] {
-        CUDA_CHECK(cudaFuncSetAttribute(K, cudaFuncAttributePreferredSharedMemoryCarveout, smem_carveout()));
+        CUDA_CHECK(cudaFuncSetAttribute(K, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      (int)cudaSharedmemCarveoutMaxShared));
         return true;
     }();
     (void)done;

@@ -119,40 +119,6 @@ __device__ __forceinline__ float butterfly4(const float (&acc)[kRows], int lane)
     return k;
 }
 
-// The A/B switches of these kernels, each read once. DSV4_GEMV_XREG=0 / DSV4_MOE_XREG=0 turn the Q8_0 GEMV /
-// the MoE kernels off; DSV4_GEMV_XREG_H and DSV4_MOE_XREG_H set H (1 or 2) where K allows. The defaults are
-// what measured faster on the H200 (docs/benchmarks.md, runs 50 and 52): for the Q8_0 GEMV, H = 1 (a warp's
-// chain of dependent instructions is half as long and a block has twice the warps: small matrices, whose
-// time is that chain, gain most); for the MoE, H = 2 (53.2 us per layer against 55.5 for the pipelined
-// kernels, where H = 1 took 56.8). DSV4_GEMV_XREG_STAGES sets the Q8_0 GEMV's ring depth (3 or 4; 4 measured
-// +1.5-2.3% at 4K, runs 63-65). env_pick: the variable's value when it is one of a and b, else dflt.
-inline int env_pick(const char* name, int a, int b, int dflt) {
-    const char* v = std::getenv(name);
-    char* end = nullptr;
-    const long k = v ? std::strtol(v, &end, 10) : 0;
-    return v && *v && *end == 0 && (k == a || k == b) ? (int)k : dflt;
-}
-inline bool gemv_enabled() {
-    static const bool on = env_switch_on("DSV4_GEMV_XREG");
-    return on;
-}
-inline int gemv_h() {
-    static const int h = env_pick("DSV4_GEMV_XREG_H", 1, 2, 1);
-    return h;
-}
-inline int gemv_stages() {
-    static const int s = env_pick("DSV4_GEMV_XREG_STAGES", 3, 4, 4);
-    return s;
-}
-inline bool moe_enabled() {
-    static const bool on = env_switch_on("DSV4_MOE_XREG");
-    return on;
-}
-inline int moe_h() {
-    static const int h = env_pick("DSV4_MOE_XREG_H", 1, 2, 2);
-    return h;
-}
-
 // The per-warp ring of kStages stages: ring_start requests the first kStages - 1 (of n_stages); before stage s
 // is read, ring_wait requests stage s + kStages - 1 and waits until stage s's copies, this lane's and every
 // other lane's, have landed. issue(s) makes stage s's cp.async copies. Every call commits a group, possibly

@@ -60,13 +60,8 @@ void CudaBackend::free_staging(void* p) {
     if (p) CUDA_CHECK(cudaFreeHost(p));
 }
 
-bool CudaBackend::branches_on() {
-    static const bool on = env_switch_on("DSV4_BRANCHES");
-    return on;
-}
-
 void CudaBackend::branch() {
-    if (!capture_pool_ || branch_depth_++ > 0 || open_branches_ == kSideStreams || !branches_on()) return;
+    if (!capture_pool_ || branch_depth_++ > 0 || open_branches_ == kSideStreams) return;
     const Side& sd = side_[open_branches_++];
     CUDA_CHECK(cudaEventRecord(sd.fork, main_stream_));
     CUDA_CHECK(cudaStreamWaitEvent(sd.stream, sd.fork, 0));

@@ -8,11 +8,9 @@
 //      tokens 8q..8q+7 and every mix (fn has only hc*(2+hc) rows: a GEMV over it keeps few warps busy, and
 //      as a matmul its 24 rows left the f32 tile kernel at ~1.5 ms per 4096-token V4-Flash call, where this
 //      kernel reads H once); other formats: square sums over chunks, then the mix projection as a matmul;
-//   2. per (token, slice of D): the RMS factor from the partials (fixed order), the Sinkhorn split (computed
-//      by every slice's block, so none waits for another) and the collapse of the slice; with branches on
-//      (the default; DSV4_BRANCHES=0 turns them off), the collapse alone, and on a branch (ops/backend.h: a
-//      step graph runs it beside the sublayer, since only hc_post reads it) a warp per token for post and
-//      the Sinkhorn split of comb. It keeps
+//   2. per (token, slice of D): the RMS factor from the partials (fixed order) and the collapse of the slice,
+//      and on a branch (ops/backend.h: a step graph runs it beside the sublayer, since only hc_post reads it)
+//      a warp per token for post and the Sinkhorn split of comb. It keeps
 //      comb in registers, a lane per element, when hc * hc <= 32 (row and column sums gathered by shuffles in
 //      the serial order: bit for bit numerics.h); larger hc use the shared-memory lane-per-row steps.
 #include <algorithm>
@@ -21,6 +19,7 @@
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_matmul.cuh"
+#include "kernels/cuda/cuda_select.cuh"
 #include "ops/numerics.h"
 
 namespace dsv4::cuda {
@@ -364,27 +363,7 @@ __device__ void hc_collapse(float* x, const float* Hi, const float* pre, int hc,
     }
 }
 
-// Grid (n, slices of D): everything at once (every slice's block computes the Sinkhorn, so none waits for
-// another). The form used when branches are off (DSV4_BRANCHES=0, CudaBackend::branches_on).
-__global__ void __launch_bounds__(kThreads) hc_pre_finish_kernel(float* x, float* post, float* comb, const float* H,
-                                                                 CudaBackend::HcDots dots, const float* scale,
-                                                                 const float* base, HcParams p) {
-    pdl_begin();
-    __shared__ float mixes[kMaxMix];
-    __shared__ float pre_s[kMaxHc], post_s[kMaxHc], comb_s[kMaxHc * kMaxHc];
-    const int hc = p.hc, n_mix = (2 + hc) * hc;
-    const int64_t i = blockIdx.x, D = p.dim;
-    load_mixes(mixes, dots.raw, dots.P_raw, dots.ss, dots.P_ss, i, n_mix, hc * D, p.norm_eps);
-    hc_sinkhorn(mixes, scale, base, p, pre_s, post_s, comb_s);
-    __syncthreads();
-    if (blockIdx.y == 0) {
-        for (int t = threadIdx.x; t < hc * hc; t += blockDim.x) comb[i * hc * hc + t] = comb_s[t];
-        for (int t = threadIdx.x; t < hc; t += blockDim.x) post[i * hc + t] = post_s[t];
-    }
-    hc_collapse(x + i * D, H + i * hc * D, pre_s, hc, D);
-}
-
-// With branches on, the same in two kernels. Grid (n, slices of D): the collapse x of each slice with the pre
+// Grid (n, slices of D): the collapse x of each slice with the pre
 // weights (the mixes' first hc). Post and comb come from hc_pre_comb_kernel, issued as a branch: only hc_post
 // needs them, so in a step graph the Sinkhorn's dependent chain stays off the path to the attention and the MoE.
 __global__ void __launch_bounds__(kThreads) hc_pre_x_kernel(float* x, const float* H, CudaBackend::HcDots dots,
@@ -565,24 +544,29 @@ int64_t per_token_blocks(int64_t n, int sms) {
 
 }  // namespace
 
+bool hc_pre_norm_fused_serves(int64_t dim, const float* x, const float* H, const float* norm) {
+    // The row in the collapse kernel's registers, float4 loads.
+    return dim % 4 == 0 && dim <= 4 * kNormXVecs * kNormXThreads && aligned16(x, H, norm);
+}
+
 void CudaBackend::hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
                          const float* base, int64_t n, const HcParams& p, const HcPostArgs* first) {
-    if (op_skipped("hc_pre")) return;
+    if (skipped("hc_pre")) return;
     hc_pre_launch(x, post, comb, H, fn, scale, base, n, p, first, nullptr);
 }
 
 void CudaBackend::hc_pre_norm(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
                               const float* base, int64_t n, const HcParams& p, const HcPostArgs* first,
                               const float* norm, float eps) {
-    // Fused where the row fits the kernel's registers and the Sinkhorn runs on its branch; else the two ops.
-    static const bool on = env_switch_on("DSV4_HC_NORM");
-    const bool fits = p.dim % 4 == 0 && p.dim <= 4 * kNormXVecs * kNormXThreads && aligned16(x, H, norm);
-    if (!on || !fits || !branches_on() || op_skipped("hc_pre") || op_skipped("rms_norm")) {
+    const HcPreNormKernel k = select_hc_pre_norm(*this, p.dim, x, H, norm);
+    if (k == HcPreNormKernel::split || skipped("hc_pre") || skipped("rms_norm")) {
         Backend::hc_pre_norm(x, post, comb, H, fn, scale, base, n, p, first, norm, eps);
+        ran(kernel_name(HcPreNormKernel::split));
         return;
     }
     const XNorm xn{norm, eps};
     hc_pre_launch(x, post, comb, H, fn, scale, base, n, p, first, &xn);
+    ran(kernel_name(k));
 }
 
 void CudaBackend::hc_pre_launch(float* x, float* post, float* comb, const float* H, const Weight& fn,
@@ -596,13 +580,6 @@ void CudaBackend::hc_pre_launch(float* x, float* post, float* comb, const float*
     if (n <= 0) return;
     Scratch s(*this);
     const HcDots dots = hc_dots(s, H, fn, n, p, first);
-    if (!branches_on()) {
-        DSV4_CHECK(!norm);  // hc_pre_norm fuses only with branches on
-        launch_pdl(hc_pre_finish_kernel, dim3((unsigned)n, (unsigned)hc_slices(n, p)), kThreads, 0, stream_, x, post,
-                   comb, H, dots, scale, base, p);
-        CUDA_CHECK_LAUNCH();
-        return;
-    }
     // The scratch of the dots outlives the branch: inside a step graph it is the graph's own memory, and
     // outside one the branch runs in order on the stream.
     branch();
@@ -616,9 +593,8 @@ void CudaBackend::hc_pre_launch(float* x, float* post, float* comb, const float*
         // The token's streams staged in shared memory (their copies go out with the dots' loads) where they fit
         // beside the kernel's static shared memory.
         const size_t stage = (size_t)p.hc * p.dim * sizeof(float);
-        static const bool stage_on = env_switch_on("DSV4_HC_STAGE");
         auto launch = [&](auto kernel, size_t avail) {
-            const bool staged = stage_on && stage <= kNormXStageMax && stage <= avail;
+            const bool staged = stage <= kNormXStageMax && stage <= avail;
             if (staged) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)stage));
             launch_pdl(kernel, (unsigned)n, kNormXThreads, staged ? stage : 0, stream_, x, H, dots, scale, base,
                        norm->weight, norm->eps, p, staged);
@@ -632,7 +608,7 @@ void CudaBackend::hc_pre_launch(float* x, float* post, float* comb, const float*
 }
 
 void CudaBackend::hc_post(const HcPostArgs& a, int64_t n, const HcParams& p) {
-    if (op_skipped("hc_post")) return;
+    if (skipped("hc_post")) return;
     if (n <= 0 || p.hc <= 0 || p.dim <= 0) return;
     DSV4_CHECK(n * p.hc <= INT32_MAX);
     if (p.hc == 4 && p.dim % 4 == 0 && aligned16(a.H_out, a.x, a.x2, a.H_res)) {
@@ -706,7 +682,8 @@ CudaBackend::HcDots CudaBackend::hc_dots(Scratch& s, const float* H, const Weigh
     launch_pdl(hc_ss_kernel, dim3((unsigned)n, (unsigned)d.P_ss), kThreads, 0, stream_, d.ss, H, flat, d.P_ss);
     CUDA_CHECK_LAUNCH();
     // Always the f32 kernels (never the bf16 tensor-core mode): the mixes feed a Sinkhorn and sigmoids.
-    launch_matmul(plain_matmul(fn, d.raw, fn.rows, H, fn.cols, n), tables_, stream_);
+    const MatmulParams mp = plain_matmul(fn, d.raw, fn.rows, H, fn.cols, n);
+    launch_matmul(mp, *select_matmul(*this, MatmulCall{&mp, 1, false}), tables_, stream_);
     return d;
 }
 

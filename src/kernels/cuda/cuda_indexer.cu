@@ -610,7 +610,7 @@ __global__ void __launch_bounds__(kMergeThreads)
 void CudaBackend::indexer_topk(int32_t* idx, const float* q, const float* w, const float* keys,
                                const int32_t* n_visible, int64_t n, int n_heads, int head_dim, int top_k) {
     if (n <= 0 || top_k <= 0) return;
-    if (op_skipped("indexer_topk")) {  // what-if: no entry selected (all -1), so the attention still reads valid lists
+    if (skipped("indexer_topk")) {  // what-if: no entry selected (all -1), so the attention still reads valid lists
         CUDA_CHECK(cudaMemsetAsync(idx, 0xFF, (size_t)n * top_k * sizeof(int32_t), stream_));
         return;
     }

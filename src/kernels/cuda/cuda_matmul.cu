@@ -1,9 +1,9 @@
-// Dequantize-on-the-fly matmul for every weight format, exact f32 accumulation: a GEMV (a warp per weight
-// row, up to 8 activation rows at a time) for decode-sized inputs and a 64x64 shared-memory tile for
-// larger ones. Both read the weight in its block format and decode it with cuda_dequant.cuh, so the
-// products are those of the exactly dequantized weight. Also embedding lookup and f32 weight copies.
-// Decode GEMV of the common quantized formats goes to the staged kernel of cuda_gemv.cu; in the bf16 GEMM
-// mode, inputs of kTcMinRows rows or more go to the tensor cores (cuda_gemm_tc.cu).
+// The matmul ops and the two kernels that take every weight format, exact f32 accumulation: gemv_warp (a warp
+// per weight row, up to 8 activation rows at a time) and tiled (64x64 shared-memory tiles). Both read the
+// weight in its block format and decode it with cuda_dequant.cuh, so the products are those of the exactly
+// dequantized weight. The other kernels (the decode GEMVs of cuda_gemv.cu and cuda_gemv_q8_xreg.cu, the
+// tensor cores of cuda_gemm_tc.cu) take the formats and shapes they specialize; cuda_select.cu chooses.
+// Also embedding lookup.
 #include <vector>
 
 #include "core/check.h"
@@ -13,6 +13,7 @@
 #include "kernels/cuda/cuda_gemv.cuh"
 #include "kernels/cuda/cuda_gemv_digits.cuh"
 #include "kernels/cuda/cuda_matmul.cuh"
+#include "kernels/cuda/cuda_select.cuh"
 
 namespace dsv4::cuda {
 
@@ -21,6 +22,7 @@ namespace {
 constexpr int kGemvRows = 8;     // weight rows per block (one warp each)
 constexpr int kGemvTokens = 8;   // activation rows per pass
 constexpr int kTileM = 64, kTileN = 64, kTileK = 32;
+constexpr size_t kMaxBatchJobs = 16;  // the batch kernels' job limit
 
 __device__ __forceinline__ void row_range(const MatmulParams& p, int e, int64_t* r0, int64_t* r1) {
     if (p.offsets) {
@@ -178,42 +180,52 @@ MatmulParams plain_matmul(const Weight& w, float* y, int64_t y_stride, const flo
     return p;
 }
 
-void launch_matmul(const MatmulParams& p, const QuantTables& t, cudaStream_t s, DigitAlloc* digits) {
+void launch_matmul(const MatmulParams& p, MatmulKernel k, const QuantTables& t, cudaStream_t s, DigitAlloc* digits) {
     if (p.n == 0 || p.M == 0) return;
-    const bool grouped = p.offsets != nullptr;
-    const int n_experts = grouped ? p.n_experts : 1;
-    // GEMV when every expert sees few rows (decode); tiles otherwise. Grouped rows per expert are unknown on
-    // the host (they live on the device), so the grid covers the total and empty experts exit at once.
-    const bool gemv = p.n <= (grouped ? 64 : kGemvTokens);
-    // The staged GEMV (cuda_gemv.cu) serves the formats it specializes; DSV4_GEMV=legacy keeps the
-    // one-value-per-call kernel below for A/B timing.
-    if (gemv && gemv_mode() != GemvMode::Legacy && launch_gemv_staged(p, t, s, digits)) {
-        CUDA_CHECK_LAUNCH();
-        return;
-    }
-    dispatch_weight_type(p.type, [&](auto tag) {
-        constexpr GgmlType T = decltype(tag)::type;
-        if (gemv) {
-            const dim3 grid(ceil_div(p.M, kGemvRows), 1, n_experts);
-            gemv_kernel<T><<<grid, kGemvRows * kWarp, 0, s>>>(p, t);
-        } else {
-            const unsigned tiles_n = ceil_div(p.n, kTileN);
-            const dim3 grid(ceil_div(p.M, kTileM), grouped ? std::min(tiles_n, 4u) : tiles_n, n_experts);
-            tiled_kernel<T><<<grid, 256, 0, s>>>(p, t);
+    switch (k) {
+        case MatmulKernel::q8_xreg:
+            launch_gemv_q8_xreg(&p, 1, s);
+            break;
+        case MatmulKernel::gemv_digits:
+        case MatmulKernel::gemv_f32:
+            launch_gemv_pipelined(&p, 1, k == MatmulKernel::gemv_digits, t, s, digits);
+            break;
+        case MatmulKernel::gemv_warp:
+        case MatmulKernel::tiled: {
+            const bool grouped = p.offsets != nullptr;
+            const int n_experts = grouped ? p.n_experts : 1;
+            // Grouped rows per expert are unknown on the host (they live on the device), so the grid covers the
+            // total and empty experts exit at once.
+            dispatch_weight_type(p.type, [&](auto tag) {
+                constexpr GgmlType T = decltype(tag)::type;
+                if (k == MatmulKernel::gemv_warp) {
+                    const dim3 grid(ceil_div(p.M, kGemvRows), 1, n_experts);
+                    gemv_kernel<T><<<grid, kGemvRows * kWarp, 0, s>>>(p, t);
+                } else {
+                    const unsigned tiles_n = ceil_div(p.n, kTileN);
+                    const dim3 grid(ceil_div(p.M, kTileM), grouped ? std::min(tiles_n, 4u) : tiles_n, n_experts);
+                    tiled_kernel<T><<<grid, 256, 0, s>>>(p, t);
+                }
+            });
+            break;
         }
-    });
+        case MatmulKernel::tc_bf16:
+            DSV4_CHECK_MSG(false, "launch_matmul: the tensor-core matmul runs through the backend (matmul_tc)");
+    }
     CUDA_CHECK_LAUNCH();
 }
 
-void launch_grouped_matmul(const Weight& w, const float* x, int64_t x_stride, const int32_t* x_rows, float* y,
-                           int64_t n, const int32_t* offsets, int n_experts, const QuantTables& t, cudaStream_t s) {
+void launch_grouped_matmul(CudaBackend& b, const Weight& w, const float* x, int64_t x_stride, const int32_t* x_rows,
+                           float* y, int64_t n, const int32_t* offsets, int n_experts) {
     DSV4_CHECK(w.n_experts == n_experts);
     MatmulParams p = plain_matmul(w, y, w.rows, x, x_stride, n);
     p.expert_bytes = (size_t)w.rows * w.row_bytes;
     p.offsets = offsets;
     p.x_rows = x_rows;
     p.n_experts = n_experts;
-    launch_matmul(p, t, s);
+    const MatmulKernel k = *select_matmul(b, MatmulCall{&p, 1, false});
+    launch_matmul(p, k, b.tables(), b.stream());
+    b.ran(kernel_name(k));
 }
 
 void launch_dequant_rows(float* out, int64_t out_stride, const Weight& w, const int32_t* ids, int64_t n,
@@ -232,29 +244,34 @@ void CudaBackend::embed(float* out, const Weight& w, const int32_t* ids, int64_t
 }
 
 void CudaBackend::matmul(float* y, int64_t y_stride, const float* x, int64_t x_stride, const Weight& w, int64_t n) {
-    if (op_skipped("matmul")) return;
+    if (skipped("matmul")) return;
     if (n == 0 || w.rows == 0) return;
     check_weight_shape(w);
-    if (matmul_tc_wanted(*this, n)) {  // bf16 mode, prefill-sized: tensor cores (cuda_gemm_tc.cu)
+    const MatmulParams p = plain_matmul(w, y, y_stride, x, x_stride, n);
+    const MatmulKernel k = *select_matmul(*this, MatmulCall{&p, 1, true, true});
+    if (k == MatmulKernel::tc_bf16) {
         matmul_tc(*this, y, y_stride, x, x_stride, w, n);
-        return;
+    } else {
+        Scratch scratch(*this);  // the decode GEMV's activation digits, if it takes them
+        DigitAlloc digits = [&](int64_t count) { return scratch.get<gemv::XDigits>(count); };
+        launch_matmul(p, k, tables_, stream_, &digits);
     }
-    Scratch scratch(*this);  // the decode GEMV's activation digits, if it takes them
-    DigitAlloc digits = [&](int64_t count) { return scratch.get<gemv::XDigits>(count); };
-    launch_matmul(plain_matmul(w, y, y_stride, x, x_stride, n), tables_, stream_, &digits);
+    ran(kernel_name(k));
 }
 
 void CudaBackend::matmul_norm(float* y, int64_t y_stride, const float* x, int64_t x_stride, const float* norm,
                               float eps, const Weight& w, int64_t n) {
-    if (op_skipped("matmul")) return;
+    if (skipped("matmul")) return;
     if (n == 0 || w.rows == 0) return;
     check_weight_shape(w);
-    // One row into the Q8_0 GEMV that holds it in registers: the norm in the same kernel (DSV4_MATMUL_NORM=0:
-    // always the two ops, A/B). Else rms_norm into scratch, then the matmul.
-    static const bool fused = env_switch_on("DSV4_MATMUL_NORM");
-    if (fused && n == 1 && !matmul_tc_wanted(*this, n) &&
-        launch_gemv_q8_xreg_norm(plain_matmul(w, y, y_stride, x, x_stride, n), norm, eps, stream_)) {
+    // The norm inside the register GEMV where it is chosen (one row, the row held by every block); else
+    // rms_norm into scratch, then the matmul.
+    const MatmulParams p = plain_matmul(w, y, y_stride, x, x_stride, n);
+    const std::optional<MatmulKernel> k = select_matmul(*this, MatmulCall{&p, 1, true, true, true, norm});
+    if (k) {
+        launch_gemv_q8_xreg_norm(p, norm, eps, stream_);
         CUDA_CHECK_LAUNCH();
+        ran(kernel_name(*k));
         return;
     }
     Scratch s(*this);
@@ -264,33 +281,42 @@ void CudaBackend::matmul_norm(float* y, int64_t y_stride, const float* x, int64_
 }
 
 void CudaBackend::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {
-    if (op_skipped("matmul_batch")) return;
+    if (skipped("matmul_batch")) return;
     if (n == 0 || jobs.empty()) return;
-    // Decode-sized: the jobs of each weight type as one pipelined GEMV launch (up to 16 per launch); any
-    // job the batch kernel does not serve, and every prefill-sized batch, runs as its own matmul.
+    // The jobs of each weight type as one launch of a batch kernel (up to 16 per launch) where one is chosen;
+    // any other job runs as its own matmul.
     std::vector<bool> done(jobs.size(), false);
     Scratch scratch(*this);
     DigitAlloc digits = [&](int64_t count) { return scratch.get<gemv::XDigits>(count); };
-    if (n <= kGemvTokens && !matmul_tc_wanted(*this, n)) {
-        for (size_t a = 0; a < jobs.size(); ++a) {
-            if (done[a]) continue;
-            std::vector<MatmulParams> ps;
-            std::vector<size_t> which;
-            for (size_t b = a; b < jobs.size() && ps.size() < 16; ++b) {
-                if (done[b] || jobs[b].w->type != jobs[a].w->type || jobs[b].w->rows == 0) continue;
-                const Weight& w = *jobs[b].w;
-                check_weight_shape(w);
-                ps.push_back(plain_matmul(w, jobs[b].y, jobs[b].y_stride, jobs[b].x, jobs[b].x_stride, n));
-                which.push_back(b);
-            }
-            if (ps.size() > 1 && launch_gemv_batch(ps.data(), (int)ps.size(), tables_, stream_, &digits)) {
-                CUDA_CHECK_LAUNCH();
-                for (size_t b : which) done[b] = true;
-            }
+    const char* kernel = nullptr;
+    for (size_t a = 0; a < jobs.size(); ++a) {
+        if (done[a]) continue;
+        std::vector<MatmulParams> ps;
+        std::vector<size_t> which;
+        for (size_t b = a; b < jobs.size() && ps.size() < kMaxBatchJobs; ++b) {
+            if (done[b] || jobs[b].w->type != jobs[a].w->type || jobs[b].w->rows == 0) continue;
+            const Weight& w = *jobs[b].w;
+            check_weight_shape(w);
+            ps.push_back(plain_matmul(w, jobs[b].y, jobs[b].y_stride, jobs[b].x, jobs[b].x_stride, n));
+            which.push_back(b);
         }
+        if (ps.size() < 2) continue;
+        const std::optional<MatmulKernel> k = select_matmul(*this, MatmulCall{ps.data(), (int)ps.size(), true, true});
+        if (!k) continue;
+        if (*k == MatmulKernel::q8_xreg)
+            launch_gemv_q8_xreg(ps.data(), (int)ps.size(), stream_);
+        else
+            launch_gemv_pipelined(ps.data(), (int)ps.size(), *k == MatmulKernel::gemv_digits, tables_, stream_, &digits);
+        CUDA_CHECK_LAUNCH();
+        kernel = kernel_name(*k);
+        for (size_t b : which) done[b] = true;
     }
     for (size_t a = 0; a < jobs.size(); ++a)
-        if (!done[a]) matmul(jobs[a].y, jobs[a].y_stride, jobs[a].x, jobs[a].x_stride, *jobs[a].w, n);
+        if (!done[a]) {
+            matmul(jobs[a].y, jobs[a].y_stride, jobs[a].x, jobs[a].x_stride, *jobs[a].w, n);
+            kernel = last_kernel();
+        }
+    ran(kernel);
 }
 
 }  // namespace dsv4::cuda

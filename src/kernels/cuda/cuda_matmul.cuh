@@ -8,9 +8,12 @@
 #include <functional>
 
 #include "kernels/cuda/cuda_dequant.cuh"
+#include "kernels/cuda/cuda_kernels.h"
 #include "ops/backend.h"
 
 namespace dsv4::cuda {
+
+class CudaBackend;
 
 namespace gemv {
 struct XDigits;
@@ -42,13 +45,16 @@ struct MatmulParams {
 // The parameters of a plain (non-grouped) y = x W^T over n rows.
 MatmulParams plain_matmul(const Weight& w, float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t n);
 
-// digits: scratch for the decode GEMV's activation digits (null: f32 activations everywhere).
-void launch_matmul(const MatmulParams& p, const QuantTables& t, cudaStream_t s, DigitAlloc* digits = nullptr);
+// Runs p with kernel k (chosen by select_matmul; every kernel but tc_bf16, which the backend's matmul runs).
+// digits: scratch for the activation digits of gemv_digits.
+void launch_matmul(const MatmulParams& p, MatmulKernel k, const QuantTables& t, cudaStream_t s,
+                   DigitAlloc* digits = nullptr);
 
-// Grouped matmul over an expert stack w (MoE): rows [offsets[e], offsets[e+1]) of the n grouped rows use
-// expert e; row r reads x row x_rows[r] (r when null) and writes y row r (y rows of w.rows floats).
-void launch_grouped_matmul(const Weight& w, const float* x, int64_t x_stride, const int32_t* x_rows, float* y,
-                           int64_t n, const int32_t* offsets, int n_experts, const QuantTables& t, cudaStream_t s);
+// Grouped matmul over an expert stack w (MoE) on b's stream, its kernel chosen as the f32 one for grouped
+// rows: rows [offsets[e], offsets[e+1]) of the n grouped rows use expert e; row r reads x row x_rows[r] (r when
+// null) and writes y row r (y rows of w.rows floats).
+void launch_grouped_matmul(CudaBackend& b, const Weight& w, const float* x, int64_t x_stride, const int32_t* x_rows,
+                           float* y, int64_t n, const int32_t* offsets, int n_experts);
 
 // out[i, 0:cols] = dequant(w row ids[i]) (row i when ids is null), rows of out_stride floats.
 void launch_dequant_rows(float* out, int64_t out_stride, const Weight& w, const int32_t* ids, int64_t n,

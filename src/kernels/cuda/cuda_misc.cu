@@ -68,7 +68,7 @@ void CudaBackend::add(float* y, const float* a, const float* b, int64_t n) {
 
 void CudaBackend::swiglu(float* h, const float* g, const float* u, int64_t n, int64_t f, int64_t gu_stride,
                          float clamp) {
-    if (op_skipped("swiglu")) return;
+    if (skipped("swiglu")) return;
     if (n * f <= 0) return;
     launch_pdl(swiglu_kernel, grid_for(n * f, kThreads), kThreads, 0, stream_, h, g, u, n, f, gu_stride, clamp);
     CUDA_CHECK_LAUNCH();
@@ -76,7 +76,7 @@ void CudaBackend::swiglu(float* h, const float* g, const float* u, int64_t n, in
 
 void CudaBackend::copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t n,
                             int64_t cols) {
-    if (op_skipped("copy_rows")) return;
+    if (skipped("copy_rows")) return;
     if (n * cols <= 0) return;
     // Every element is read before any is written only within a thread, so the rows must not overlap
     // (the CPU's memmove allows it; no caller of this op does it).
@@ -93,7 +93,7 @@ void CudaBackend::gather_rows(float* dst, const float* src, const int32_t* idx, 
 }
 
 void CudaBackend::scatter_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) {
-    if (op_skipped("scatter_rows")) return;
+    if (skipped("scatter_rows")) return;
     if (n * cols <= 0) return;
     launch_pdl(scatter_rows_kernel, grid_for(n * cols, kThreads), kThreads, 0, stream_, dst, src, idx, n, cols);
     CUDA_CHECK_LAUNCH();

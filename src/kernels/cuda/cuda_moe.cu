@@ -8,6 +8,7 @@
 #include "kernels/cuda/cuda_gemm_tc.cuh"
 #include "kernels/cuda/cuda_matmul.cuh"
 #include "kernels/cuda/cuda_moe_decode.cuh"
+#include "kernels/cuda/cuda_select.cuh"
 #include "ops/numerics.h"
 
 namespace dsv4::cuda {
@@ -24,7 +25,7 @@ __device__ __forceinline__ float route_score(const float* logits, int e) { retur
 // (make_key: the selection key, NaN as -infinity, then the lower id first), which order the experts as the CPU
 // picks them. An expert's rank is the number of keys above its own, counted in parallel over independent loads
 // (no early exit, so the loads overlap); the experts of rank < k are the top-k and the rank is their slot. This
-// replaced k dependent warp arg-max rounds on one warp (docs/benchmarks.md, run 42). The raw scores are summed
+// replaces k dependent warp arg-max rounds on one warp, a chain as long as k. The raw scores are summed
 // in slot order, as the CPU.
 __global__ void __launch_bounds__(kRouteThreads)
     moe_route_kernel(int32_t* ids, float* weights, const float* logits, const float* bias, const int32_t* tid2eid,
@@ -167,7 +168,7 @@ __global__ void moe_sum_kernel(float* out, const float* y, const int32_t* sum_ro
 void CudaBackend::moe_route(int32_t* ids, float* weights, const float* logits, const float* bias,
                             const int32_t* tid2eid, const int32_t* tokens, int64_t n, int n_experts, int k, float scale,
                             bool norm) {
-    if (op_skipped("moe_route")) return;
+    if (skipped("moe_route")) return;
     if (n <= 0 || k <= 0) return;
     DSV4_CHECK_MSG(n_experts > 0 && n_experts <= kMaxExperts && k <= n_experts && k <= kMaxK,
                    "moe_route: %d experts, k %d", n_experts, k);
@@ -179,12 +180,17 @@ void CudaBackend::moe_route(int32_t* ids, float* weights, const float* logits, c
 }
 
 void CudaBackend::moe_experts(const MoeArgs& a) {
-    if (op_skipped("moe_experts")) return;
+    if (skipped("moe_experts")) return;
     const int64_t D = a.gate.cols, F = a.gate.rows;
     DSV4_CHECK(a.down.cols == F && a.down.rows == D && a.up.rows == F && a.up.cols == D);
     DSV4_CHECK_MSG(a.k > 0 && a.k <= kMaxK, "moe_experts: k %d outside [1, %d]", a.k, kMaxK);
     if (a.n <= 0) return;
-    if (moe_experts_decode(*this, a)) return;  // few (token, slot) pairs: no grouping (cuda_moe_decode.cu)
+    const MoeKernel kernel = select_moe(*this, a);
+    if (kernel == MoeKernel::decode_xreg || kernel == MoeKernel::decode_pipelined) {
+        launch_moe_decode(*this, a, kernel == MoeKernel::decode_xreg);  // no grouping (cuda_moe_decode.cu)
+        ran(kernel_name(kernel));
+        return;
+    }
     const int E = (int)a.gate.n_experts;
     const int64_t R = a.n * a.k;  // grouped rows
     Scratch s(*this);
@@ -198,10 +204,11 @@ void CudaBackend::moe_experts(const MoeArgs& a) {
     DSV4_CHECK_MSG(smem <= 48 * 1024, "moe_experts: %d experts exceed the grouping kernel's shared memory", E);
     launch_pdl(moe_group_kernel, 1, 1024, smem, stream_, a.ids, a.n, a.k, E, offsets, x_rows, pair_of_row, sum_rows);
     CUDA_CHECK_LAUNCH();
-    if (moe_tc_wanted(*this, a)) {  // bf16 mode, prefill-sized: experts on the tensor cores (cuda_gemm_tc.cu)
+    if (kernel == MoeKernel::tc_bf16) {  // bf16 mode, prefill-sized: experts on the tensor cores (cuda_gemm_tc.cu)
         moe_experts_tc(*this, a, offsets, x_rows, pair_of_row, y);
         launch_pdl(moe_sum_kernel, grid_for(a.n * D, 256), 256, 0, stream_, a.out, y, sum_rows, a.n, a.k, D);
         CUDA_CHECK_LAUNCH();
+        ran(kernel_name(kernel));
         return;
     }
     float* g = s.get<float>(R * F);
@@ -209,7 +216,7 @@ void CudaBackend::moe_experts(const MoeArgs& a) {
     float* h = s.get<float>(R * F);
 
     auto grouped = [&](const Weight& w, const float* x, int64_t x_stride, const int32_t* rows, float* out) {
-        launch_grouped_matmul(w, x, x_stride, rows, out, R, offsets, E, tables_, stream_);
+        launch_grouped_matmul(*this, w, x, x_stride, rows, out, R, offsets, E);
     };
     grouped(a.gate, a.x, D, x_rows, g);
     grouped(a.up, a.x, D, x_rows, u);
@@ -219,6 +226,7 @@ void CudaBackend::moe_experts(const MoeArgs& a) {
     grouped(a.down, h, F, nullptr, y);
     launch_pdl(moe_sum_kernel, grid_for(a.n * D, 256), 256, 0, stream_, a.out, y, sum_rows, a.n, a.k, D);
     CUDA_CHECK_LAUNCH();
+    ran(kernel_name(kernel));
 }
 
 }  // namespace dsv4::cuda

@@ -207,15 +207,10 @@ bool fits(const Weight& w) {
            w.cols % C::kElems == 0;
 }
 
-bool decode_enabled() {
-    static const bool on = env_switch_on("DSV4_MOE_DECODE");
-    return on && gemv_mode() == GemvMode::Pipelined;
-}
-
 }  // namespace
 
-bool moe_experts_decode(CudaBackend& b, const MoeArgs& a) {
-    if (!decode_enabled() || a.n * a.k > kMaxPairs || a.k > kMaxSlots) return false;
+bool moe_decode_serves(const MoeArgs& a) {
+    if (a.n * a.k > kMaxPairs || a.k > kMaxSlots) return false;
     if (a.gate.type != a.up.type || a.gate.row_bytes != a.up.row_bytes) return false;
     if (!aligned16(a.x)) return false;
     bool ok = false;
@@ -223,8 +218,11 @@ bool moe_experts_decode(CudaBackend& b, const MoeArgs& a) {
                    [&](auto tag) { ok = fits<decltype(tag)::type>(a.gate) && fits<decltype(tag)::type>(a.up); });
     bool down_ok = false;
     dispatch_codec(a.down.type, [&](auto tag) { down_ok = fits<decltype(tag)::type>(a.down); });
-    if (!ok || !down_ok) return false;
+    return ok && down_ok;
+}
 
+void launch_moe_decode(CudaBackend& b, const MoeArgs& a, bool xreg) {
+    DSV4_CHECK(moe_decode_serves(a));
     const int64_t D = a.gate.cols, F = a.gate.rows, P = a.n * a.k;
     CudaBackend::Scratch s(b);
     MoeDecodeParams p;
@@ -250,11 +248,13 @@ bool moe_experts_decode(CudaBackend& b, const MoeArgs& a) {
 
     // The digit codecs (cuda_gemv_digits.cuh) read the activations as digits: x before the first kernel, h
     // between the two.
-    const bool gate_digits = has_digit_codec(a.gate.type) && digits_enabled();
-    const bool down_digits = has_digit_codec(a.down.type) && digits_enabled();
+    const bool gate_digits = has_digit_codec(a.gate.type);
+    const bool down_digits = has_digit_codec(a.down.type);
     // IQ2_XXS gate/up with the token's activation in registers (it quantizes x itself), else the pipelined
     // kernel over x's digits.
-    if (!(gate_digits && launch_moe_gate_up_xreg(a, p.h, b.tables(), b.stream()))) {
+    if (xreg && moe_gate_up_xreg_serves(a)) {
+        launch_moe_gate_up_xreg(a, p.h, b.tables(), b.stream());
+    } else {
         if (gate_digits) {
             XDigits* xq = s.get<XDigits>(a.n * (D / kDigitBlock));
             launch_quantize_digits(xq, a.x, D, a.n, D, b.stream());
@@ -271,7 +271,9 @@ bool moe_experts_decode(CudaBackend& b, const MoeArgs& a) {
     }
     CUDA_CHECK_LAUNCH();
     // Q2_K down with h in registers (it quantizes h itself), else the pipelined kernel over h's digits.
-    if (!(down_digits && launch_moe_down_xreg(a, p.h, b.stream()))) {
+    if (xreg && moe_down_xreg_serves(a)) {
+        launch_moe_down_xreg(a, p.h, b.stream());
+    } else {
         if (down_digits) {
             XDigits* hq = s.get<XDigits>(P * (F / kDigitBlock));
             launch_quantize_digits(hq, p.h, F, P, F, b.stream());
@@ -287,7 +289,6 @@ bool moe_experts_decode(CudaBackend& b, const MoeArgs& a) {
         });
     }
     CUDA_CHECK_LAUNCH();
-    return true;
 }
 
 }  // namespace dsv4::cuda

@@ -35,19 +35,22 @@ __device__ __forceinline__ int slot_rank(const int32_t* ids, int64_t token, int 
     return rank;
 }
 
-// Runs moe_experts without the grouping pass when n * k is small (two kernels that read exactly the chosen
-// experts' rows) and returns true; returns false without launching anything when the case is not one for
-// it (many pairs, a weight format or alignment it does not handle, DSV4_GEMV set, DSV4_MOE_DECODE=0).
-bool moe_experts_decode(CudaBackend& b, const MoeArgs& a);
+// moe_experts without the grouping pass when n * k is small: two kernels that read exactly the chosen experts'
+// rows. serves: whether it takes the case (few pairs, weight formats with a codec, their alignment). With xreg,
+// each half runs its register kernel below where that serves the case, else the pipelined kernel.
+bool moe_decode_serves(const MoeArgs& a);
+void launch_moe_decode(CudaBackend& b, const MoeArgs& a, bool xreg);
 
-// The gate/up half of it with the token's activation in registers (cuda_moe_gate_up_xreg.cu): h[pair, f] =
-// SwiGLU(gate, up) * routing weight for IQ2_XXS gate and up stacks with D a multiple of 512 (at most 16384);
-// returns false, launching nothing, for any other case or when DSV4_MOE_XREG=0 (A/B).
-bool launch_moe_gate_up_xreg(const MoeArgs& a, float* h, const QuantTables& t, cudaStream_t s);
+// The gate/up half with the token's activation in registers (cuda_moe_gate_up_xreg.cu): h[pair, f] =
+// SwiGLU(gate, up) * routing weight for IQ2_XXS gate and up stacks with D a multiple of 512 (at most 16384),
+// one token.
+bool moe_gate_up_xreg_serves(const MoeArgs& a);
+void launch_moe_gate_up_xreg(const MoeArgs& a, float* h, const QuantTables& t, cudaStream_t s);
 
 // The down half with h (the gate/up result, [n * k, F]) in registers (cuda_moe_down_xreg.cu): out = the sum
 // over each token's slots of h W_down^T, in the CPU's order, for a Q2_K down stack with F a multiple of 512
-// and k * F / 512 <= 32; returns false, launching nothing, otherwise or when DSV4_MOE_XREG=0.
-bool launch_moe_down_xreg(const MoeArgs& a, const float* h, cudaStream_t s);
+// and k * F / 512 <= 32, one token.
+bool moe_down_xreg_serves(const MoeArgs& a);
+void launch_moe_down_xreg(const MoeArgs& a, const float* h, cudaStream_t s);
 
 }  // namespace dsv4::cuda

@@ -155,33 +155,51 @@ __global__ void __launch_bounds__(kMaxThreads<H>, 1) moe_down_xreg_kernel(const 
     cp_async_wait<0>();
 }
 
-// Launches blocks of w warps, H values per lane: false, launching nothing, when such a block cannot run here.
+// Blocks of w warps per SM with H values per lane (0: such a block cannot run here).
 template <int H>
-bool launch_h(Params p, int64_t n, int w, cudaStream_t s) {
-    const int bps = blocks_per_sm<moe_down_xreg_kernel<H>, Geom<H>>(w);
-    if (bps == 0) return false;
+int blocks_per_sm_h(int w) {
+    return blocks_per_sm<moe_down_xreg_kernel<H>, Geom<H>>(w);
+}
+
+template <int H>
+void launch_h(Params p, int64_t n, int w, cudaStream_t s) {
+    const int bps = blocks_per_sm_h<H>(w);
+    DSV4_CHECK(bps > 0);
     const int64_t wave = (int64_t)bps * device_limits().sms;
     const int64_t per = (n * p.D + wave * kRows - 1) / (wave * kRows) * kRows;  // rows per block, whole stages
     p.rows_per_block = per;
     p.blocks_per_token = (p.D + per - 1) / per;
     launch_pdl(moe_down_xreg_kernel<H>, (unsigned)(n * p.blocks_per_token), w * kWarp, Geom<H>::smem(w), s, p);
-    return true;
 }
+
+// The values per lane: H = 2 (a whole Q2_K sub-block run per lane) where F allows, as the gate/up kernel.
+int lane_h(int64_t F) { return F % 1024 == 0 ? 2 : 1; }
 
 }  // namespace
 
-bool launch_moe_down_xreg(const MoeArgs& a, const float* h, cudaStream_t s) {
-    // One token: measured faster only there (docs/benchmarks.md, run 52), as the gate/up kernel.
-    if (!moe_enabled() || a.n != 1 || a.down.type != GgmlType::Q2_K || a.k < 1 || a.k > kMaxSlots) return false;
+bool moe_down_xreg_serves(const MoeArgs& a) {
+    // One token: the pipelined kernel is faster from two tokens on, as for the gate/up kernel.
+    if (a.n != 1 || a.down.type != GgmlType::Q2_K || a.k < 1 || a.k > kMaxSlots) return false;
     const int64_t F = a.down.cols, D = a.down.rows;
     if (F % 512 != 0 || D < 1 || a.down.row_bytes % 4 != 0 || reinterpret_cast<uintptr_t>(a.down.data) % 4 != 0)
         return false;
     if ((uint64_t)D * a.down.row_bytes > UINT32_MAX) return false;  // 32-bit offsets in an expert
-    const int hv = moe_h() == 2 && F % 1024 == 0 ? 2 : 1;
-    const int64_t slices = F / (512 * hv), w = slices * a.k;
+    const int hv = lane_h(F);
+    const int64_t w = F / (512 * hv) * a.k;
     if (w > kMaxWarps) return false;
+    return hv == 2 ? blocks_per_sm_h<2>((int)w) > 0 : blocks_per_sm_h<1>((int)w) > 0;
+}
+
+void launch_moe_down_xreg(const MoeArgs& a, const float* h, cudaStream_t s) {
+    DSV4_CHECK(moe_down_xreg_serves(a));
+    const int64_t F = a.down.cols, D = a.down.rows;
+    const int hv = lane_h(F);
+    const int64_t slices = F / (512 * hv), w = slices * a.k;
     const Params p{h, a.ids, a.out, a.down.data, a.down.row_bytes, D, F, a.k, (int)a.down.n_experts, (int)slices, 0, 0};
-    return hv == 2 ? launch_h<2>(p, a.n, (int)w, s) : launch_h<1>(p, a.n, (int)w, s);
+    if (hv == 2)
+        launch_h<2>(p, a.n, (int)w, s);
+    else
+        launch_h<1>(p, a.n, (int)w, s);
 }
 
 }  // namespace dsv4::cuda

@@ -145,25 +145,32 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp / H, 1)
     cp_async_wait<0>();
 }
 
-// Launches blocks of w warps, H values per lane: false, launching nothing, when such a block cannot run here.
+// Blocks of w warps per SM with H values per lane (0: such a block cannot run here).
 template <int H>
-bool launch_h(Params p, int64_t pairs, int w, const QuantTables& t, cudaStream_t s) {
-    const int bps = blocks_per_sm<moe_gate_up_xreg_kernel<H>, Geom<H>>(w);
-    if (bps == 0) return false;
+int blocks_per_sm_h(int w) {
+    return blocks_per_sm<moe_gate_up_xreg_kernel<H>, Geom<H>>(w);
+}
+
+template <int H>
+void launch_h(Params p, int64_t pairs, int w, const QuantTables& t, cudaStream_t s) {
+    const int bps = blocks_per_sm_h<H>(w);
+    DSV4_CHECK(bps > 0);
     const int64_t wave = (int64_t)bps * device_limits().sms;
     const int64_t rows = pairs * 2 * p.F;
     const int64_t per = (rows + wave * kRows - 1) / (wave * kRows) * kRows;  // rows per block, whole stages
     p.f_per_block = (int)(per / 2);
     p.blocks_per_pair = (p.F + p.f_per_block - 1) / p.f_per_block;
     launch_pdl(moe_gate_up_xreg_kernel<H>, (unsigned)(pairs * p.blocks_per_pair), w * kWarp, Geom<H>::smem(w), s, p, t);
-    return true;
 }
+
+// H = 2 (a whole IQ2_XXS sub-block per lane) where D allows: faster than H = 1 for V4-Flash's experts.
+bool whole_blocks(int64_t D) { return D % 1024 == 0; }
 
 }  // namespace
 
-bool launch_moe_gate_up_xreg(const MoeArgs& a, float* h, const QuantTables& t, cudaStream_t s) {
-    // One token: measured faster only there (docs/benchmarks.md, run 52: two tokens took 100.6 us, 95.2 before).
-    if (!moe_enabled() || a.n != 1) return false;
+bool moe_gate_up_xreg_serves(const MoeArgs& a) {
+    // One token: the pipelined kernel is faster from two tokens on.
+    if (a.n != 1) return false;
     if (a.gate.type != GgmlType::IQ2_XXS || a.up.type != GgmlType::IQ2_XXS) return false;
     const int64_t D = a.gate.cols, F = a.gate.rows, pairs = a.n * a.k;
     if (a.up.cols != D || a.up.rows != F || a.gate.row_bytes != a.up.row_bytes || pairs < 1 || F < 1) return false;
@@ -171,10 +178,18 @@ bool launch_moe_gate_up_xreg(const MoeArgs& a, float* h, const QuantTables& t, c
     if (reinterpret_cast<uintptr_t>(a.gate.data) % 2 != 0 || reinterpret_cast<uintptr_t>(a.up.data) % 2 != 0)
         return false;
     if ((uint64_t)F * a.gate.row_bytes > UINT32_MAX || pairs * 2 * F > INT32_MAX) return false;  // 32-bit offsets
+    return whole_blocks(D) ? blocks_per_sm_h<2>((int)(D / 1024)) > 0 : blocks_per_sm_h<1>((int)(D / 512)) > 0;
+}
+
+void launch_moe_gate_up_xreg(const MoeArgs& a, float* h, const QuantTables& t, cudaStream_t s) {
+    DSV4_CHECK(moe_gate_up_xreg_serves(a));
+    const int64_t D = a.gate.cols, F = a.gate.rows, pairs = a.n * a.k;
     const Params p{a.x, a.ids, a.weights, h, a.gate.data, a.up.data, a.gate.row_bytes, D, (int)F, a.k,
                    (int)a.gate.n_experts, a.clamp, 0, 0};
-    return moe_h() == 2 && D % 1024 == 0 ? launch_h<2>(p, pairs, (int)(D / 1024), t, s)
-                                         : launch_h<1>(p, pairs, (int)(D / 512), t, s);
+    if (whole_blocks(D))
+        launch_h<2>(p, pairs, (int)(D / 1024), t, s);
+    else
+        launch_h<1>(p, pairs, (int)(D / 512), t, s);
 }
 
 }  // namespace dsv4::cuda

@@ -283,7 +283,7 @@ __global__ void hadamard_warp_kernel(float* x, int64_t n, float scale, bool fp4_
 
 void CudaBackend::rms_norm(float* y, const float* x, const float* weight, int64_t n, int64_t dim, int64_t stride,
                            float eps) {
-    if (op_skipped("rms_norm")) return;
+    if (skipped("rms_norm")) return;
     if (n <= 0 || dim <= 0) return;
     DSV4_CHECK(n <= INT32_MAX);
     const bool aligned = aligned16(x, y, weight);
@@ -306,7 +306,7 @@ void CudaBackend::rms_norm(float* y, const float* x, const float* weight, int64_
 
 void CudaBackend::rope(float* x, int64_t n, int n_heads, int head_dim, int64_t stride, const int32_t* pos,
                        const RopeParams& r, bool inverse) {
-    if (op_skipped("rope")) return;
+    if (skipped("rope")) return;
     const int64_t total = n * n_heads * (r.rope_dim / 2);
     if (total <= 0) return;
     DSV4_CHECK(r.rope_dim <= head_dim && r.rope_dim % 2 == 0);
@@ -325,7 +325,7 @@ void CudaBackend::fp8_sim(float* x, int64_t n, int64_t n_dims, int64_t stride, i
 
 void CudaBackend::norm_rope(float* x, int64_t n, int n_heads, int head_dim, int64_t stride, const float* weight,
                             float eps, const int32_t* pos, const RopeParams& r, int fp8_block) {
-    if (op_skipped("norm_rope")) return;
+    if (skipped("norm_rope")) return;
     norm_rope_check(n, n_heads, head_dim, stride, pos, r, fp8_block);
     if (n == 0) return;
     // The fused kernel's shapes (norm_rope_kernel); anything else runs the three kernels one after another.
@@ -357,7 +357,7 @@ void CudaBackend::norm_rope(float* x, int64_t n, int n_heads, int head_dim, int6
 }
 
 void CudaBackend::hadamard(float* x, int64_t n, int dim, bool fp4_sim) {
-    if (op_skipped("hadamard")) return;
+    if (skipped("hadamard")) return;
     DSV4_CHECK(dim > 0 && (dim & (dim - 1)) == 0);
     DSV4_CHECK(!fp4_sim || dim % 32 == 0);
     if (n <= 0) return;

@@ -1,0 +1,110 @@
+// Kernel selection of the CUDA backend (cuda_select.cuh): per op, the order in which kernels are preferred and
+// the thresholds that order rests on. Host code only.
+#include "kernels/cuda/cuda_attention_tc.cuh"
+#include "kernels/cuda/cuda_backend_impl.cuh"
+#include "kernels/cuda/cuda_gemm_tc.cuh"
+#include "kernels/cuda/cuda_gemv.cuh"
+#include "kernels/cuda/cuda_gemv_digits.cuh"
+#include "kernels/cuda/cuda_moe_decode.cuh"
+#include "kernels/cuda/cuda_select.cuh"
+
+namespace dsv4::cuda {
+
+namespace {
+
+// Activation rows the GEMVs serve (more: tiles), and grouped rows in all below which the warp GEMV beats the
+// tiles for grouped (expert) products, whose rows per expert are few and known only on the device.
+constexpr int64_t kGemvRows = 8;
+constexpr int64_t kGroupedGemvRows = 64;
+
+// The least weight bytes of a launch the register GEMV takes. Smaller launches stay on the pipelined GEMV:
+// its many small blocks leave room for the kernels of the step's other branch, where the register GEMV's one
+// wave fills every SM (measured on the H200: 4 MB loses and 16 MB keeps the shared expert's down projection
+// on the slower path).
+constexpr double kXregMinBytes = 8e6;
+
+double weight_bytes(const MatmulCall& c) {
+    double bytes = 0;
+    for (int j = 0; j < c.count; ++j) bytes += (double)c.ps[j].M * (double)c.ps[j].row_bytes;
+    return bytes;
+}
+
+}  // namespace
+
+bool matmul_kernel_serves(const CudaBackend& b, MatmulKernel k, const MatmulCall& c) {
+    const MatmulParams& p = c.ps[0];
+    const bool single = c.count == 1 && !c.with_norm;
+    switch (k) {
+        case MatmulKernel::tc_bf16:
+            return single && c.allow_tc && !p.offsets && b.gemm_precision() == GemmPrecision::BF16;
+        case MatmulKernel::q8_xreg:
+            return c.digits && gemv_q8_xreg_serves(c.ps, c.count, c.with_norm, c.norm);
+        case MatmulKernel::gemv_digits:
+            return !c.with_norm && c.digits && gemv::has_digit_codec(p.type) && gemv_pipelined_serves(c.ps, c.count);
+        case MatmulKernel::gemv_f32:
+            return !c.with_norm && gemv_pipelined_serves(c.ps, c.count);
+        case MatmulKernel::gemv_warp:
+        case MatmulKernel::tiled:
+            return single;
+    }
+    return false;
+}
+
+std::optional<MatmulKernel> select_matmul(const CudaBackend& b, const MatmulCall& c) {
+    if (auto f = b.force().matmul; f && matmul_kernel_serves(b, *f, c)) return f;
+    if (b.force().matmul && (c.count > 1 || c.with_norm)) return std::nullopt;  // forced: one by one / unfused
+    const MatmulParams& p = c.ps[0];
+    auto serves = [&](MatmulKernel k) { return matmul_kernel_serves(b, k, c); };
+    if (p.n >= kTcMinRows && serves(MatmulKernel::tc_bf16)) return MatmulKernel::tc_bf16;
+    if (weight_bytes(c) >= kXregMinBytes && serves(MatmulKernel::q8_xreg)) return MatmulKernel::q8_xreg;
+    if (serves(MatmulKernel::gemv_digits)) return MatmulKernel::gemv_digits;
+    if (serves(MatmulKernel::gemv_f32)) return MatmulKernel::gemv_f32;
+    if (c.count > 1 || c.with_norm) return std::nullopt;
+    return p.n <= (p.offsets ? kGroupedGemvRows : kGemvRows) ? MatmulKernel::gemv_warp : MatmulKernel::tiled;
+}
+
+bool moe_kernel_serves(const CudaBackend& b, MoeKernel k, const MoeArgs& a) {
+    switch (k) {
+        case MoeKernel::tc_bf16:
+            return b.gemm_precision() == GemmPrecision::BF16;
+        case MoeKernel::decode_xreg:
+            return moe_decode_serves(a) && (moe_gate_up_xreg_serves(a) || moe_down_xreg_serves(a));
+        case MoeKernel::decode_pipelined:
+            return moe_decode_serves(a);
+        case MoeKernel::grouped:
+            return true;
+    }
+    return false;
+}
+
+MoeKernel select_moe(const CudaBackend& b, const MoeArgs& a) {
+    const auto& f = b.force().moe;
+    if (f && moe_kernel_serves(b, *f, a)) return *f;
+    auto serves = [&](MoeKernel k) { return moe_kernel_serves(b, k, a); };
+    // Few (token, slot) pairs: no grouping pass, the register kernels where they serve (one token).
+    if (serves(MoeKernel::decode_xreg)) return MoeKernel::decode_xreg;
+    if (serves(MoeKernel::decode_pipelined)) return MoeKernel::decode_pipelined;
+    if (moe_tc_wanted(b, a) && serves(MoeKernel::tc_bf16)) return MoeKernel::tc_bf16;
+    return MoeKernel::grouped;
+}
+
+bool attention_kernel_serves(const CudaBackend& b, AttentionKernel k, const AttentionArgs& a) {
+    return k == AttentionKernel::f32 || attention_tc_serves(b, a);
+}
+
+AttentionKernel select_attention(const CudaBackend& b, const AttentionArgs& a) {
+    const auto& f = b.force().attention;
+    if (f && attention_kernel_serves(b, *f, a)) return *f;
+    // Decode-sized calls keep the f32 kernel in every mode.
+    return a.n >= kTcMinRows && attention_tc_serves(b, a) ? AttentionKernel::tc_bf16 : AttentionKernel::f32;
+}
+
+HcPreNormKernel select_hc_pre_norm(const CudaBackend& b, int64_t dim, const float* x, const float* H,
+                                   const float* norm) {
+    const bool fused = hc_pre_norm_fused_serves(dim, x, H, norm);
+    const auto& f = b.force().hc_pre_norm;
+    if (f && (*f == HcPreNormKernel::split || fused)) return *f;
+    return fused ? HcPreNormKernel::fused : HcPreNormKernel::split;
+}
+
+}  // namespace dsv4::cuda
