@@ -17,9 +17,9 @@ constexpr Names<MatmulKernel, 6> kMatmul = {{{MatmulKernel::tc_bf16, "tc_bf16"},
                                              {MatmulKernel::gemv_f32, "gemv_f32"},
                                              {MatmulKernel::gemv_warp, "gemv_warp"},
                                              {MatmulKernel::tiled, "tiled"}}};
-constexpr Names<MoeKernel, 4> kMoe = {{{MoeKernel::tc_bf16, "tc_bf16"},
-                                       {MoeKernel::decode_xreg, "decode_xreg"},
+constexpr Names<MoeKernel, 4> kMoe = {{{MoeKernel::decode_xreg, "decode_xreg"},
                                        {MoeKernel::decode_pipelined, "decode_pipelined"},
+                                       {MoeKernel::tc_bf16, "tc_bf16"},
                                        {MoeKernel::grouped, "grouped"}}};
 constexpr Names<AttentionKernel, 2> kAttention = {{{AttentionKernel::tc_bf16, "tc_bf16"}, {AttentionKernel::f32, "f32"}}};
 constexpr Names<HcPreNormKernel, 2> kHcPreNorm = {{{HcPreNormKernel::fused, "fused"}, {HcPreNormKernel::split, "split"}}};

@@ -24,9 +24,9 @@ enum class MatmulKernel : uint8_t {
 
 // moe_experts: the routed experts of n tokens.
 enum class MoeKernel : uint8_t {
-    tc_bf16,           // tensor cores for experts with many rows (bf16 mode only)
     decode_xreg,       // few (token, slot) pairs: the register kernels where the formats have them, else pipelined
     decode_pipelined,  // few pairs: the pipelined gate/up and down kernels (cuda_moe_decode.cu)
+    tc_bf16,           // tensor cores for experts with many rows (bf16 mode only)
     grouped,           // rows grouped by expert on the device, then grouped matmuls
 };
 
