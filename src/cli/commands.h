@@ -20,4 +20,6 @@ int cmd_prompt(int argc, char** argv);  // cmd_prompt.cpp
 int cmd_tokenize(int argc, char** argv);    // cmd_tokenize.cpp
 int cmd_detokenize(int argc, char** argv);  // cmd_tokenize.cpp
 
+int cmd_convert(int argc, char** argv);   // cmd_convert.cpp
+
 }  // namespace dsv4::cli
