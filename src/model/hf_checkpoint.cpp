@@ -3,6 +3,7 @@
 // anything is written.
 #include "model/hf_checkpoint.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -35,12 +36,18 @@ Result<std::unique_ptr<HfCheckpoint>> HfCheckpoint::open(const std::string& dir)
     DSV4_ASSIGN_OR_RETURN(ck->config_, read_json_file((root / "config.json").string()));
     if (!ck->config_.is_object()) return make_error(in_quotes((root / "config.json").string()) + " is not a JSON object");
 
-    // weight_map: tensor name -> shard file name (a single-file checkpoint has no index).
+    // weight_map: tensor name -> shard file name (a single-file checkpoint has no index). Parsed into a sorted
+    // object: an ordered one checks each insert against every key, quadratic in a checkpoint's ~50k names.
     std::vector<std::pair<std::string, std::string>> weight_map;
     const fs::path index_path = root / "model.safetensors.index.json";
     const bool single = !fs::exists(index_path) && fs::exists(root / "model.safetensors");
     if (!single) {
-        DSV4_ASSIGN_OR_RETURN(nlohmann::ordered_json index, read_json_file(index_path.string()));
+        std::ifstream in(index_path, std::ios::binary);
+        if (!in) return make_error("cannot open " + in_quotes(index_path.string()));
+        std::stringstream ss;
+        ss << in.rdbuf();
+        nlohmann::json index = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+        if (index.is_discarded()) return make_error(in_quotes(index_path.string()) + " is not valid JSON");
         auto wm = index.is_object() ? index.find("weight_map") : index.end();
         if (wm == index.end() || !wm->is_object())
             return make_error(in_quotes(index_path.string()) + " has no weight_map object");
@@ -85,9 +92,15 @@ Result<std::unique_ptr<HfCheckpoint>> HfCheckpoint::open(const std::string& dir)
                               "', which does not hold it");
         if (!ck->index_.emplace(name, HfTensorRef{t, &ck->shard_paths_[s]}).second)
             return make_error("tensor '" + name + "' is listed twice in the index");
-        ck->names_.push_back(name);
         ck->total_bytes_ += t->n_bytes;
     }
+    // Tensor order: shards by file name, each in its data order (the order the checkpoint was written in).
+    std::vector<size_t> by_file(ck->shards_.size());
+    for (size_t i = 0; i < by_file.size(); ++i) by_file[i] = i;
+    std::sort(by_file.begin(), by_file.end(), [&](size_t a, size_t b) { return ck->shard_paths_[a] < ck->shard_paths_[b]; });
+    for (size_t s : by_file)
+        for (const StTensor& t : ck->shards_[s]->tensors())
+            if (ck->index_.count(t.name)) ck->names_.push_back(t.name);
     for (size_t s = 0; s < ck->shards_.size(); ++s)
         for (const StTensor& t : ck->shards_[s]->tensors())
             if (!ck->index_.count(t.name))
