@@ -31,6 +31,7 @@ const Command kCommands[] = {
     {"bench", dsv4::cli::cmd_bench, "measure prefill/decode tokens/s and weight bandwidth"},
     {"synth", dsv4::cli::cmd_synth, "write a random-weight DeepSeek-V4 GGUF (tiny, flash or pro sizes)"},
     {"convert", dsv4::cli::cmd_convert, "convert an official DeepSeek-V4 checkpoint (safetensors) to a GGUF"},
+    {"quantize", dsv4::cli::cmd_quantize, "requantize a GGUF to a type or a named mix"},
     {"serve", dsv4::cli::cmd_serve, "serve the OpenAI-compatible HTTP API"},
 };
 

@@ -1,0 +1,176 @@
+// `dsv4 quantize` (model/requantize.h, model/quant_recipe.h) on the golden quant-mini model (rows of 256, so
+// every K type applies) and flash-mini (rows of 64/128: K types fall back): each recipe gives each tensor its
+// type, protected tensors stay byte for byte, overrides win, values stay within the type's error, threads do
+// not change a byte, and bad input leaves no output.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "format/gguf.h"
+#include "format/quant.h"
+#include "model/requantize.h"
+
+namespace fs = std::filesystem;
+using namespace dsv4;
+
+namespace {
+
+const std::string kQuantMini = std::string(DSV4_SHARED_DIR) + "/golden/quant-mini/model.gguf";
+const std::string kFlashMini = std::string(DSV4_SHARED_DIR) + "/golden/flash-mini/model.gguf";
+
+struct TempDir {
+    fs::path path;
+    TempDir() {
+        path = fs::temp_directory_path() / ("dsv4_quantize_" + std::to_string(::getpid()));
+        fs::create_directories(path);
+    }
+    ~TempDir() { fs::remove_all(path); }
+};
+
+std::vector<float> values(const GgufTensor& t) {
+    std::vector<float> v((size_t)t.n_elems());
+    dequantize_row(t.type, t.data, v.data(), t.n_elems());
+    return v;
+}
+
+double nmse(const std::vector<float>& a, const std::vector<float>& b) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        num += (double)(a[i] - b[i]) * (a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return den > 0 ? num / den : num;
+}
+
+// Upper bounds of the normalized squared error of one requantization of near-Gaussian weights, about 3x the
+// values these types reach on such data (Q8_0 ~4e-5, Q4_K ~4e-3, Q3_K ~1.5e-2, Q2_K ~6e-2, IQ2_XXS ~1e-1).
+double nmse_bound(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q8_0: return 2e-4;
+        case GgmlType::Q6_K: return 2e-3;
+        case GgmlType::Q5_K: return 6e-3;
+        case GgmlType::Q4_K: return 2e-2;
+        case GgmlType::Q3_K: return 5e-2;
+        case GgmlType::MXFP4: return 5e-2;
+        case GgmlType::Q2_K: return 2e-1;
+        case GgmlType::IQ2_XXS: return 3e-1;
+        default: return 1e-6;
+    }
+}
+
+std::unique_ptr<GgufFile> open(const fs::path& p) {
+    auto r = GgufFile::open(p.string());
+    EXPECT_TRUE(r.ok()) << r.error();
+    return r.ok() ? std::move(*r) : nullptr;
+}
+
+RequantizeOptions recipe_options(const std::string& name) {
+    RequantizeOptions o;
+    auto r = find_quant_recipe(name);
+    EXPECT_TRUE(r.ok()) << r.error();
+    o.selection.recipe = *r;
+    o.threads = 2;
+    return o;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Check every tensor of `out` against `in` under a recipe.
+void check_recipe(const GgufFile& in, const GgufFile& out, const QuantRecipe& r) {
+    ASSERT_EQ(in.tensors().size(), out.tensors().size());
+    for (const GgufTensor& a : in.tensors()) {
+        const GgufTensor* b = out.tensor(a.name);
+        ASSERT_NE(b, nullptr) << a.name;
+        ASSERT_EQ(a.shape_str(), b->shape_str()) << a.name;
+        const bool keep = a.n_dims < 2 || a.type == GgmlType::I32 || a.name.find("hc_") != std::string::npos ||
+                          ends_with(a.name, "_ape.weight") || ends_with(a.name, "ffn_gate_inp.weight");
+        GgmlType want = ends_with(a.name, "ffn_gate_exps.weight") || ends_with(a.name, "ffn_up_exps.weight")
+                            ? r.expert_gate_up
+                        : ends_with(a.name, "ffn_down_exps.weight") ? r.expert_down
+                                                                     : r.dense;
+        if (a.ne[0] % ggml_traits(want).block_elems != 0) want = GgmlType::Q8_0;
+        if (keep) {
+            EXPECT_EQ(b->type, a.type) << a.name;
+            ASSERT_EQ(b->n_bytes, a.n_bytes) << a.name;
+            EXPECT_EQ(std::memcmp(a.data, b->data, a.n_bytes), 0) << a.name;
+            continue;
+        }
+        EXPECT_EQ(b->type, want) << a.name;
+        if (b->type == a.type) continue;
+        const double e = nmse(values(*b), values(a));
+        EXPECT_LE(e, nmse_bound(b->type)) << a.name << " as " << ggml_type_name(b->type);
+    }
+}
+
+}  // namespace
+
+TEST(Quantize, RecipesOnQuantMini) {
+    TempDir tmp;
+    auto in = open(kQuantMini);
+    ASSERT_TRUE(in);
+    for (const char* name : {"q2_k-mix", "q4_k-experts", "mxfp4-moe", "q8_0"}) {
+        const fs::path out = tmp.path / (std::string(name) + ".gguf");
+        Status st = requantize_gguf(kQuantMini, out.string(), recipe_options(name));
+        ASSERT_TRUE(st.ok()) << name << ": " << st.error();
+        auto q = open(out);
+        ASSERT_TRUE(q);
+        check_recipe(*in, *q, *find_quant_recipe(name));
+        // Metadata carried over.
+        EXPECT_EQ(*q->get_u32("deepseek4.block_count"), *in->get_u32("deepseek4.block_count"));
+    }
+}
+
+TEST(Quantize, FallsBackWhereRowsAreShortAndOverridesWin) {
+    TempDir tmp;
+    RequantizeOptions o = recipe_options("q2_k-mix");
+    auto ov = parse_quant_override("attn_kv\\.weight$=bf16");
+    ASSERT_TRUE(ov.ok()) << ov.error();
+    o.selection.overrides.push_back(std::move(*ov));
+    std::vector<std::string> notes;
+    o.note = [&](const std::string& n) { notes.push_back(n); };
+    const fs::path out = tmp.path / "q.gguf";
+    Status st = requantize_gguf(kFlashMini, out.string(), o);
+    ASSERT_TRUE(st.ok()) << st.error();
+    auto q = open(out);
+    ASSERT_TRUE(q);
+    // flash-mini rows are 64/128 values: no whole Q2_K block, so Q8_0 with a note.
+    EXPECT_EQ(q->tensor("blk.0.ffn_gate_exps.weight")->type, GgmlType::Q8_0);
+    EXPECT_FALSE(notes.empty());
+    EXPECT_EQ(q->tensor("blk.0.attn_kv.weight")->type, GgmlType::BF16);
+    EXPECT_EQ(q->tensor("blk.0.attn_q_a.weight")->type, GgmlType::Q8_0);
+}
+
+TEST(Quantize, ThreadCountDoesNotChangeTheBytes) {
+    TempDir tmp;
+    RequantizeOptions o = recipe_options("q2_k-mix");
+    o.threads = 1;
+    ASSERT_TRUE(requantize_gguf(kQuantMini, (tmp.path / "a.gguf").string(), o).ok());
+    o.threads = 3;
+    ASSERT_TRUE(requantize_gguf(kQuantMini, (tmp.path / "b.gguf").string(), o).ok());
+    std::ifstream a(tmp.path / "a.gguf", std::ios::binary), b(tmp.path / "b.gguf", std::ios::binary);
+    const std::string sa((std::istreambuf_iterator<char>(a)), {}), sb((std::istreambuf_iterator<char>(b)), {});
+    EXPECT_EQ(sa.size(), sb.size());
+    EXPECT_TRUE(sa == sb);
+}
+
+TEST(Quantize, BadInputLeavesNoOutput) {
+    TempDir tmp;
+    const fs::path out = tmp.path / "out.gguf";
+    Status st = requantize_gguf((tmp.path / "none.gguf").string(), out.string(), recipe_options("q8_0"));
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.error().find("none.gguf"), std::string::npos) << st.error();
+    EXPECT_FALSE(fs::exists(out));
+    EXPECT_FALSE(find_quant_recipe("q1_nonsense").ok());
+    EXPECT_FALSE(parse_quant_override("attn=nonsense").ok());
+    EXPECT_FALSE(parse_quant_override("(=q8_0").ok());
+    EXPECT_FALSE(parse_quant_override("noequals").ok());
+}
