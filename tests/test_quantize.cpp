@@ -117,7 +117,7 @@ TEST(Quantize, RecipesOnQuantMini) {
     TempDir tmp;
     auto in = open(kQuantMini);
     ASSERT_TRUE(in);
-    for (const char* name : {"q2_k-mix", "q4_k-experts", "mxfp4-moe", "q8_0"}) {
+    for (const char* name : {"iq2_xxs-mix", "q2_k-mix", "q4_k-experts", "mxfp4-moe", "q8_0"}) {
         const fs::path out = tmp.path / (std::string(name) + ".gguf");
         Status st = requantize_gguf(kQuantMini, out.string(), recipe_options(name));
         ASSERT_TRUE(st.ok()) << name << ": " << st.error();

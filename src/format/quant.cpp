@@ -82,7 +82,9 @@ bool has_quantizer(GgmlType type) {
         case GgmlType::Q3_K:
         case GgmlType::Q4_K:
         case GgmlType::Q5_K:
-        case GgmlType::Q6_K: return true;
+        case GgmlType::Q6_K:
+        case GgmlType::IQ2_XXS:
+        case GgmlType::IQ2_XS: return true;
         default: return false;
     }
 }
@@ -106,6 +108,8 @@ size_t quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
         case GgmlType::Q4_K: quant_q4_k(src, as_mut<BlockQ4K>(dst), nb); break;
         case GgmlType::Q5_K: quant_q5_k(src, as_mut<BlockQ5K>(dst), nb); break;
         case GgmlType::Q6_K: quant_q6_k(src, as_mut<BlockQ6K>(dst), nb); break;
+        case GgmlType::IQ2_XXS: quant_iq2_xxs(src, as_mut<BlockIq2Xxs>(dst), nb); break;
+        case GgmlType::IQ2_XS: quant_iq2_xs(src, as_mut<BlockIq2Xs>(dst), nb); break;
         default: DSV4_CHECK_MSG(false, "quantize_row: %s has no quantizer", traits.name);
     }
     return (size_t)nb * traits.block_bytes;
