@@ -1,4 +1,4 @@
-// `dsv4 quantize` (model/requantize.h, model/quant_recipe.h) on the golden quant-mini model (rows of 256, so
+// `dsv4 quantize` (model/requantize.h, model/quant_recipe.h) on part of the golden quant-mini model (rows of 256, so
 // every K type applies) and flash-mini (rows of 64/128: K types fall back): each recipe gives each tensor its
 // type, protected tensors stay byte for byte, overrides win, values stay within the type's error, threads do
 // not change a byte, and bad input leaves no output.
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "format/gguf.h"
+#include "format/gguf_writer.h"
 #include "format/quant.h"
 #include "model/requantize.h"
 
@@ -111,15 +112,34 @@ void check_recipe(const GgufFile& in, const GgufFile& out, const QuantRecipe& r)
     }
 }
 
+// quant-mini's global tensors and its layer 2 (every tensor kind, hash routing aside) with its metadata: the
+// recipes' choices are per tensor name, and a seventh of the model keeps the test quick.
+fs::path quant_mini_subset(const fs::path& dir) {
+    auto in = GgufFile::open(kQuantMini);
+    EXPECT_TRUE(in.ok()) << in.error();
+    GgufWriter w;
+    for (const auto& [key, value] : (*in)->metadata()) w.copy_value(key, value);
+    for (const GgufTensor& t : (*in)->tensors()) {
+        if (t.name.rfind("blk.", 0) == 0 && t.name.rfind("blk.2.", 0) != 0) continue;
+        Status st = w.add_tensor_data(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims),
+                                      std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+        EXPECT_TRUE(st.ok()) << st.error();
+    }
+    const fs::path out = dir / "subset.gguf";
+    EXPECT_TRUE(w.write(out.string()).ok());
+    return out;
+}
+
 }  // namespace
 
 TEST(Quantize, RecipesOnQuantMini) {
     TempDir tmp;
-    auto in = open(kQuantMini);
+    const fs::path subset = quant_mini_subset(tmp.path);
+    auto in = open(subset);
     ASSERT_TRUE(in);
     for (const char* name : {"iq2_xxs-mix", "q2_k-mix", "q4_k-experts", "mxfp4-moe", "q8_0"}) {
         const fs::path out = tmp.path / (std::string(name) + ".gguf");
-        Status st = requantize_gguf(kQuantMini, out.string(), recipe_options(name));
+        Status st = requantize_gguf(subset.string(), out.string(), recipe_options(name));
         ASSERT_TRUE(st.ok()) << name << ": " << st.error();
         auto q = open(out);
         ASSERT_TRUE(q);
@@ -151,15 +171,50 @@ TEST(Quantize, FallsBackWhereRowsAreShortAndOverridesWin) {
 
 TEST(Quantize, ThreadCountDoesNotChangeTheBytes) {
     TempDir tmp;
-    RequantizeOptions o = recipe_options("q2_k-mix");
+    const fs::path subset = quant_mini_subset(tmp.path);
+    RequantizeOptions o = recipe_options("iq2_xxs-mix");
     o.threads = 1;
-    ASSERT_TRUE(requantize_gguf(kQuantMini, (tmp.path / "a.gguf").string(), o).ok());
+    ASSERT_TRUE(requantize_gguf(subset.string(), (tmp.path / "a.gguf").string(), o).ok());
     o.threads = 3;
-    ASSERT_TRUE(requantize_gguf(kQuantMini, (tmp.path / "b.gguf").string(), o).ok());
+    ASSERT_TRUE(requantize_gguf(subset.string(), (tmp.path / "b.gguf").string(), o).ok());
     std::ifstream a(tmp.path / "a.gguf", std::ios::binary), b(tmp.path / "b.gguf", std::ios::binary);
     const std::string sa((std::istreambuf_iterator<char>(a)), {}), sb((std::istreambuf_iterator<char>(b)), {});
     EXPECT_EQ(sa.size(), sb.size());
     EXPECT_TRUE(sa == sb);
+}
+
+// The CLI end to end: a recipe with an override, then `dsv4 inspect` shows the mix per role.
+TEST(Quantize, CliWritesTheMixAndInspectShowsIt) {
+    if (!fs::exists(DSV4_BIN)) GTEST_SKIP() << "dsv4 not built at " << DSV4_BIN;
+    TempDir tmp;
+    const fs::path out = tmp.path / "mix.gguf";
+    auto run = [](const std::string& args, int* rc) {
+        std::FILE* p = ::popen((std::string(DSV4_BIN) + " " + args + " 2>&1").c_str(), "r");
+        std::string text;
+        char buf[4096];
+        while (size_t n = std::fread(buf, 1, sizeof buf, p)) text.append(buf, n);
+        *rc = ::pclose(p);
+        return text;
+    };
+    int rc = 0;
+    // q2_k-mix with the gate stacks as IQ2_XXS: gate/up then holds both types.
+    const fs::path subset = quant_mini_subset(tmp.path);
+    std::string text = run("quantize -q -t 2 " + subset.string() + " " + out.string() +
+                               " --recipe q2_k-mix --tensor-type 'ffn_gate_exps=iq2_xxs'",
+                           &rc);
+    ASSERT_EQ(rc, 0) << text;
+    text = run("inspect --no-tensors " + out.string(), &rc);
+    ASSERT_EQ(rc, 0) << text;
+    EXPECT_NE(text.find("mix by role"), std::string::npos) << text;
+    const size_t gate = text.find("expert gate/up");
+    ASSERT_NE(gate, std::string::npos) << text;
+    EXPECT_NE(text.find("IQ2_XXS x", gate), std::string::npos) << text;
+    EXPECT_NE(text.find("Q2_K x", gate), std::string::npos) << text;
+    EXPECT_NE(text.find("Q3_K x", text.find("expert down")), std::string::npos) << text;
+    text = run("quantize -q " + subset.string() + " " + (tmp.path / "x.gguf").string() + " --recipe nonsense", &rc);
+    EXPECT_NE(rc, 0);
+    EXPECT_NE(text.find("unknown recipe"), std::string::npos) << text;
+    EXPECT_FALSE(fs::exists(tmp.path / "x.gguf"));
 }
 
 TEST(Quantize, BadInputLeavesNoOutput) {

@@ -25,6 +25,24 @@ bool is_protected(const GgufTensor& t) {
 
 }  // namespace
 
+const char* tensor_role(const std::string& n) {
+    if (is_expert_gate_up(n)) return "expert gate/up";
+    if (is_expert_down(n)) return "expert down";
+    if (n.find("_shexp.") != std::string::npos) return "shared expert";
+    if (n.find("hc_") != std::string::npos) return "hyper-connection";
+    if (n.find("compressor") != std::string::npos) return "compressor";
+    if (n.find("indexer") != std::string::npos) return "indexer";
+    if (n.find("ffn_gate_inp") != std::string::npos || n.find("tid2eid") != std::string::npos ||
+        n.find("exp_probs_b") != std::string::npos)
+        return "router";
+    if (n == "token_embd.weight") return "embedding";
+    if (n == "output.weight") return "output";
+    if (n.find("norm") == std::string::npos && (n.find(".attn_") != std::string::npos || n.find("nextn.") != std::string::npos) &&
+        n.find("attn_sinks") == std::string::npos)
+        return "attention";
+    return "norm/other";
+}
+
 const std::vector<QuantRecipe>& quant_recipes() {
     static const std::vector<QuantRecipe> kRecipes = {
         {"iq2_xxs-mix", "2-bit mix (~81 GiB for V4-Flash): IQ2_XXS expert gate/up, Q2_K expert down, Q8_0 dense",

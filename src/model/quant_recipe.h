@@ -39,6 +39,11 @@ struct QuantSelection {
     std::vector<QuantOverride> overrides;
 };
 
+// The role of a deepseek4 tensor by its name, for `dsv4 inspect`'s mix summary: "expert gate/up",
+// "expert down", "shared expert", "attention", "indexer", "compressor", "router", "embedding", "output",
+// "hyper-connection", or "norm/other".
+const char* tensor_role(const std::string& name);
+
 // The type `t` gets. `note` receives why a wanted type was replaced (rows not a multiple of its block size:
 // K and IQ types fall back to Q8_0, as llama.cpp's quantizer does, when the rows hold whole 32-blocks).
 GgmlType select_quant_type(const GgufTensor& t, const QuantSelection& sel, std::string* note);
