@@ -16,6 +16,7 @@
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
 #include "format/quant.h"
+#include "model/imatrix.h"
 #include "model/requantize.h"
 
 namespace fs = std::filesystem;
@@ -215,6 +216,64 @@ TEST(Quantize, CliWritesTheMixAndInspectShowsIt) {
     EXPECT_NE(rc, 0);
     EXPECT_NE(text.find("unknown recipe"), std::string::npos) << text;
     EXPECT_FALSE(fs::exists(tmp.path / "x.gguf"));
+}
+
+// An imatrix in llama.cpp's GGUF layout for one expert stack: columns k % 16 == 0 weigh 100x. With it the
+// stack quantized to IQ2_XXS has a smaller error under those weights; tensors it does not cover come out identical; a
+// shape that disagrees with the model is an error naming the imatrix and the tensor.
+TEST(Quantize, ImatrixWeightsTheIqSearch) {
+    TempDir tmp;
+    const fs::path subset = quant_mini_subset(tmp.path);
+    // quant-mini's gate/up stacks are IQ2_XXS already (kept as they are); its down stack is Q3_K.
+    const std::string name = "blk.2.ffn_down_exps.weight";
+    auto write_imatrix = [&](const fs::path& path, int64_t n_cols) {
+        GgufWriter w;
+        w.set_arr_str("imatrix.datasets", {"test"});
+        std::vector<float> sums((size_t)(n_cols * 8)), counts(8, 10.0f);
+        for (size_t i = 0; i < sums.size(); ++i) sums[i] = (i % 16 == 0 ? 100.0f : 1.0f) * 10.0f;
+        std::vector<uint8_t> sb(sums.size() * 4), cb(counts.size() * 4);
+        std::memcpy(sb.data(), sums.data(), sb.size());
+        std::memcpy(cb.data(), counts.data(), cb.size());
+        EXPECT_TRUE(w.add_tensor_data(name + ".in_sum2", GgmlType::F32, {n_cols, 8}, sb).ok());
+        EXPECT_TRUE(w.add_tensor_data(name + ".counts", GgmlType::F32, {1, 8}, cb).ok());
+        EXPECT_TRUE(w.write(path.string()).ok());
+    };
+    write_imatrix(tmp.path / "imatrix.gguf", 256);
+    auto im = Imatrix::open((tmp.path / "imatrix.gguf").string());
+    ASSERT_TRUE(im.ok()) << im.error();
+    RequantizeOptions o = recipe_options("iq2_xxs-mix");
+    auto ov = parse_quant_override("ffn_down_exps=iq2_xxs");
+    ASSERT_TRUE(ov.ok());
+    o.selection.overrides.push_back(std::move(*ov));
+    ASSERT_TRUE(requantize_gguf(subset.string(), (tmp.path / "plain.gguf").string(), o).ok());
+    o.imatrix = im->get();
+    Status st = requantize_gguf(subset.string(), (tmp.path / "weighted.gguf").string(), o);
+    ASSERT_TRUE(st.ok()) << st.error();
+    auto in = open(subset), plain = open(tmp.path / "plain.gguf"), weighted = open(tmp.path / "weighted.gguf");
+    ASSERT_TRUE(in && plain && weighted);
+    auto weighted_sse = [&](const GgufFile& f) {
+        const std::vector<float> a = values(*in->tensor(name)), b = values(*f.tensor(name));
+        double e = 0;
+        for (size_t i = 0; i < a.size(); ++i) e += (i % 16 == 0 ? 100.0 : 1.0) * (a[i] - b[i]) * (a[i] - b[i]);
+        return e;
+    };
+    EXPECT_LT(weighted_sse(*weighted), 0.8 * weighted_sse(*plain));
+    const GgufTensor* up_a = plain->tensor("blk.2.ffn_up_exps.weight");
+    const GgufTensor* up_b = weighted->tensor("blk.2.ffn_up_exps.weight");
+    ASSERT_EQ(up_a->n_bytes, up_b->n_bytes);
+    EXPECT_EQ(std::memcmp(up_a->data, up_b->data, up_a->n_bytes), 0);
+
+    write_imatrix(tmp.path / "bad.gguf", 128);
+    auto bad = Imatrix::open((tmp.path / "bad.gguf").string());
+    ASSERT_TRUE(bad.ok()) << bad.error();
+    o.imatrix = bad->get();
+    const fs::path out = tmp.path / "bad_out.gguf";
+    st = requantize_gguf(subset.string(), out.string(), o);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.error().find("bad.gguf"), std::string::npos) << st.error();
+    EXPECT_NE(st.error().find(name), std::string::npos) << st.error();
+    EXPECT_FALSE(fs::exists(out));
+    EXPECT_FALSE(Imatrix::open((tmp.path / "none.gguf").string()).ok());
 }
 
 TEST(Quantize, BadInputLeavesNoOutput) {

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "cli/progress.h"
 #include "core/thread_pool.h"
 #include "format/quant.h"
+#include "model/imatrix.h"
 #include "model/requantize.h"
 
 namespace dsv4::cli {
@@ -27,7 +29,7 @@ int cmd_quantize(int argc, char** argv) {
     std::string recipes_help = "named mix:";
     for (const QuantRecipe& r : quant_recipes()) recipes_help += "\n  " + r.name + ": " + r.help;
     CLI::App app{"Requantize a deepseek4 GGUF to one type or a named mix", argv[0]};
-    std::string in_path, out_path, type, recipe;
+    std::string in_path, out_path, type, recipe, imatrix_path;
     std::vector<std::string> overrides;
     int threads = 0;
     bool quiet = false;
@@ -38,6 +40,8 @@ int cmd_quantize(int argc, char** argv) {
     auto* recipe_opt = app.add_option("--recipe", recipe, recipes_help);
     type_opt->excludes(recipe_opt);
     app.add_option("--tensor-type", overrides, "REGEX=TYPE: tensors whose name matches get TYPE (first match wins)");
+    app.add_option("--imatrix", imatrix_path, "importance matrix (llama.cpp's GGUF imatrix format); used by the "
+                                              "IQ2_XXS / IQ2_XS quantizers, the others take none");
     app.add_option("-t,--threads", threads, "quantizer threads (default: all cores)")->check(CLI::NonNegativeNumber);
     app.add_flag("-q,--quiet", quiet, "no progress on stderr");
     CLI11_PARSE(app, argc, argv);
@@ -61,6 +65,13 @@ int cmd_quantize(int argc, char** argv) {
     }
     if (!o.selection.base && !o.selection.recipe && o.selection.overrides.empty())
         return fail("give --type, --recipe or --tensor-type");
+    std::unique_ptr<Imatrix> imatrix;
+    if (!imatrix_path.empty()) {
+        auto im = Imatrix::open(imatrix_path);
+        if (!im.ok()) return fail(im.error());
+        imatrix = std::move(*im);
+        o.imatrix = imatrix.get();
+    }
     o.threads = threads > 0 ? threads : ThreadPool::default_threads();
     if (!quiet) o.note = [](const std::string& n) { std::fprintf(stderr, "dsv4 quantize: note: %s\n", n.c_str()); };
     ProgressLine progress("dsv4 quantize", !quiet);

@@ -108,10 +108,22 @@ size_t quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
         case GgmlType::Q4_K: quant_q4_k(src, as_mut<BlockQ4K>(dst), nb); break;
         case GgmlType::Q5_K: quant_q5_k(src, as_mut<BlockQ5K>(dst), nb); break;
         case GgmlType::Q6_K: quant_q6_k(src, as_mut<BlockQ6K>(dst), nb); break;
-        case GgmlType::IQ2_XXS: quant_iq2_xxs(src, as_mut<BlockIq2Xxs>(dst), nb); break;
-        case GgmlType::IQ2_XS: quant_iq2_xs(src, as_mut<BlockIq2Xs>(dst), nb); break;
+        case GgmlType::IQ2_XXS: quant_iq2_xxs(src, nullptr, as_mut<BlockIq2Xxs>(dst), nb); break;
+        case GgmlType::IQ2_XS: quant_iq2_xs(src, nullptr, as_mut<BlockIq2Xs>(dst), nb); break;
         default: DSV4_CHECK_MSG(false, "quantize_row: %s has no quantizer", traits.name);
     }
+    return (size_t)nb * traits.block_bytes;
+}
+
+bool uses_importance(GgmlType type) { return type == GgmlType::IQ2_XXS || type == GgmlType::IQ2_XS; }
+
+size_t quantize_row_weighted(GgmlType type, const float* src, void* dst, int64_t n, const float* weights) {
+    using namespace quant;
+    if (!weights || !uses_importance(type)) return quantize_row(type, src, dst, n);
+    const GgmlTypeTraits& traits = ggml_traits(type);
+    const int64_t nb = block_count(traits, n);
+    if (type == GgmlType::IQ2_XXS) quant_iq2_xxs(src, weights, as_mut<BlockIq2Xxs>(dst), nb);
+    else quant_iq2_xs(src, weights, as_mut<BlockIq2Xs>(dst), nb);
     return (size_t)nb * traits.block_bytes;
 }
 

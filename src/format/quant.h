@@ -21,4 +21,11 @@ bool has_quantizer(GgmlType type);
 // reference (non-imatrix) algorithms; IQ2_XXS / IQ2_XS use this engine's grid search (quant_iq_quantize.cpp). Returns the bytes written; aborts if the type has no quantizer.
 size_t quantize_row(GgmlType type, const float* src, void* dst, int64_t n);
 
+// True if quantize_row_weighted uses importance weights for `type` (IQ2_XXS, IQ2_XS); the other quantizers
+// follow llama.cpp's reference algorithms, which take none.
+bool uses_importance(GgmlType type);
+// quantize_row with one importance weight per value (e.g. an imatrix's mean squared activation of each
+// input column); null weights, or a type that takes none, give quantize_row's result.
+size_t quantize_row_weighted(GgmlType type, const float* src, void* dst, int64_t n, const float* weights);
+
 }  // namespace dsv4

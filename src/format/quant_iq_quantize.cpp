@@ -9,7 +9,8 @@
 // (a per-grid table built once: the rounded point itself when it is on the grid, and the nearest points
 // otherwise), scored by the exact squared error. Each sub-block first picks its best free scale among
 // candidates (refined by least squares with the chosen points); then a few block scales d are tried, each
-// sub-block taking the best of the three 4-bit sub-scales nearest its free scale. tests/test_quant_iq.cpp
+// sub-block taking the best of the five 4-bit sub-scales nearest its free scale. With importance weights
+// (an imatrix's mean squared activation per column) every error and least-squares fit is weighted by them. tests/test_quant_iq.cpp
 // compares the result with an exhaustive search.
 #include <algorithm>
 #include <cmath>
@@ -79,7 +80,7 @@ const GridIndex& iq2xs_index() {
 }
 
 // Best grid point for magnitudes a (some may be negative: parity-flipped) at sub-scale dl; returns the error.
-float best_point(const GridIndex& gi, const float* a, float dl, uint16_t* out) {
+float best_point(const GridIndex& gi, const float* a, const float* w, float dl, uint16_t* out) {
     const float inv = 1.0f / dl;
     int combo = 0;
     for (int j = kGroup - 1; j >= 0; --j) {
@@ -94,7 +95,7 @@ float best_point(const GridIndex& gi, const float* a, float dl, uint16_t* out) {
         float e = 0;
         for (int j = 0; j < kGroup; ++j) {
             const float r = a[j] - dl * p[j];
-            e += r * r;
+            e += w[j] * r * r;
         }
         if (e < best) {
             best = e;
@@ -107,18 +108,20 @@ float best_point(const GridIndex& gi, const float* a, float dl, uint16_t* out) {
 
 struct Group {
     float a[kGroup];
+    float w[kGroup];  // importance of each value (1 without an importance matrix)
     uint8_t sign7;
 };
 
-// Signs and magnitude targets of 8 values.
-Group make_group(const float* x) {
+// Signs and magnitude targets of 8 values; the flipped one is the least important w * x^2.
+Group make_group(const float* x, const float* w) {
     Group g;
     uint8_t signs = 0;
     int smallest = 0;
     for (int j = 0; j < kGroup; ++j) {
         g.a[j] = std::fabs(x[j]);
+        g.w[j] = w ? std::max(w[j], 0.0f) : 1.0f;
         if (x[j] < 0) signs |= (uint8_t)(1u << j);
-        if (g.a[j] < g.a[smallest]) smallest = j;
+        if (g.w[j] * g.a[j] * g.a[j] < g.w[smallest] * g.a[smallest] * g.a[smallest]) smallest = j;
     }
     if (__builtin_popcount(signs) & 1) {
         signs ^= (uint8_t)(1u << smallest);
@@ -133,25 +136,25 @@ float unit_error(const GridIndex& gi, const Group* gs, int n, float dl, uint16_t
     if (dl <= 0) {
         float e = 0;
         for (int k = 0; k < n; ++k)
-            for (int j = 0; j < kGroup; ++j) e += gs[k].a[j] * gs[k].a[j];
+            for (int j = 0; j < kGroup; ++j) e += gs[k].w[j] * gs[k].a[j] * gs[k].a[j];
         for (int k = 0; k < n; ++k) idx[k] = 0;
         return e;
     }
     float e = 0;
-    for (int k = 0; k < n; ++k) e += best_point(gi, gs[k].a, dl, &idx[k]);
+    for (int k = 0; k < n; ++k) e += best_point(gi, gs[k].a, gs[k].w, dl, &idx[k]);
     return e;
 }
 
 // Quantize 256 values: groups per sub-scale `per_unit` (4 for IQ2_XXS, 2 for IQ2_XS). Outputs d (f16 bits),
 // one 4-bit sub-scale per unit, and one grid index per group.
 template <int kPerUnit>
-void quantize_block(const GridIndex& gi, const float* x, uint16_t* d_out, uint8_t* s_out, uint16_t* idx_out,
-                    uint8_t* sign_out) {
+void quantize_block(const GridIndex& gi, const float* x, const float* w, uint16_t* d_out, uint8_t* s_out,
+                    uint16_t* idx_out, uint8_t* sign_out) {
     constexpr int kGroups = kQKK / kGroup;
     constexpr int kUnits = kGroups / kPerUnit;
     Group gs[kGroups];
     for (int k = 0; k < kGroups; ++k) {
-        gs[k] = make_group(x + k * kGroup);
+        gs[k] = make_group(x + k * kGroup, w ? w + k * kGroup : nullptr);
         sign_out[k] = gs[k].sign7;
     }
     // Free scale per unit.
@@ -179,8 +182,8 @@ void quantize_block(const GridIndex& gi, const float* x, uint16_t* d_out, uint8_
         for (int k = 0; k < kPerUnit; ++k)
             for (int j = 0; j < kGroup; ++j) {
                 const float p = gi.points[(size_t)idx[k] * kGroup + j];
-                num += ug[k].a[j] * p;
-                den += p * p;
+                num += ug[k].w[j] * ug[k].a[j] * p;
+                den += ug[k].w[j] * p * p;
             }
         if (den > 0 && num > 0 && unit_error(gi, ug, kPerUnit, num / den, idx) < best) free_dl[u] = num / den;
     }
@@ -225,12 +228,12 @@ void quantize_block(const GridIndex& gi, const float* x, uint16_t* d_out, uint8_
 
 }  // namespace
 
-void quant_iq2_xxs(const float* x, BlockIq2Xxs* y, int64_t nb) {
+void quant_iq2_xxs(const float* x, const float* w, BlockIq2Xxs* y, int64_t nb) {
     const GridIndex& gi = iq2xxs_index();
-    for (int64_t i = 0; i < nb; ++i, x += kQKK) {
+    for (int64_t i = 0; i < nb; ++i, x += kQKK, w = w ? w + kQKK : nullptr) {
         uint8_t scales[kQKK / 32], signs[kQKK / 8];
         uint16_t idx[kQKK / 8];
-        quantize_block<4>(gi, x, &y[i].d, scales, idx, signs);
+        quantize_block<4>(gi, x, w, &y[i].d, scales, idx, signs);
         for (int ib = 0; ib < kQKK / 32; ++ib) {
             uint8_t bytes[8];
             for (int l = 0; l < 4; ++l) bytes[l] = (uint8_t)idx[4 * ib + l];
@@ -242,12 +245,12 @@ void quant_iq2_xxs(const float* x, BlockIq2Xxs* y, int64_t nb) {
     }
 }
 
-void quant_iq2_xs(const float* x, BlockIq2Xs* y, int64_t nb) {
+void quant_iq2_xs(const float* x, const float* w, BlockIq2Xs* y, int64_t nb) {
     const GridIndex& gi = iq2xs_index();
-    for (int64_t i = 0; i < nb; ++i, x += kQKK) {
+    for (int64_t i = 0; i < nb; ++i, x += kQKK, w = w ? w + kQKK : nullptr) {
         uint8_t scales[kQKK / 16], signs[kQKK / 8];
         uint16_t idx[kQKK / 8];
-        quantize_block<2>(gi, x, &y[i].d, scales, idx, signs);
+        quantize_block<2>(gi, x, w, &y[i].d, scales, idx, signs);
         for (int k = 0; k < kQKK / 8; ++k) y[i].qs[k] = (uint16_t)(idx[k] | (signs[k] << 9));
         for (int ib = 0; ib < kQKK / 32; ++ib) y[i].scales[ib] = (uint8_t)(scales[2 * ib] | (scales[2 * ib + 1] << 4));
     }

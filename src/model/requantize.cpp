@@ -9,6 +9,7 @@
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
 #include "format/quant.h"
+#include "model/imatrix.h"
 
 namespace dsv4 {
 
@@ -21,10 +22,19 @@ Status write_all(std::FILE* out, const void* p, size_t n) {
     return {};
 }
 
-Status requantize_tensor(const GgufTensor& t, GgmlType type, std::FILE* out, ThreadPool& pool) {
+Status requantize_tensor(const GgufTensor& t, GgmlType type, const Imatrix* im, std::FILE* out, ThreadPool& pool) {
     if (type == t.type) return write_all(out, t.data, t.n_bytes);
     const int64_t ne0 = t.ne[0];
     const int64_t rows = ne0 ? t.n_elems() / ne0 : 0;
+    // Importance weights per matrix (one per expert of a stack), when the imatrix has them.
+    const int64_t rows_per_mat = t.n_dims >= 3 ? t.ne[1] : rows;
+    const int64_t n_mat = rows_per_mat ? rows / rows_per_mat : 0;
+    std::vector<const float*> weights((size_t)n_mat, nullptr);
+    if (im && uses_importance(type)) {
+        for (int64_t m = 0; m < n_mat; ++m) {
+            DSV4_ASSIGN_OR_RETURN(weights[(size_t)m], im->weights(t.name, ne0, n_mat, m));
+        }
+    }
     const size_t in_row = t.row_bytes();
     const size_t out_row = ggml_row_bytes(ggml_traits(type), ne0);
     const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, kChunkFloats / std::max<int64_t>(ne0, 1)));
@@ -36,7 +46,8 @@ Status requantize_tensor(const GgufTensor& t, GgmlType type, std::FILE* out, Thr
             for (int64_t i = b; i < e; ++i) {
                 float* row = f32.data() + i * ne0;
                 dequantize_row(t.type, t.data + (size_t)(r0 + i) * in_row, row, ne0);
-                quantize_row(type, row, bytes.data() + (size_t)i * out_row, ne0);
+                const float* w = n_mat ? weights[(size_t)((r0 + i) / rows_per_mat)] : nullptr;
+                quantize_row_weighted(type, row, bytes.data() + (size_t)i * out_row, ne0, w);
             }
         });
         DSV4_TRY(write_all(out, bytes.data(), (size_t)nr * out_row));
@@ -72,8 +83,9 @@ Status requantize_gguf(const std::string& in_path, const std::string& out_path, 
         quantized |= ggml_traits(type).block_elems > 1;
         std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
         const GgufTensor* tp = &t;
-        DSV4_TRY(w.add_tensor(t.name, type, ne, [tp, type, &pool](std::FILE* out) -> Status {
-            Status st = requantize_tensor(*tp, type, out, pool);
+        const Imatrix* im = o.imatrix;
+        DSV4_TRY(w.add_tensor(t.name, type, ne, [tp, type, im, &pool](std::FILE* out) -> Status {
+            Status st = requantize_tensor(*tp, type, im, out, pool);
             if (!st.ok()) return make_error("tensor '" + tp->name + "': " + st.error());
             return {};
         }));

@@ -13,8 +13,11 @@
 
 namespace dsv4 {
 
+class Imatrix;
+
 struct RequantizeOptions {
     QuantSelection selection;
+    const Imatrix* imatrix = nullptr;  // importance weights for the types that take them (format/quant.h)
     int threads = 1;
     std::function<void(const std::string&)> note;
     std::function<void(uint64_t, uint64_t)> progress;
