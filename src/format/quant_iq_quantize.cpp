@@ -1,4 +1,4 @@
-// IQ2_XXS and IQ2_XS quantizers. Both store each group of 8 values as a point of a fixed grid (256 or 512
+// IQ2_XXS, IQ2_XS and IQ1_S quantizers (IQ1_S: see quantize_iq1_block). Both store each group of 8 values as a point of a fixed grid (256 or 512
 // points with coordinates in {8, 25, 43}) times a 4-bit sub-scale of the block's f16 scale,
 // dl = d * (0.5 + s) / 4, with 7 sign bits (the 8th implied by even parity): one sub-scale per 32 values for
 // IQ2_XXS, per 16 for IQ2_XS.
@@ -27,28 +27,36 @@ namespace {
 
 constexpr int kGroup = 8;
 constexpr int kCombos = 6561;  // 3^8 level combinations
-constexpr float kLevels[3] = {8.0f, 25.0f, 43.0f};
+constexpr float kIq2Levels[3] = {8.0f, 25.0f, 43.0f};
+constexpr float kIq1Levels[3] = {-1.0f, 0.0f, 1.0f};
 constexpr int kMaxCandidates = 24;
 constexpr int kTiers = 3;  // distinct distances kept per combination
 
 struct GridIndex {
     int n = 0;
+    float cut_low = 0, cut_high = 0;    // rounding thresholds between the three levels
     std::vector<float> points;          // [n][8]
     std::vector<uint32_t> first;        // candidates of combo c: cand[first[c] .. first[c+1])
     std::vector<uint16_t> cand;
 };
 
-GridIndex build_index(const uint64_t* grid, int n) {
+// `levels`: the three coordinate values of the grid; `signed_bytes`: entries hold int8 (IQ1) or uint8 (IQ2).
+GridIndex build_index(const uint64_t* grid, int n, const float* levels, bool signed_bytes) {
     GridIndex gi;
     gi.n = n;
+    gi.cut_low = 0.5f * (levels[0] + levels[1]);
+    gi.cut_high = 0.5f * (levels[1] + levels[2]);
     gi.points.resize((size_t)n * kGroup);
     for (int g = 0; g < n; ++g)
-        for (int j = 0; j < kGroup; ++j) gi.points[(size_t)g * kGroup + j] = (float)(uint8_t)(grid[g] >> (8 * j));
+        for (int j = 0; j < kGroup; ++j) {
+            const uint8_t b = (uint8_t)(grid[g] >> (8 * j));
+            gi.points[(size_t)g * kGroup + j] = signed_bytes ? (float)(int8_t)b : (float)b;
+        }
     gi.first.resize(kCombos + 1);
     std::vector<std::pair<float, uint16_t>> dist((size_t)n);
     for (int c = 0; c < kCombos; ++c) {
         float center[kGroup];
-        for (int j = 0, r = c; j < kGroup; ++j, r /= 3) center[j] = kLevels[r % 3];
+        for (int j = 0, r = c; j < kGroup; ++j, r /= 3) center[j] = levels[r % 3];
         for (int g = 0; g < n; ++g) {
             float d2 = 0;
             for (int j = 0; j < kGroup; ++j) {
@@ -71,21 +79,26 @@ GridIndex build_index(const uint64_t* grid, int n) {
 }
 
 const GridIndex& iq2xxs_index() {
-    static const GridIndex gi = build_index(kIq2xxsGrid, 256);
+    static const GridIndex gi = build_index(kIq2xxsGrid, 256, kIq2Levels, false);
     return gi;
 }
 const GridIndex& iq2xs_index() {
-    static const GridIndex gi = build_index(kIq2xsGrid, 512);
+    static const GridIndex gi = build_index(kIq2xsGrid, 512, kIq2Levels, false);
+    return gi;
+}
+const GridIndex& iq1s_index() {
+    static const GridIndex gi = build_index(kIq1sGrid, 2048, kIq1Levels, true);
     return gi;
 }
 
-// Best grid point for magnitudes a (some may be negative: parity-flipped) at sub-scale dl; returns the error.
-float best_point(const GridIndex& gi, const float* a, const float* w, float dl, uint16_t* out) {
+// Best grid point for targets a at sub-scale dl, the grid shifted by `shift` (IQ1's delta; 0 for IQ2):
+// minimizes sum w (a - dl (g + shift))^2 and returns it.
+float best_point(const GridIndex& gi, const float* a, const float* w, float dl, uint16_t* out, float shift = 0.0f) {
     const float inv = 1.0f / dl;
     int combo = 0;
     for (int j = kGroup - 1; j >= 0; --j) {
-        const float t = a[j] * inv;
-        combo = combo * 3 + (t < 16.5f ? 0 : t < 34.0f ? 1 : 2);
+        const float t = a[j] * inv - shift;
+        combo = combo * 3 + (t < gi.cut_low ? 0 : t < gi.cut_high ? 1 : 2);
     }
     float best = INFINITY;
     uint16_t best_g = 0;
@@ -94,7 +107,7 @@ float best_point(const GridIndex& gi, const float* a, const float* w, float dl, 
         const float* p = &gi.points[(size_t)g * kGroup];
         float e = 0;
         for (int j = 0; j < kGroup; ++j) {
-            const float r = a[j] - dl * p[j];
+            const float r = a[j] - dl * (p[j] + shift);
             e += w[j] * r * r;
         }
         if (e < best) {
@@ -226,7 +239,106 @@ void quantize_block(const GridIndex& gi, const float* x, const float* w, uint16_
     }
 }
 
+// IQ1_S, per 32 values: dl = d (2 s + 1) with a 3-bit s, a shift of +-1/8 shared by the 32 values, and four
+// 8-value points of the 2048-point ternary grid (11-bit indices). Same search shape as IQ2: a free scale and
+// shift per sub-block, then a few block scales with the nearest 3-bit sub-scales and both shifts.
+struct Iq1Unit {
+    float err = INFINITY;
+    float dl = 0;
+    int s = 0;
+    bool neg = false;
+    uint16_t idx[4] = {};
+};
+
+float iq1_unit_error(const GridIndex& gi, const float* x, const float* w, float dl, bool neg, uint16_t* idx) {
+    float e = 0;
+    for (int k = 0; k < 4; ++k)
+        e += best_point(gi, x + k * kGroup, w + k * kGroup, dl, &idx[k], neg ? -kIq1Delta : kIq1Delta);
+    return e;
+}
+
+void quantize_iq1_block(const GridIndex& gi, const float* x, const float* w_in, BlockIq1S* y) {
+    constexpr int kUnits = kQKK / 32;
+    float ones[kQKK];
+    const float* w = w_in;
+    if (!w) {
+        for (float& v : ones) v = 1.0f;
+        w = ones;
+    }
+    Iq1Unit free_u[kUnits];
+    uint16_t idx[4];
+    for (int u = 0; u < kUnits; ++u) {
+        const float* xu = x + u * 32;
+        const float* wu = w + u * 32;
+        float amax = 0;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xu[j]));
+        if (amax <= 0) continue;
+        for (bool neg : {false, true}) {
+            for (float v : {0.7f, 0.85f, 1.0f, 1.15f, 1.3f, 1.5f}) {
+                const float dl = amax / v;
+                const float e = iq1_unit_error(gi, xu, wu, dl, neg, idx);
+                if (e < free_u[u].err) free_u[u] = {e, dl, 0, neg, {idx[0], idx[1], idx[2], idx[3]}};
+            }
+        }
+        // Least-squares scale for the chosen points and shift.
+        const float shift = free_u[u].neg ? -kIq1Delta : kIq1Delta;
+        float num = 0, den = 0;
+        for (int k = 0; k < 4; ++k)
+            for (int j = 0; j < kGroup; ++j) {
+                const float p = gi.points[(size_t)free_u[u].idx[k] * kGroup + j] + shift;
+                num += wu[k * kGroup + j] * xu[k * kGroup + j] * p;
+                den += wu[k * kGroup + j] * p * p;
+            }
+        if (den > 0 && num > 0) {
+            const float e = iq1_unit_error(gi, xu, wu, num / den, free_u[u].neg, idx);
+            if (e < free_u[u].err) free_u[u] = {e, num / den, 0, free_u[u].neg, {idx[0], idx[1], idx[2], idx[3]}};
+        }
+    }
+    float dmax = 0;
+    for (const Iq1Unit& u : free_u) dmax = std::max(dmax, u.dl);
+    std::memset(y, 0, sizeof *y);
+    if (dmax <= 0) return;
+    const float d0 = dmax / 15.0f;
+    float best_total = INFINITY;
+    Iq1Unit chosen[kUnits], trial[kUnits];
+    for (float f : {1.0f, 0.92f, 0.85f, 0.78f}) {
+        const uint16_t dh = f32_to_f16(d0 * f);
+        const float d = f16_to_f32(dh);
+        if (d <= 0) continue;
+        float total = 0;
+        for (int u = 0; u < kUnits && total < best_total; ++u) {
+            trial[u] = Iq1Unit{};
+            const int s0 = std::clamp((int)std::lround((free_u[u].dl / d - 1.0f) * 0.5f), 0, 7);
+            for (int s = std::max(0, s0 - 1); s <= std::min(7, s0 + 1); ++s)
+                for (bool neg : {false, true}) {
+                    const float dl = d * (float)(2 * s + 1);
+                    const float e = iq1_unit_error(gi, x + u * 32, w + u * 32, dl, neg, idx);
+                    if (e < trial[u].err) trial[u] = {e, dl, s, neg, {idx[0], idx[1], idx[2], idx[3]}};
+                }
+            total += trial[u].err;
+        }
+        if (total < best_total) {
+            best_total = total;
+            y->d = dh;
+            std::memcpy(chosen, trial, sizeof chosen);
+        }
+    }
+    for (int u = 0; u < kUnits; ++u) {
+        uint16_t qh = (uint16_t)((chosen[u].s << 12) | (chosen[u].neg ? 0x8000 : 0));
+        for (int l = 0; l < 4; ++l) {
+            y->qs[4 * u + l] = (uint8_t)(chosen[u].idx[l] & 255);
+            qh = (uint16_t)(qh | (((chosen[u].idx[l] >> 8) & 7) << (3 * l)));
+        }
+        y->qh[u] = qh;
+    }
+}
+
 }  // namespace
+
+void quant_iq1_s(const float* x, const float* w, BlockIq1S* y, int64_t nb) {
+    const GridIndex& gi = iq1s_index();
+    for (int64_t i = 0; i < nb; ++i, x += kQKK, w = w ? w + kQKK : nullptr) quantize_iq1_block(gi, x, w, &y[i]);
+}
 
 void quant_iq2_xxs(const float* x, const float* w, BlockIq2Xxs* y, int64_t nb) {
     const GridIndex& gi = iq2xxs_index();
