@@ -20,6 +20,10 @@
 #include "core/fp16.h"
 #include "format/quant_codecs.h"
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 DSV4_QUANT_NO_FP_CONTRACT
 
 namespace dsv4::quant {
@@ -95,13 +99,42 @@ const GridIndex& iq1s_index() {
 // minimizes sum w (a - dl (g + shift))^2 and returns it.
 float best_point(const GridIndex& gi, const float* a, const float* w, float dl, uint16_t* out, float shift = 0.0f) {
     const float inv = 1.0f / dl;
+    float best = INFINITY;
+    uint16_t best_g = 0;
+#if defined(__AVX2__)
+    // The same search 8 lanes wide: levels by two compares, the combination by a dot with powers of 3, and
+    // each candidate's weighted error as one vector and a horizontal sum.
+    const __m256 va = _mm256_loadu_ps(a), vw = _mm256_loadu_ps(w);
+    const __m256 t = _mm256_sub_ps(_mm256_mul_ps(va, _mm256_set1_ps(inv)), _mm256_set1_ps(shift));
+    __m256i lv = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                  _mm256_castps_si256(_mm256_cmp_ps(t, _mm256_set1_ps(gi.cut_low), _CMP_GE_OQ)));
+    lv = _mm256_sub_epi32(lv, _mm256_castps_si256(_mm256_cmp_ps(t, _mm256_set1_ps(gi.cut_high), _CMP_GE_OQ)));
+    const __m256i prod = _mm256_mullo_epi32(lv, _mm256_setr_epi32(1, 3, 9, 27, 81, 243, 729, 2187));
+    __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(prod), _mm256_extracti128_si256(prod, 1));
+    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4E));
+    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xB1));
+    const int combo = _mm_cvtsi128_si32(sum);
+    const __m256 vdl = _mm256_set1_ps(dl), vshift = _mm256_set1_ps(shift);
+    for (uint32_t k = gi.first[(size_t)combo]; k < gi.first[(size_t)combo + 1]; ++k) {
+        const uint16_t g = gi.cand[(size_t)k];
+        const __m256 p = _mm256_loadu_ps(&gi.points[(size_t)g * kGroup]);
+        const __m256 r = _mm256_sub_ps(va, _mm256_mul_ps(vdl, _mm256_add_ps(p, vshift)));
+        const __m256 e8 = _mm256_mul_ps(vw, _mm256_mul_ps(r, r));
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(e8), _mm256_extractf128_ps(e8, 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+        const float e = _mm_cvtss_f32(h);
+        if (e < best) {
+            best = e;
+            best_g = g;
+        }
+    }
+#else
     int combo = 0;
     for (int j = kGroup - 1; j >= 0; --j) {
         const float t = a[j] * inv - shift;
-        combo = combo * 3 + (t < gi.cut_low ? 0 : t < gi.cut_high ? 1 : 2);
+        combo = combo * 3 + (t >= gi.cut_high ? 2 : t >= gi.cut_low ? 1 : 0);
     }
-    float best = INFINITY;
-    uint16_t best_g = 0;
     for (uint32_t k = gi.first[(size_t)combo]; k < gi.first[(size_t)combo + 1]; ++k) {
         const uint16_t g = gi.cand[(size_t)k];
         const float* p = &gi.points[(size_t)g * kGroup];
@@ -115,6 +148,7 @@ float best_point(const GridIndex& gi, const float* a, const float* w, float dl, 
             best_g = g;
         }
     }
+#endif
     *out = best_g;
     return best;
 }
