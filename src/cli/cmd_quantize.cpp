@@ -36,12 +36,12 @@ int cmd_quantize(int argc, char** argv) {
     app.add_option("input", in_path, "input GGUF")->required();
     app.add_option("output", out_path, "output GGUF")->required();
     auto* type_opt = app.add_option("--type", type, "type of every weight matrix (q8_0, q6_k, q5_k, q4_k, q3_k, q2_k, "
-                                                    "iq2_xxs, mxfp4, bf16, ...)");
+                                                    "iq2_xxs, iq2_xs, iq1_s, mxfp4, bf16, ...)");
     auto* recipe_opt = app.add_option("--recipe", recipe, recipes_help);
     type_opt->excludes(recipe_opt);
     app.add_option("--tensor-type", overrides, "REGEX=TYPE: tensors whose name matches get TYPE (first match wins)");
     app.add_option("--imatrix", imatrix_path, "importance matrix (llama.cpp's GGUF imatrix format); used by the "
-                                              "IQ2_XXS / IQ2_XS quantizers, the others take none");
+                                              "IQ2_XXS / IQ2_XS / IQ1_S quantizers, the others take none");
     app.add_option("-t,--threads", threads, "quantizer threads (default: all cores)")->check(CLI::NonNegativeNumber);
     app.add_flag("-q,--quiet", quiet, "no progress on stderr");
     CLI11_PARSE(app, argc, argv);
