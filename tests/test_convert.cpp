@@ -153,6 +153,46 @@ TEST(Convert, Bf16GivesTheGoldenValues) {
     expect_same_values(*got, *want);
 }
 
+// One model.safetensors and no index (a checkpoint of one shard): the same values.
+TEST(Convert, SingleFileCheckpoint) {
+    TempDir tmp("single");
+    const fs::path ck = tmp.path / "single";
+    fs::create_directories(ck);
+    fs::copy_file(kCheckpoints / "bf16/config.json", ck / "config.json");
+    nlohmann::json header = nlohmann::json::object();
+    std::vector<char> data;
+    for (const char* shard : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}) {
+        std::ifstream in(kCheckpoints / "bf16" / shard, std::ios::binary);
+        std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
+        uint64_t n = 0;
+        std::memcpy(&n, bytes.data(), 8);
+        const nlohmann::json h = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + (ptrdiff_t)n);
+        const uint64_t base = data.size();
+        for (auto it = h.begin(); it != h.end(); ++it) {
+            if (it.key() == "__metadata__") continue;
+            nlohmann::json e = it.value();
+            e["data_offsets"] = {e["data_offsets"][0].get<uint64_t>() + base, e["data_offsets"][1].get<uint64_t>() + base};
+            header[it.key()] = e;
+        }
+        data.insert(data.end(), bytes.begin() + 8 + (ptrdiff_t)n, bytes.end());
+    }
+    const std::string head = header.dump();
+    const uint64_t m = head.size();
+    {
+        std::ofstream out(ck / "model.safetensors", std::ios::binary);
+        out.write((const char*)&m, 8);
+        out.write(head.data(), (std::streamsize)head.size());
+        out.write(data.data(), (std::streamsize)data.size());
+    }
+    const fs::path out = tmp.path / "single.gguf";
+    Status st = convert_checkpoint(ck.string(), out.string(), quiet_options());
+    ASSERT_TRUE(st.ok()) << st.error();
+    auto got = open_gguf(out);
+    auto want = open_gguf(fs::path(DSV4_SHARED_DIR) / "golden/flash-mini/model.gguf");
+    ASSERT_TRUE(got && want);
+    expect_same_values(*got, *want);
+}
+
 TEST(Convert, TypeOptionsAndSeparateMtp) {
     TempDir tmp("opts");
     ConvertOptions o = quiet_options();
