@@ -23,23 +23,26 @@ namespace {
 
 const std::string kDir = std::string(DSV4_SHARED_DIR) + "/fixtures/tokenizer/deepseek_v3";
 
-// The converted keys as a header-only GGUF.
-std::unique_ptr<GgufFile> converted(int vocab_size) {
-    GgufWriter w;
-    w.set_str("general.architecture", "deepseek4");
-    Status st = hf_tokenizer_to_gguf(kDir + "/tokenizer.json", kDir + "/tokenizer_config.json", vocab_size, w);
-    EXPECT_TRUE(st.ok()) << st.error();
-    auto head = w.header();
-    EXPECT_TRUE(head.ok());
-    auto f = GgufFile::parse_header(std::move(*head), "converted.gguf");
-    EXPECT_TRUE(f.ok()) << f.error();
-    return f.ok() ? std::move(*f) : nullptr;
+// The converted keys as a header-only GGUF (converted once: the tokenizer.json is 8 MB).
+const GgufFile* converted() {
+    static const std::unique_ptr<GgufFile> file = [] {
+        GgufWriter w;
+        w.set_str("general.architecture", "deepseek4");
+        Status st = hf_tokenizer_to_gguf(kDir + "/tokenizer.json", kDir + "/tokenizer_config.json", 129280, w);
+        EXPECT_TRUE(st.ok()) << st.error();
+        auto head = w.header();
+        EXPECT_TRUE(head.ok());
+        auto f = GgufFile::parse_header(std::move(*head), "converted.gguf");
+        EXPECT_TRUE(f.ok()) << f.error();
+        return f.ok() ? std::move(*f) : std::unique_ptr<GgufFile>();
+    }();
+    return file.get();
 }
 
 }  // namespace
 
 TEST(HfTokenizer, KeysMatchLlamaCppsConverter) {
-    auto got = converted(129280);
+    const GgufFile* got = converted();
     auto want = GgufFile::open(kDir + "/vocab.gguf");
     ASSERT_TRUE(got && want.ok());
     for (const auto& [key, value] : (*want)->metadata()) {
@@ -66,7 +69,7 @@ TEST(HfTokenizer, KeysMatchLlamaCppsConverter) {
 }
 
 TEST(HfTokenizer, EncodesEveryCaseLikeVocabGguf) {
-    auto got = converted(129280);
+    const GgufFile* got = converted();
     auto want_file = GgufFile::open(kDir + "/vocab.gguf");
     ASSERT_TRUE(got && want_file.ok());
     auto tok = Tokenizer::from_gguf(*got);
@@ -94,15 +97,28 @@ TEST(HfTokenizer, EncodesEveryCaseLikeVocabGguf) {
 TEST(HfTokenizer, RefusesWhatItCannotRun) {
     const fs::path dir = fs::temp_directory_path() / ("dsv4_hftok_" + std::to_string(::getpid()));
     fs::create_directories(dir);
-    std::ifstream in(kDir + "/tokenizer.json");
-    const nlohmann::json base = nlohmann::json::parse(in);
-    auto expect_refused = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& needle) {
-        nlohmann::json j = base;
-        edit(j);
+    // A three-token tokenizer with DeepSeek-V3's pre-tokenizer and normalizer, so each edit is quick.
+    nlohmann::json base;
+    {
+        std::ifstream in(kDir + "/tokenizer.json");
+        const nlohmann::json real = nlohmann::json::parse(in);
+        base["normalizer"] = real["normalizer"];
+        base["pre_tokenizer"] = real["pre_tokenizer"];
+        base["model"] = {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}, {"ab", 2}}}, {"merges", {"a b"}}};
+        base["added_tokens"] = nlohmann::json::array();
+    }
+    auto convert = [&](const nlohmann::json& j) {
         const std::string path = (dir / "tokenizer.json").string();
         std::ofstream(path, std::ios::trunc) << j.dump();
         GgufWriter w;
-        Status st = hf_tokenizer_to_gguf(path, "", 129280, w);
+        return hf_tokenizer_to_gguf(path, "", 16, w);
+    };
+    Status ok = convert(base);
+    EXPECT_TRUE(ok.ok()) << ok.error();
+    auto expect_refused = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& needle) {
+        nlohmann::json j = base;
+        edit(j);
+        Status st = convert(j);
         ASSERT_FALSE(st.ok()) << needle;
         EXPECT_NE(st.error().find("tokenizer.json"), std::string::npos) << st.error();
         EXPECT_NE(st.error().find(needle), std::string::npos) << st.error();
@@ -111,7 +127,9 @@ TEST(HfTokenizer, RefusesWhatItCannotRun) {
     expect_refused([](nlohmann::json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+"; },
                    "split patterns");
     expect_refused([](nlohmann::json& j) { j["normalizer"] = {{"type", "NFKC"}}; }, "normalizer");
-    expect_refused([](nlohmann::json& j) { j["added_tokens"][0]["id"] = 200000; }, "vocab_size");
+    expect_refused([](nlohmann::json& j) { j["added_tokens"] = {{{"id", 40}, {"content", "<x>"}, {"special", true}}}; },
+                   "vocab_size");
+    expect_refused([](nlohmann::json& j) { j["model"]["merges"] = {7}; }, "merge");
     GgufWriter w;
     EXPECT_FALSE(hf_tokenizer_to_gguf((dir / "none.json").string(), "", 0, w).ok());
     fs::remove_all(dir);

@@ -179,7 +179,7 @@ std::vector<float> data(int n_blocks, bool heavy, uint32_t seed) {
 TEST(QuantIq, WithinFivePercentOfBruteForce) {
     for (const GridType& gt : kTypes) {
         for (bool heavy : {false, true}) {
-            const int n_blocks = 20;
+            const int n_blocks = 12;
             const std::vector<float> x = data(n_blocks, heavy, heavy ? 7u : 3u);
             std::vector<uint8_t> q(ggml_row_bytes(ggml_traits(gt.type), kBlock));
             std::vector<float> y(kBlock);
@@ -202,7 +202,7 @@ TEST(QuantIq, WithinFivePercentOfBruteForce) {
 
 TEST(QuantIq, Iq1sWithinFivePercentOfBruteForce) {
     for (bool heavy : {false, true}) {
-        const int n_blocks = 8;
+        const int n_blocks = 6;
         const std::vector<float> x = data(n_blocks, heavy, heavy ? 17u : 13u);
         std::vector<uint8_t> q(ggml_row_bytes(ggml_traits(GgmlType::IQ1_S), kBlock));
         std::vector<float> y(kBlock);
