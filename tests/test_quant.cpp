@@ -431,7 +431,7 @@ TEST(QuantRoundTrip, ZerosStayZero) {
         ++quantizers;
         for (float v : round_trip(t->type, zeros)) ASSERT_EQ(v, 0.0f) << t->name;
     }
-    EXPECT_EQ(quantizers, 14);  // F32, F16, BF16, 5 legacy, MXFP4, Q2_K..Q6_K
+    EXPECT_EQ(quantizers, 17);  // F32, F16, BF16, 5 legacy, MXFP4, Q2_K..Q6_K, IQ2_XXS, IQ2_XS, IQ1_S
 }
 
 // ---- decoding arbitrary blocks -------------------------------------------------------------------

@@ -17,6 +17,7 @@
 #include "format/gguf.h"
 #include "format/quant.h"
 #include "model/config.h"
+#include "model/quant_recipe.h"
 
 namespace dsv4::cli {
 namespace {
@@ -65,6 +66,32 @@ void print_tensor_row(const GgufTensor& t, bool show_split) {
     std::printf("\n");
 }
 
+// The quant mix: per tensor role (model/quant_recipe.h), the types it holds with counts and bytes.
+void print_mix(const GgufFile& f, uint64_t total_bytes) {
+    struct Entry {
+        std::map<std::string, std::pair<size_t, uint64_t>> types;
+        uint64_t bytes = 0;
+    };
+    std::map<std::string, Entry> roles;
+    for (const GgufTensor& t : f.tensors()) {
+        Entry& e = roles[tensor_role(t.name)];
+        auto& [count, bytes] = e.types[std::string(ggml_type_name(t.type))];
+        ++count;
+        bytes += t.n_bytes;
+        e.bytes += t.n_bytes;
+    }
+    std::vector<std::pair<std::string, Entry>> rows(roles.begin(), roles.end());
+    std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.bytes > b.second.bytes; });
+    std::printf("\nmix by role:\n");
+    for (const auto& [role, e] : rows) {
+        std::string types;
+        for (const auto& [type, cb] : e.types)
+            types += (types.empty() ? "" : ", ") + type + " x" + std::to_string(cb.first);
+        std::printf("  %-18s %12s %6.2f%%  %s\n", role.c_str(), human_bytes(e.bytes).c_str(),
+                    total_bytes ? 100.0 * (double)e.bytes / (double)total_bytes : 0.0, types.c_str());
+    }
+}
+
 void print_tensors(const GgufFile& f, bool table) {
     const auto& tensors = f.tensors();
     uint64_t total_bytes = 0;
@@ -98,6 +125,7 @@ void print_tensors(const GgufFile& f, bool table) {
                     human_bytes(s.bytes).c_str(), total_bytes ? 100.0 * (double)s.bytes / (double)total_bytes : 0.0);
     std::printf("  %-8s %8zu %16llu %12s %6.2f%%\n", "all", tensors.size(), (unsigned long long)total_bytes,
                 human_bytes(total_bytes).c_str(), 100.0);
+    print_mix(f, total_bytes);
 }
 
 bool can_dequantize(GgmlType t) {

@@ -20,4 +20,7 @@ int cmd_prompt(int argc, char** argv);  // cmd_prompt.cpp
 int cmd_tokenize(int argc, char** argv);    // cmd_tokenize.cpp
 int cmd_detokenize(int argc, char** argv);  // cmd_tokenize.cpp
 
+int cmd_convert(int argc, char** argv);   // cmd_convert.cpp
+int cmd_quantize(int argc, char** argv);  // cmd_quantize.cpp
+
 }  // namespace dsv4::cli

@@ -30,6 +30,8 @@ const Command kCommands[] = {
     {"chat", dsv4::cli::cmd_chat, "interactive multi-turn chat"},
     {"bench", dsv4::cli::cmd_bench, "measure prefill/decode tokens/s and weight bandwidth"},
     {"synth", dsv4::cli::cmd_synth, "write a random-weight DeepSeek-V4 GGUF (tiny, flash or pro sizes)"},
+    {"convert", dsv4::cli::cmd_convert, "convert an official DeepSeek-V4 checkpoint (safetensors) to a GGUF"},
+    {"quantize", dsv4::cli::cmd_quantize, "requantize a GGUF to a type or a named mix"},
     {"serve", dsv4::cli::cmd_serve, "serve the OpenAI-compatible HTTP API"},
 };
 

@@ -82,7 +82,10 @@ bool has_quantizer(GgmlType type) {
         case GgmlType::Q3_K:
         case GgmlType::Q4_K:
         case GgmlType::Q5_K:
-        case GgmlType::Q6_K: return true;
+        case GgmlType::Q6_K:
+        case GgmlType::IQ2_XXS:
+        case GgmlType::IQ2_XS:
+        case GgmlType::IQ1_S: return true;
         default: return false;
     }
 }
@@ -106,8 +109,26 @@ size_t quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
         case GgmlType::Q4_K: quant_q4_k(src, as_mut<BlockQ4K>(dst), nb); break;
         case GgmlType::Q5_K: quant_q5_k(src, as_mut<BlockQ5K>(dst), nb); break;
         case GgmlType::Q6_K: quant_q6_k(src, as_mut<BlockQ6K>(dst), nb); break;
+        case GgmlType::IQ2_XXS: quant_iq2_xxs(src, nullptr, as_mut<BlockIq2Xxs>(dst), nb); break;
+        case GgmlType::IQ2_XS: quant_iq2_xs(src, nullptr, as_mut<BlockIq2Xs>(dst), nb); break;
+        case GgmlType::IQ1_S: quant_iq1_s(src, nullptr, as_mut<BlockIq1S>(dst), nb); break;
         default: DSV4_CHECK_MSG(false, "quantize_row: %s has no quantizer", traits.name);
     }
+    return (size_t)nb * traits.block_bytes;
+}
+
+bool uses_importance(GgmlType type) {
+    return type == GgmlType::IQ2_XXS || type == GgmlType::IQ2_XS || type == GgmlType::IQ1_S;
+}
+
+size_t quantize_row_weighted(GgmlType type, const float* src, void* dst, int64_t n, const float* weights) {
+    using namespace quant;
+    if (!weights || !uses_importance(type)) return quantize_row(type, src, dst, n);
+    const GgmlTypeTraits& traits = ggml_traits(type);
+    const int64_t nb = block_count(traits, n);
+    if (type == GgmlType::IQ2_XXS) quant_iq2_xxs(src, weights, as_mut<BlockIq2Xxs>(dst), nb);
+    else if (type == GgmlType::IQ2_XS) quant_iq2_xs(src, weights, as_mut<BlockIq2Xs>(dst), nb);
+    else quant_iq1_s(src, weights, as_mut<BlockIq1S>(dst), nb);
     return (size_t)nb * traits.block_bytes;
 }
 

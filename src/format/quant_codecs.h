@@ -119,5 +119,9 @@ void dequant_iq1_s(const BlockIq1S* x, float* y, int64_t nb);
 void dequant_iq1_m(const BlockIq1M* x, float* y, int64_t nb);
 void dequant_iq4_nl(const BlockIq4Nl* x, float* y, int64_t nb);
 void dequant_iq4_xs(const BlockIq4Xs* x, float* y, int64_t nb);
+// quant_iq_quantize.cpp: grid searches; `w` (nullable) holds one importance weight per value.
+void quant_iq2_xxs(const float* x, const float* w, BlockIq2Xxs* y, int64_t nb);
+void quant_iq2_xs(const float* x, const float* w, BlockIq2Xs* y, int64_t nb);
+void quant_iq1_s(const float* x, const float* w, BlockIq1S* y, int64_t nb);
 
 }  // namespace dsv4::quant

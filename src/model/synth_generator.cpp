@@ -115,8 +115,13 @@ std::optional<RandomBlockLayout> random_block_layout(GgmlType t) {
     }
 }
 
+// IQ grid searches run ~100x slower than the K quantizers: synth keeps writing random valid IQ blocks.
+bool is_iq_grid_type(GgmlType t) {
+    return t == GgmlType::IQ2_XXS || t == GgmlType::IQ2_XS || t == GgmlType::IQ1_S;
+}
+
 bool use_random_blocks(GgmlType t, bool random_quantized) {
-    return random_block_layout(t).has_value() && (random_quantized || !has_quantizer(t));
+    return random_block_layout(t).has_value() && (random_quantized || !has_quantizer(t) || is_iq_grid_type(t));
 }
 
 void random_blocks(Rng& rng, GgmlType type, uint16_t d_bits, uint8_t* dst, int64_t n_blocks) {

@@ -1,0 +1,405 @@
+// IQ2_XXS, IQ2_XS and IQ1_S quantizers (IQ1_S: see quantize_iq1_block). Both store each group of 8 values as a point of a fixed grid (256 or 512
+// points with coordinates in {8, 25, 43}) times a 4-bit sub-scale of the block's f16 scale,
+// dl = d * (0.5 + s) / 4, with 7 sign bits (the 8th implied by even parity): one sub-scale per 32 values for
+// IQ2_XXS, per 16 for IQ2_XS.
+//
+// The search: signs come from the values; a group with an odd number of negatives flips the sign of its
+// smallest value (its magnitude target becomes negative). For a candidate sub-scale, each group rounds its
+// magnitudes to the nearest level per coordinate and tries the grid points closest to that rounded point
+// (a per-grid table built once: the rounded point itself when it is on the grid, and the nearest points
+// otherwise), scored by the exact squared error. Each sub-block first picks its best free scale among
+// candidates (refined by least squares with the chosen points); then a few block scales d are tried, each
+// sub-block taking the best of the five 4-bit sub-scales nearest its free scale. With importance weights
+// (an imatrix's mean squared activation per column) every error and least-squares fit is weighted by them. tests/test_quant_iq.cpp
+// compares the result with an exhaustive search.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/fp16.h"
+#include "format/quant_codecs.h"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+DSV4_QUANT_NO_FP_CONTRACT
+
+namespace dsv4::quant {
+namespace {
+
+constexpr int kGroup = 8;
+constexpr int kCombos = 6561;  // 3^8 level combinations
+constexpr float kIq2Levels[3] = {8.0f, 25.0f, 43.0f};
+constexpr float kIq1Levels[3] = {-1.0f, 0.0f, 1.0f};
+constexpr int kMaxCandidates = 24;
+constexpr int kTiers = 3;  // distinct distances kept per combination
+
+struct GridIndex {
+    int n = 0;
+    float cut_low = 0, cut_high = 0;    // rounding thresholds between the three levels
+    std::vector<float> points;          // [n][8]
+    std::vector<uint32_t> first;        // candidates of combo c: cand[first[c] .. first[c+1])
+    std::vector<uint16_t> cand;
+};
+
+// `levels`: the three coordinate values of the grid; `signed_bytes`: entries hold int8 (IQ1) or uint8 (IQ2).
+GridIndex build_index(const uint64_t* grid, int n, const float* levels, bool signed_bytes) {
+    GridIndex gi;
+    gi.n = n;
+    gi.cut_low = 0.5f * (levels[0] + levels[1]);
+    gi.cut_high = 0.5f * (levels[1] + levels[2]);
+    gi.points.resize((size_t)n * kGroup);
+    for (int g = 0; g < n; ++g)
+        for (int j = 0; j < kGroup; ++j) {
+            const uint8_t b = (uint8_t)(grid[g] >> (8 * j));
+            gi.points[(size_t)g * kGroup + j] = signed_bytes ? (float)(int8_t)b : (float)b;
+        }
+    gi.first.resize(kCombos + 1);
+    std::vector<std::pair<float, uint16_t>> dist((size_t)n);
+    for (int c = 0; c < kCombos; ++c) {
+        float center[kGroup];
+        for (int j = 0, r = c; j < kGroup; ++j, r /= 3) center[j] = levels[r % 3];
+        for (int g = 0; g < n; ++g) {
+            float d2 = 0;
+            for (int j = 0; j < kGroup; ++j) {
+                const float e = center[j] - gi.points[(size_t)g * kGroup + j];
+                d2 += e * e;
+            }
+            dist[(size_t)g] = {d2, (uint16_t)g};
+        }
+        std::sort(dist.begin(), dist.end());
+        // The nearest few distances: the true optimum for values between levels is among them.
+        gi.first[(size_t)c] = (uint32_t)gi.cand.size();
+        int tiers = 0;
+        for (int k = 0; k < n && k < kMaxCandidates; ++k) {
+            if (k > 0 && dist[(size_t)k].first > dist[(size_t)k - 1].first && ++tiers == kTiers) break;
+            gi.cand.push_back(dist[(size_t)k].second);
+        }
+    }
+    gi.first[kCombos] = (uint32_t)gi.cand.size();
+    return gi;
+}
+
+const GridIndex& iq2xxs_index() {
+    static const GridIndex gi = build_index(kIq2xxsGrid, 256, kIq2Levels, false);
+    return gi;
+}
+const GridIndex& iq2xs_index() {
+    static const GridIndex gi = build_index(kIq2xsGrid, 512, kIq2Levels, false);
+    return gi;
+}
+const GridIndex& iq1s_index() {
+    static const GridIndex gi = build_index(kIq1sGrid, 2048, kIq1Levels, true);
+    return gi;
+}
+
+// Best grid point for targets a at sub-scale dl, the grid shifted by `shift` (IQ1's delta; 0 for IQ2):
+// minimizes sum w (a - dl (g + shift))^2 and returns it.
+float best_point(const GridIndex& gi, const float* a, const float* w, float dl, uint16_t* out, float shift = 0.0f) {
+    const float inv = 1.0f / dl;
+    float best = INFINITY;
+    uint16_t best_g = 0;
+#if defined(__AVX2__)
+    // The same search 8 lanes wide: levels by two compares, the combination by a dot with powers of 3, and
+    // each candidate's weighted error as one vector and a horizontal sum.
+    const __m256 va = _mm256_loadu_ps(a), vw = _mm256_loadu_ps(w);
+    const __m256 t = _mm256_sub_ps(_mm256_mul_ps(va, _mm256_set1_ps(inv)), _mm256_set1_ps(shift));
+    __m256i lv = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                  _mm256_castps_si256(_mm256_cmp_ps(t, _mm256_set1_ps(gi.cut_low), _CMP_GE_OQ)));
+    lv = _mm256_sub_epi32(lv, _mm256_castps_si256(_mm256_cmp_ps(t, _mm256_set1_ps(gi.cut_high), _CMP_GE_OQ)));
+    const __m256i prod = _mm256_mullo_epi32(lv, _mm256_setr_epi32(1, 3, 9, 27, 81, 243, 729, 2187));
+    __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(prod), _mm256_extracti128_si256(prod, 1));
+    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4E));
+    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xB1));
+    const int combo = _mm_cvtsi128_si32(sum);
+    const __m256 vdl = _mm256_set1_ps(dl), vshift = _mm256_set1_ps(shift);
+    for (uint32_t k = gi.first[(size_t)combo]; k < gi.first[(size_t)combo + 1]; ++k) {
+        const uint16_t g = gi.cand[(size_t)k];
+        const __m256 p = _mm256_loadu_ps(&gi.points[(size_t)g * kGroup]);
+        const __m256 r = _mm256_sub_ps(va, _mm256_mul_ps(vdl, _mm256_add_ps(p, vshift)));
+        const __m256 e8 = _mm256_mul_ps(vw, _mm256_mul_ps(r, r));
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(e8), _mm256_extractf128_ps(e8, 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+        const float e = _mm_cvtss_f32(h);
+        if (e < best) {
+            best = e;
+            best_g = g;
+        }
+    }
+#else
+    int combo = 0;
+    for (int j = kGroup - 1; j >= 0; --j) {
+        const float t = a[j] * inv - shift;
+        combo = combo * 3 + (t >= gi.cut_high ? 2 : t >= gi.cut_low ? 1 : 0);
+    }
+    for (uint32_t k = gi.first[(size_t)combo]; k < gi.first[(size_t)combo + 1]; ++k) {
+        const uint16_t g = gi.cand[(size_t)k];
+        const float* p = &gi.points[(size_t)g * kGroup];
+        float e = 0;
+        for (int j = 0; j < kGroup; ++j) {
+            const float r = a[j] - dl * (p[j] + shift);
+            e += w[j] * r * r;
+        }
+        if (e < best) {
+            best = e;
+            best_g = g;
+        }
+    }
+#endif
+    *out = best_g;
+    return best;
+}
+
+struct Group {
+    float a[kGroup];
+    float w[kGroup];  // importance of each value (1 without an importance matrix)
+    uint8_t sign7;
+};
+
+// Signs and magnitude targets of 8 values; the flipped one is the least important w * x^2.
+Group make_group(const float* x, const float* w) {
+    Group g;
+    uint8_t signs = 0;
+    int smallest = 0;
+    for (int j = 0; j < kGroup; ++j) {
+        g.a[j] = std::fabs(x[j]);
+        g.w[j] = w ? std::max(w[j], 0.0f) : 1.0f;
+        if (x[j] < 0) signs |= (uint8_t)(1u << j);
+        if (g.w[j] * g.a[j] * g.a[j] < g.w[smallest] * g.a[smallest] * g.a[smallest]) smallest = j;
+    }
+    if (__builtin_popcount(signs) & 1) {
+        signs ^= (uint8_t)(1u << smallest);
+        g.a[smallest] = -g.a[smallest];
+    }
+    g.sign7 = signs & 127;
+    return g;
+}
+
+// Error of `n` groups at sub-scale dl, with their points.
+float unit_error(const GridIndex& gi, const Group* gs, int n, float dl, uint16_t* idx) {
+    if (dl <= 0) {
+        float e = 0;
+        for (int k = 0; k < n; ++k)
+            for (int j = 0; j < kGroup; ++j) e += gs[k].w[j] * gs[k].a[j] * gs[k].a[j];
+        for (int k = 0; k < n; ++k) idx[k] = 0;
+        return e;
+    }
+    float e = 0;
+    for (int k = 0; k < n; ++k) e += best_point(gi, gs[k].a, gs[k].w, dl, &idx[k]);
+    return e;
+}
+
+// Quantize 256 values: groups per sub-scale `per_unit` (4 for IQ2_XXS, 2 for IQ2_XS). Outputs d (f16 bits),
+// one 4-bit sub-scale per unit, and one grid index per group.
+template <int kPerUnit>
+void quantize_block(const GridIndex& gi, const float* x, const float* w, uint16_t* d_out, uint8_t* s_out,
+                    uint16_t* idx_out, uint8_t* sign_out) {
+    constexpr int kGroups = kQKK / kGroup;
+    constexpr int kUnits = kGroups / kPerUnit;
+    Group gs[kGroups];
+    for (int k = 0; k < kGroups; ++k) {
+        gs[k] = make_group(x + k * kGroup, w ? w + k * kGroup : nullptr);
+        sign_out[k] = gs[k].sign7;
+    }
+    // Free scale per unit.
+    float free_dl[kUnits];
+    uint16_t idx[kPerUnit];
+    for (int u = 0; u < kUnits; ++u) {
+        const Group* ug = gs + u * kPerUnit;
+        float amax = 0;
+        for (int k = 0; k < kPerUnit; ++k)
+            for (int j = 0; j < kGroup; ++j) amax = std::max(amax, ug[k].a[j]);
+        free_dl[u] = 0;
+        if (amax <= 0) continue;
+        float best = INFINITY;
+        for (float v = 14.0f; v <= 47.5f; v += 5.5f) {
+            const float dl = amax / v;
+            const float e = unit_error(gi, ug, kPerUnit, dl, idx);
+            if (e < best) {
+                best = e;
+                free_dl[u] = dl;
+            }
+        }
+        // Least-squares scale for the best candidate's points.
+        unit_error(gi, ug, kPerUnit, free_dl[u], idx);
+        float num = 0, den = 0;
+        for (int k = 0; k < kPerUnit; ++k)
+            for (int j = 0; j < kGroup; ++j) {
+                const float p = gi.points[(size_t)idx[k] * kGroup + j];
+                num += ug[k].w[j] * ug[k].a[j] * p;
+                den += ug[k].w[j] * p * p;
+            }
+        if (den > 0 && num > 0 && unit_error(gi, ug, kPerUnit, num / den, idx) < best) free_dl[u] = num / den;
+    }
+    float dmax = 0;
+    for (float dl : free_dl) dmax = std::max(dmax, dl);
+    if (dmax <= 0) {
+        *d_out = 0;
+        std::memset(s_out, 0, kUnits);
+        std::memset(idx_out, 0, kGroups * sizeof(uint16_t));
+        return;
+    }
+    const float d0 = dmax * 4.0f / 15.5f;
+    float best_total = INFINITY;
+    uint8_t s_try[kUnits];
+    uint16_t idx_try[kGroups];
+    for (float f : {1.0f, 0.92f, 0.85f, 0.78f}) {
+        const uint16_t dh = f32_to_f16(d0 * f);
+        const float d = f16_to_f32(dh);
+        if (d <= 0) continue;
+        float total = 0;
+        for (int u = 0; u < kUnits && total < best_total; ++u) {
+            const int s0 = std::clamp((int)std::lround(4.0f * free_dl[u] / d - 0.5f), 0, 15);
+            float best = INFINITY;
+            for (int s = std::max(0, s0 - 2); s <= std::min(15, s0 + 2); ++s) {
+                const float e = unit_error(gi, gs + u * kPerUnit, kPerUnit, d * (0.5f + (float)s) * 0.25f, idx);
+                if (e < best) {
+                    best = e;
+                    s_try[u] = (uint8_t)s;
+                    std::memcpy(idx_try + u * kPerUnit, idx, sizeof idx);
+                }
+            }
+            total += best;
+        }
+        if (total < best_total) {
+            best_total = total;
+            *d_out = dh;
+            std::memcpy(s_out, s_try, kUnits);
+            std::memcpy(idx_out, idx_try, sizeof idx_try);
+        }
+    }
+}
+
+// IQ1_S, per 32 values: dl = d (2 s + 1) with a 3-bit s, a shift of +-1/8 shared by the 32 values, and four
+// 8-value points of the 2048-point ternary grid (11-bit indices). Same search shape as IQ2: a free scale and
+// shift per sub-block, then a few block scales with the nearest 3-bit sub-scales and both shifts.
+struct Iq1Unit {
+    float err = INFINITY;
+    float dl = 0;
+    int s = 0;
+    bool neg = false;
+    uint16_t idx[4] = {};
+};
+
+float iq1_unit_error(const GridIndex& gi, const float* x, const float* w, float dl, bool neg, uint16_t* idx) {
+    float e = 0;
+    for (int k = 0; k < 4; ++k)
+        e += best_point(gi, x + k * kGroup, w + k * kGroup, dl, &idx[k], neg ? -kIq1Delta : kIq1Delta);
+    return e;
+}
+
+void quantize_iq1_block(const GridIndex& gi, const float* x, const float* w_in, BlockIq1S* y) {
+    constexpr int kUnits = kQKK / 32;
+    float ones[kQKK];
+    const float* w = w_in;
+    if (!w) {
+        for (float& v : ones) v = 1.0f;
+        w = ones;
+    }
+    Iq1Unit free_u[kUnits];
+    uint16_t idx[4];
+    for (int u = 0; u < kUnits; ++u) {
+        const float* xu = x + u * 32;
+        const float* wu = w + u * 32;
+        float amax = 0;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xu[j]));
+        if (amax <= 0) continue;
+        for (bool neg : {false, true}) {
+            for (float v : {0.7f, 0.85f, 1.0f, 1.15f, 1.3f, 1.5f}) {
+                const float dl = amax / v;
+                const float e = iq1_unit_error(gi, xu, wu, dl, neg, idx);
+                if (e < free_u[u].err) free_u[u] = {e, dl, 0, neg, {idx[0], idx[1], idx[2], idx[3]}};
+            }
+        }
+        // Least-squares scale for the chosen points and shift.
+        const float shift = free_u[u].neg ? -kIq1Delta : kIq1Delta;
+        float num = 0, den = 0;
+        for (int k = 0; k < 4; ++k)
+            for (int j = 0; j < kGroup; ++j) {
+                const float p = gi.points[(size_t)free_u[u].idx[k] * kGroup + j] + shift;
+                num += wu[k * kGroup + j] * xu[k * kGroup + j] * p;
+                den += wu[k * kGroup + j] * p * p;
+            }
+        if (den > 0 && num > 0) {
+            const float e = iq1_unit_error(gi, xu, wu, num / den, free_u[u].neg, idx);
+            if (e < free_u[u].err) free_u[u] = {e, num / den, 0, free_u[u].neg, {idx[0], idx[1], idx[2], idx[3]}};
+        }
+    }
+    float dmax = 0;
+    for (const Iq1Unit& u : free_u) dmax = std::max(dmax, u.dl);
+    std::memset(y, 0, sizeof *y);
+    if (dmax <= 0) return;
+    const float d0 = dmax / 15.0f;
+    float best_total = INFINITY;
+    Iq1Unit chosen[kUnits], trial[kUnits];
+    for (float f : {1.0f, 0.92f, 0.85f, 0.78f}) {
+        const uint16_t dh = f32_to_f16(d0 * f);
+        const float d = f16_to_f32(dh);
+        if (d <= 0) continue;
+        float total = 0;
+        for (int u = 0; u < kUnits && total < best_total; ++u) {
+            trial[u] = Iq1Unit{};
+            const int s0 = std::clamp((int)std::lround((free_u[u].dl / d - 1.0f) * 0.5f), 0, 7);
+            for (int s = std::max(0, s0 - 1); s <= std::min(7, s0 + 1); ++s)
+                for (bool neg : {false, true}) {
+                    const float dl = d * (float)(2 * s + 1);
+                    const float e = iq1_unit_error(gi, x + u * 32, w + u * 32, dl, neg, idx);
+                    if (e < trial[u].err) trial[u] = {e, dl, s, neg, {idx[0], idx[1], idx[2], idx[3]}};
+                }
+            total += trial[u].err;
+        }
+        if (total < best_total) {
+            best_total = total;
+            y->d = dh;
+            std::memcpy(chosen, trial, sizeof chosen);
+        }
+    }
+    for (int u = 0; u < kUnits; ++u) {
+        uint16_t qh = (uint16_t)((chosen[u].s << 12) | (chosen[u].neg ? 0x8000 : 0));
+        for (int l = 0; l < 4; ++l) {
+            y->qs[4 * u + l] = (uint8_t)(chosen[u].idx[l] & 255);
+            qh = (uint16_t)(qh | (((chosen[u].idx[l] >> 8) & 7) << (3 * l)));
+        }
+        y->qh[u] = qh;
+    }
+}
+
+}  // namespace
+
+void quant_iq1_s(const float* x, const float* w, BlockIq1S* y, int64_t nb) {
+    const GridIndex& gi = iq1s_index();
+    for (int64_t i = 0; i < nb; ++i, x += kQKK, w = w ? w + kQKK : nullptr) quantize_iq1_block(gi, x, w, &y[i]);
+}
+
+void quant_iq2_xxs(const float* x, const float* w, BlockIq2Xxs* y, int64_t nb) {
+    const GridIndex& gi = iq2xxs_index();
+    for (int64_t i = 0; i < nb; ++i, x += kQKK, w = w ? w + kQKK : nullptr) {
+        uint8_t scales[kQKK / 32], signs[kQKK / 8];
+        uint16_t idx[kQKK / 8];
+        quantize_block<4>(gi, x, w, &y[i].d, scales, idx, signs);
+        for (int ib = 0; ib < kQKK / 32; ++ib) {
+            uint8_t bytes[8];
+            for (int l = 0; l < 4; ++l) bytes[l] = (uint8_t)idx[4 * ib + l];
+            uint32_t aux = (uint32_t)scales[ib] << 28;
+            for (int l = 0; l < 4; ++l) aux |= (uint32_t)signs[4 * ib + l] << (7 * l);
+            std::memcpy(bytes + 4, &aux, 4);
+            std::memcpy(y[i].qs + 4 * ib, bytes, 8);
+        }
+    }
+}
+
+void quant_iq2_xs(const float* x, const float* w, BlockIq2Xs* y, int64_t nb) {
+    const GridIndex& gi = iq2xs_index();
+    for (int64_t i = 0; i < nb; ++i, x += kQKK, w = w ? w + kQKK : nullptr) {
+        uint8_t scales[kQKK / 16], signs[kQKK / 8];
+        uint16_t idx[kQKK / 8];
+        quantize_block<2>(gi, x, w, &y[i].d, scales, idx, signs);
+        for (int k = 0; k < kQKK / 8; ++k) y[i].qs[k] = (uint16_t)(idx[k] | (signs[k] << 9));
+        for (int ib = 0; ib < kQKK / 32; ++ib) y[i].scales[ib] = (uint8_t)(scales[2 * ib] | (scales[2 * ib + 1] << 4));
+    }
+}
+
+}  // namespace dsv4::quant
