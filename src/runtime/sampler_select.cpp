@@ -1,0 +1,270 @@
+// Vocabulary passes of the sampler. The loops over the whole vocabulary are written in lanes of 16 (fixed
+// order, so sums are the same on every platform) that the compiler turns into vector code; everything that
+// needs an order works on the few tokens left after a threshold, never on the vocabulary.
+#include "runtime/sampler_select.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace dsv4::sampling {
+namespace {
+
+constexpr size_t kLanes = 16;
+
+struct Member {
+    int32_t id;
+    float logit;
+    float q;
+};
+
+Prefix least_likely(const std::vector<Member>& m) {
+    Member worst = m[0];
+    for (const Member& x : m)
+        if (more_likely({worst.id, worst.logit}, {x.id, x.logit})) worst = x;
+    return {worst.logit, worst.id};
+}
+
+// The shortest prefix of `m` (ids ascending) reaching `need`, by histograms of its logit range until few
+// tokens (or only ties) are left, which are ordered and walked.
+Prefix refine(std::vector<Member> m, double need) {
+    constexpr size_t kFew = 64, kBuckets = 256;
+    std::vector<double> mass(kBuckets);
+    std::vector<Member> sub;
+    for (;;) {
+        float hi = m[0].logit, lo = m[0].logit;
+        for (const Member& x : m) {
+            hi = std::max(hi, x.logit);
+            lo = std::min(lo, x.logit);
+        }
+        const double scale = static_cast<double>(kBuckets) / (static_cast<double>(hi) - lo);
+        auto bucket = [&](float x) {
+            return std::min(static_cast<size_t>((static_cast<double>(hi) - x) * scale), kBuckets - 1);
+        };
+        bool walk = m.size() <= kFew || hi == lo;
+        size_t b = 0;
+        double before = 0.0;
+        if (!walk) {
+            std::fill(mass.begin(), mass.end(), 0.0);
+            for (const Member& x : m) mass[bucket(x.logit)] += x.q;
+            for (b = 0; b < kBuckets; ++b) {
+                if (mass[b] == 0.0) continue;
+                if (before + mass[b] >= need) break;
+                before += mass[b];
+            }
+            if (b == kBuckets) return least_likely(m);  // rounding left `need` above the total: keep all
+            sub.clear();
+            for (const Member& x : m)
+                if (bucket(x.logit) == b) sub.push_back(x);
+            walk = sub.size() == m.size();  // floats too close to split: order what is left
+        }
+        if (walk) {
+            if (hi != lo)
+                std::sort(m.begin(), m.end(), [](const Member& a, const Member& c) {
+                    return more_likely({a.id, a.logit}, {c.id, c.logit});
+                });
+            double cum = 0.0;
+            for (const Member& x : m) {
+                cum += x.q;
+                if (cum >= need) return {x.logit, x.id};
+            }
+            return {m.back().logit, m.back().id};
+        }
+        need -= before;
+        m.swap(sub);
+    }
+}
+
+}  // namespace
+
+Scan scan_logits(std::span<const float> l) {
+    constexpr float kInf = std::numeric_limits<float>::infinity();
+    float mx[kLanes], mn[kLanes];
+    int32_t cnt[kLanes] = {}, bad[kLanes] = {};
+    std::fill(mx, mx + kLanes, kNegInf);
+    std::fill(mn, mn + kLanes, kInf);
+    const size_t n = l.size(), body = n - n % kLanes;
+    for (size_t i = 0; i < body; i += kLanes) {
+        for (size_t j = 0; j < kLanes; ++j) {
+            const float x = l[i + j];
+            bad[j] |= !(x < kInf);
+            mx[j] = x > mx[j] ? x : mx[j];
+            mn[j] = (x < mn[j] && x > kNegInf) ? x : mn[j];
+            cnt[j] += x > kNegInf;
+        }
+    }
+    for (size_t i = body; i < n; ++i) {
+        const float x = l[i];
+        bad[0] |= !(x < kInf);
+        mx[0] = x > mx[0] ? x : mx[0];
+        mn[0] = (x < mn[0] && x > kNegInf) ? x : mn[0];
+        cnt[0] += x > kNegInf;
+    }
+    Scan s;
+    bool any_bad = false;
+    for (size_t j = 0; j < kLanes; ++j) {
+        s.max = std::max(s.max, mx[j]);
+        s.min_finite = std::min(s.min_finite, mn[j]);
+        s.n_finite += cnt[j];
+        any_bad |= bad[j] != 0;
+    }
+    if (any_bad)
+        for (size_t i = 0; i < n && s.first_bad < 0; ++i)
+            if (!(l[i] < kInf)) s.first_bad = static_cast<int64_t>(i);
+    return s;
+}
+
+int64_t first_index_of(std::span<const float> l, float v) {
+    const size_t n = l.size(), body = n - n % kLanes;
+    size_t i = 0;
+    for (; i < body; i += kLanes) {
+        bool any = false;
+        for (size_t j = 0; j < kLanes; ++j) any |= l[i + j] == v;
+        if (any) break;
+    }
+    for (; i < n; ++i)
+        if (l[i] == v) return static_cast<int64_t>(i);
+    return -1;
+}
+
+double exp_weights(std::span<const float> l, float max, float scale, float* w, std::vector<double>& block_sums) {
+    const size_t n = l.size();
+    block_sums.clear();
+    double total = 0.0;
+    for (size_t b0 = 0; b0 < n; b0 += kBlock) {
+        const size_t e = std::min(n, b0 + kBlock);
+        float acc[kLanes] = {};
+        size_t i = b0;
+        for (; i + kLanes <= e; i += kLanes) {
+            for (size_t j = 0; j < kLanes; ++j) {
+                const float v = exp2_nonpos((l[i + j] - max) * scale);
+                w[i + j] = v;
+                acc[j] += v;
+            }
+        }
+        for (; i < e; ++i) {
+            w[i] = exp2_nonpos((l[i] - max) * scale);
+            acc[0] += w[i];
+        }
+        double s = 0.0;
+        for (float a : acc) s += a;
+        block_sums.push_back(s);
+        total += s;
+    }
+    return total;
+}
+
+double exp_sum(std::span<const float> l, float max, float scale) {
+    const size_t n = l.size();
+    double total = 0.0;
+    for (size_t b0 = 0; b0 < n; b0 += kBlock) {
+        const size_t e = std::min(n, b0 + kBlock);
+        float acc[kLanes] = {};
+        size_t i = b0;
+        for (; i + kLanes <= e; i += kLanes)
+            for (size_t j = 0; j < kLanes; ++j) acc[j] += exp2_nonpos((l[i + j] - max) * scale);
+        for (; i < e; ++i) acc[0] += exp2_nonpos((l[i] - max) * scale);
+        for (float a : acc) total += a;
+    }
+    return total;
+}
+
+void top_n(std::span<const float> l, size_t n, std::vector<Ranked>& out) {
+    out.clear();
+    n = std::min(n, l.size());
+    if (n == 0) return;
+    // Candidates above the n-th best so far; once the buffer fills it is cut back to n. A later token equal
+    // to the cut's logit has a higher id, so it ranks below all n: only strictly greater ones enter.
+    const size_t cap = std::max<size_t>(4 * n, 256);
+    bool cut = false;
+    float thr = kNegInf;
+    auto offer = [&](size_t i) {
+        const float x = l[i];
+        if (cut && !(x > thr)) return;
+        out.push_back({static_cast<int32_t>(i), x});
+        if (out.size() >= cap) {
+            std::nth_element(out.begin(), out.begin() + static_cast<long>(n - 1), out.end(), more_likely);
+            out.resize(n);
+            thr = out[n - 1].logit;
+            cut = true;
+        }
+    };
+    const size_t sz = l.size(), body = sz - sz % kLanes;
+    for (size_t i = 0; i < body; i += kLanes) {
+        if (cut) {
+            bool any = false;
+            for (size_t j = 0; j < kLanes; ++j) any |= l[i + j] > thr;
+            if (!any) continue;
+        }
+        for (size_t j = 0; j < kLanes; ++j) offer(i + j);
+    }
+    for (size_t i = body; i < sz; ++i) offer(i);
+    if (out.size() > n) {
+        std::nth_element(out.begin(), out.begin() + static_cast<long>(n - 1), out.end(), more_likely);
+        out.resize(n);
+    }
+    std::sort(out.begin(), out.end(), more_likely);
+}
+
+Prefix shortest_prefix(std::span<const float> l, const float* w, const Prefix& within, float hi, float lo,
+                       double target) {
+    const size_t n = l.size();
+    auto q = [&](size_t i) { return w ? w[i] : 1.0f; };
+    if (hi == lo) {  // one distinct logit: the order is the id order
+        double cum = 0.0;
+        int64_t last = -1;
+        for (size_t i = 0; i < n; ++i) {
+            if (!in_prefix(within, l[i], static_cast<int64_t>(i))) continue;
+            last = static_cast<int64_t>(i);
+            cum += q(i);
+            if (cum >= target) break;
+        }
+        return {hi, last};
+    }
+    // Linear buckets over [lo, hi], bucket 0 at the top. Only monotonicity matters for correctness: the
+    // float map below never puts a lower logit in a higher bucket.
+    constexpr size_t kBuckets = 2048;
+    const float scale = static_cast<float>(
+        std::min(static_cast<double>(kBuckets) / (static_cast<double>(hi) - lo), 1e30));
+    auto bucket = [&](float x) {
+        return static_cast<size_t>(std::min((hi - x) * scale, static_cast<float>(kBuckets - 1)));
+    };
+    std::vector<double> mass(kBuckets, 0.0);
+    for (size_t i = 0; i < n; ++i) {
+        const float x = l[i];
+        if (!in_prefix(within, x, static_cast<int64_t>(i))) continue;
+        mass[bucket(x)] += q(i);
+    }
+    double before = 0.0;
+    size_t b = 0;
+    for (; b < kBuckets; ++b) {
+        if (mass[b] == 0.0) continue;
+        if (before + mass[b] >= target) break;
+        before += mass[b];
+    }
+    std::vector<Member> m;
+    if (b == kBuckets) {  // nothing reaches the target (rounding, or a count past the set): all of `within`
+        Ranked worst{-1, kNegInf};
+        for (size_t i = 0; i < n; ++i)
+            if (in_prefix(within, l[i], static_cast<int64_t>(i)) && (worst.id < 0 || more_likely(worst, {static_cast<int32_t>(i), l[i]})))
+                worst = {static_cast<int32_t>(i), l[i]};
+        return {worst.logit, worst.id};
+    }
+    for (size_t i = 0; i < n; ++i) {
+        const float x = l[i];
+        if (in_prefix(within, x, static_cast<int64_t>(i)) && bucket(x) == b)
+            m.push_back({static_cast<int32_t>(i), x, q(i)});
+    }
+    return refine(std::move(m), target - before);
+}
+
+float min_p_logit(float max, float temperature, float min_p) {
+    const double c = std::log(static_cast<double>(min_p));
+    auto keeps = [&](float x) { return (static_cast<double>(x) - max) / temperature >= c; };
+    float x = static_cast<float>(static_cast<double>(max) + static_cast<double>(temperature) * c);
+    if (x > max) x = max;
+    while (!keeps(x)) x = std::nextafter(x, max);
+    while (x > kNegInf && keeps(std::nextafter(x, kNegInf))) x = std::nextafter(x, kNegInf);
+    return x;
+}
+
+}  // namespace dsv4::sampling
