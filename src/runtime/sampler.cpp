@@ -20,7 +20,7 @@ using sampling::Ranked;
 
 constexpr double kLog2e = 1.4426950408889634;
 constexpr int64_t kListedTopK = 4096;  // top-k up to this is selected as a sorted list; beyond, as a prefix
-constexpr size_t kNucleusProbe = 256;  // top-p first tries the 256 most likely: enough unless the tail is flat
+constexpr size_t kNucleusProbe = 64;  // top-p first tries the 64 most likely: enough unless the tail is flat
 
 Status check_scan(std::span<const float> logits, const sampling::Scan& s, const char* what) {
     if (logits.empty()) return make_error("sampler: empty logits");
@@ -50,6 +50,9 @@ struct Selection {
     Prefix keep = sampling::kAllFinite;
     double total = 0.0;     // summed weight of the kept tokens
     double full_sum = -1.0; // summed weight of every token before truncation (prefix form only)
+    // Prefix form with `w` left whole: draw from every token and draw again outside `keep`. Exact (the
+    // accepted draws follow w restricted to keep) and cheaper than zeroing when keep holds >= half the mass.
+    bool redraw = false;
 };
 
 // `l`: biased and penalised logits, `s` their scan (at least one finite). Weights are exp((l - max) / T).
@@ -122,17 +125,14 @@ void select(std::span<const float> l, const sampling::Scan& s, const SamplingPar
         if (sampling::shorter(mp, keep)) keep = mp;
     }
     sel.keep = keep;
-    if (keep.tau != kNegInf) {  // zero the weights outside the prefix and sum the blocks again
-        for (size_t b = 0; b < blocks.size(); ++b) {
-            const size_t e = std::min(n, (b + 1) * sampling::kBlock);
-            float acc[16] = {};
-            for (size_t i = b * sampling::kBlock; i < e; ++i) {
-                if (!sampling::in_prefix(keep, l[i], static_cast<int64_t>(i))) w[i] = 0.0f;
-                acc[i % 16] += w[i];
-            }
-            double sum = 0.0;
-            for (float a : acc) sum += a;
-            blocks[b] = sum;
+    if (keep.tau != kNegInf) {
+        // Top-p alone keeps >= top_p of the mass: at top_p >= 0.5 a draw needs < 2 tries on average.
+        const bool top_p_alone = !topk_on && p.top_p >= 0.5f && p.top_p < 1.0f &&
+                                 !(p.min_p > 0.0f && keep.tau == minp_l && keep.last_id == std::numeric_limits<int64_t>::max());
+        if (top_p_alone) {
+            sel.redraw = true;
+        } else {
+            sampling::keep_prefix(l, keep, w.data(), blocks);  // zero the weights outside, sum the blocks again
         }
     }
     for (double b : blocks) sel.total += b;
@@ -302,6 +302,16 @@ Result<SampleResult> Sampler::sample(std::span<const float> logits, std::span<co
         select(l, s, params_, weights_, blocks_, sel);
         full_sum = sel.full_sum;
         result.token = draw(sel, weights_, blocks_, next_uniform());
+        for (int tries = 1; sel.redraw && !sampling::in_prefix(sel.keep, l[static_cast<size_t>(result.token)], result.token);
+             ++tries) {
+            if (tries == 64) {  // ~never (each try succeeds with probability >= 1/2): draw from the kept set itself
+                sampling::keep_prefix(l, sel.keep, weights_.data(), blocks_);
+                sel.redraw = false;
+                sel.total = 0.0;
+                for (double b : blocks_) sel.total += b;
+            }
+            result.token = draw(sel, weights_, blocks_, next_uniform());
+        }
     }
 
     // Logprobs of the model's distribution (the logits as given). At temperature 1 without bias or penalties

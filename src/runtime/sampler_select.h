@@ -84,6 +84,9 @@ inline bool shorter(const Prefix& a, const Prefix& b) {
     return a.tau > b.tau || (a.tau == b.tau && a.last_id < b.last_id);
 }
 
+// Zeroes w outside `keep` and sums the blocks again.
+void keep_prefix(std::span<const float> l, const Prefix& keep, float* w, std::vector<double>& block_sums);
+
 // The shortest prefix inside `within` whose summed weight (w[i], or 1 per token when w is null) reaches
 // `target`; all of `within` when nothing does. hi / lo: the largest and smallest finite logit.
 Prefix shortest_prefix(std::span<const float> l, const float* w, const Prefix& within, float hi, float lo,
