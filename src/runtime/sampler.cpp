@@ -94,7 +94,9 @@ void select(std::span<const float> l, const sampling::Scan& s, const SamplingPar
 
     const size_t n = l.size();
     w.resize(n);
-    sel.full_sum = sampling::exp_weights(l, s.max, scale, w.data(), blocks);
+    // Min-p alone is a floor known before any weight: apply it in the same pass.
+    const bool min_p_alone = !topk_on && p.top_p == 1.0f && p.min_p > 0.0f;
+    sel.full_sum = sampling::exp_weights(l, s.max, scale, min_p_alone ? minp_l : kNegInf, w.data(), blocks);
     Prefix keep = sampling::kAllFinite;
     if (topk_on) keep = sampling::shortest_prefix(l, nullptr, keep, s.max, s.min_finite, p.top_k);
     if (p.top_p < 1.0f) {
@@ -131,7 +133,7 @@ void select(std::span<const float> l, const sampling::Scan& s, const SamplingPar
                                  !(p.min_p > 0.0f && keep.tau == minp_l && keep.last_id == std::numeric_limits<int64_t>::max());
         if (top_p_alone) {
             sel.redraw = true;
-        } else {
+        } else if (!min_p_alone) {
             sampling::keep_prefix(l, keep, w.data(), blocks);  // zero the weights outside, sum the blocks again
         }
     }

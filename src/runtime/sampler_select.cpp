@@ -143,29 +143,37 @@ int64_t first_index_of(std::span<const float> l, float v) {
     return -1;
 }
 
-double exp_weights(std::span<const float> l, float max, float scale, float* w, std::vector<double>& block_sums) {
+double exp_weights(std::span<const float> l, float max, float scale, float floor, float* w,
+                   std::vector<double>& block_sums) {
     const size_t n = l.size();
     block_sums.clear();
     double total = 0.0;
     for (size_t b0 = 0; b0 < n; b0 += kBlock) {
         const size_t e = std::min(n, b0 + kBlock);
-        float acc[kLanes] = {};
+        float all[kLanes] = {}, kept[kLanes] = {};
         size_t i = b0;
         for (; i + kLanes <= e; i += kLanes) {
             for (size_t j = 0; j < kLanes; ++j) {
-                const float v = exp2_nonpos((l[i + j] - max) * scale);
-                w[i + j] = v;
-                acc[j] += v;
+                const float x = l[i + j];
+                const float v = exp2_nonpos((x - max) * scale);
+                const float k = x >= floor ? v : 0.0f;
+                w[i + j] = k;
+                all[j] += v;
+                kept[j] += k;
             }
         }
         for (; i < e; ++i) {
-            w[i] = exp2_nonpos((l[i] - max) * scale);
-            acc[0] += w[i];
+            const float v = exp2_nonpos((l[i] - max) * scale);
+            w[i] = l[i] >= floor ? v : 0.0f;
+            all[0] += v;
+            kept[0] += w[i];
         }
         double s = 0.0;
-        for (float a : acc) s += a;
+        for (size_t j = 0; j < kLanes; ++j) {
+            total += all[j];
+            s += kept[j];
+        }
         block_sums.push_back(s);
-        total += s;
     }
     return total;
 }

@@ -65,8 +65,10 @@ Scan scan_logits(std::span<const float> l);
 // First index holding exactly `v` (which must occur).
 int64_t first_index_of(std::span<const float> l, float v);
 
-// w[i] = 2^((l[i] - max) * scale); block_sums[b] = sum over block b of kBlock tokens. Returns the total.
-double exp_weights(std::span<const float> l, float max, float scale, float* w, std::vector<double>& block_sums);
+// w[i] = 2^((l[i] - max) * scale) where l[i] >= floor, else 0; block_sums[b] = sum of w over block b of kBlock
+// tokens. Returns the total over every token, floor or not (for the log-sum-exp).
+double exp_weights(std::span<const float> l, float max, float scale, float floor, float* w,
+                   std::vector<double>& block_sums);
 // The same total without storing anything.
 double exp_sum(std::span<const float> l, float max, float scale);
 
