@@ -108,7 +108,8 @@ void select(std::span<const float> l, const sampling::Scan& s, const SamplingPar
         }
         const double target = static_cast<double>(p.top_p) * within;
         // A peaked distribution's nucleus is a handful of tokens: find it among the most likely few, in order.
-        sampling::top_n(l, std::min(n, kNucleusProbe), sel.list);
+        // Each weighs at most 1, so when the target exceeds their number the probe cannot succeed.
+        if (target <= static_cast<double>(kNucleusProbe)) sampling::top_n(l, std::min(n, kNucleusProbe), sel.list);
         double cum = 0.0;
         for (size_t i = 0; i < sel.list.size(); ++i) {
             cum += w[static_cast<size_t>(sel.list[i].id)];
@@ -129,9 +130,9 @@ void select(std::span<const float> l, const sampling::Scan& s, const SamplingPar
     sel.keep = keep;
     if (keep.tau != kNegInf) {
         // Top-p alone keeps >= top_p of the mass: at top_p >= 0.5 a draw needs < 2 tries on average.
-        const bool top_p_alone = !topk_on && p.top_p >= 0.5f && p.top_p < 1.0f &&
-                                 !(p.min_p > 0.0f && keep.tau == minp_l && keep.last_id == std::numeric_limits<int64_t>::max());
-        if (top_p_alone) {
+        const bool min_p_binds =
+            p.min_p > 0.0f && keep.tau == minp_l && keep.last_id == std::numeric_limits<int64_t>::max();
+        if (!topk_on && p.top_p >= 0.5f && p.top_p < 1.0f && !min_p_binds) {
             sel.redraw = true;
         } else if (!min_p_alone) {
             sampling::keep_prefix(l, keep, w.data(), blocks);  // zero the weights outside, sum the blocks again

@@ -1,6 +1,9 @@
 // The sampler's vocabulary-scale selection, without sorting the vocabulary: one pass for the max, one pass of
 // float weights, top-k and top_logprobs by a threshold-pruned partial selection, top-p by a mass histogram
-// over the logits refined inside the one bucket that holds the boundary, min-p as a logit threshold. Internal
+// over the logits refined inside the one bucket that holds the boundary (after a probe of the 64 most likely,
+// which holds the nucleus of a peaked distribution), min-p as a logit threshold. A large kept set is drawn
+// from in id order over per-block sums, not in likelihood order; top-p alone draws from all the weights and
+// draws again when the token falls outside the nucleus (exactly the renormalised distribution). Internal
 // to runtime/sampler.cpp (and its tests through the public API); nothing here allocates per token once the
 // scratch vectors have grown.
 //
