@@ -127,7 +127,7 @@ TEST(Sampler, TopPKeepsTheSmallestSet) {
 }
 
 TEST(Sampler, TopPMatchesBruteForceNucleusOnLargeVocab) {
-    // Flat logits so that the nucleus spans hundreds of tokens (past the sampler's incremental sort chunks).
+    // Flat logits so that the nucleus spans hundreds of tokens (past the probe of the 64 most likely).
     for (uint64_t s = 0; s < 6; ++s) {
         auto logits = random_logits(20000, 500 + s, 1.0f);
         SamplingParams p;
