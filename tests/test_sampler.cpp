@@ -398,7 +398,10 @@ void expect_same_distribution(const std::vector<float>& logits, const SamplingPa
     for (const auto& tp : *got) got_ids.insert(tp.token);
     for (const auto& tp : want) want_ids.insert(tp.token);
     ASSERT_EQ(got_ids, want_ids) << what;
-    const bool truncated = (p.top_k > 0 && static_cast<size_t>(p.top_k) < want.size()) || p.top_p < 1.0f || p.min_p > 0.0f;
+    const auto n_finite =
+        static_cast<size_t>(std::count_if(logits.begin(), logits.end(), [](float x) { return x != kNegInf; }));
+    const bool truncated =
+        (p.top_k > 0 && static_cast<size_t>(p.top_k) < n_finite) || p.top_p < 1.0f || p.min_p > 0.0f;
     std::vector<double> want_prob(logits.size(), 0.0);
     for (const auto& tp : want) want_prob[static_cast<size_t>(tp.token)] = tp.prob;
     for (size_t i = 0; i < got->size(); ++i) {

@@ -305,8 +305,8 @@ Result<SampleResult> Sampler::sample(std::span<const float> logits, std::span<co
         select(l, s, params_, weights_, blocks_, sel);
         full_sum = sel.full_sum;
         result.token = draw(sel, weights_, blocks_, next_uniform());
-        for (int tries = 1; sel.redraw && !sampling::in_prefix(sel.keep, l[static_cast<size_t>(result.token)], result.token);
-             ++tries) {
+        auto outside = [&](int32_t t) { return !sampling::in_prefix(sel.keep, l[static_cast<size_t>(t)], t); };
+        for (int tries = 1; sel.redraw && outside(result.token); ++tries) {
             if (tries == 64) {  // ~never (each try succeeds with probability >= 1/2): draw from the kept set itself
                 sampling::keep_prefix(l, sel.keep, weights_.data(), blocks_);
                 sel.redraw = false;

@@ -309,9 +309,10 @@ Prefix shortest_prefix(std::span<const float> l, const float* w, const Prefix& w
     std::vector<Member> m;
     if (b == kBuckets) {  // nothing reaches the target (rounding, or a count past the set): all of `within`
         Ranked worst{-1, kNegInf};
-        for (size_t i = 0; i < n; ++i)
-            if (in_prefix(within, l[i], static_cast<int64_t>(i)) && (worst.id < 0 || more_likely(worst, {static_cast<int32_t>(i), l[i]})))
-                worst = {static_cast<int32_t>(i), l[i]};
+        for (size_t i = 0; i < n; ++i) {
+            const Ranked r{static_cast<int32_t>(i), l[i]};
+            if (in_prefix(within, r.logit, r.id) && (worst.id < 0 || more_likely(worst, r))) worst = r;
+        }
         return {worst.logit, worst.id};
     }
     const auto bb = static_cast<uint16_t>(b);
