@@ -10,6 +10,8 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/sampler.h"
@@ -125,7 +127,7 @@ TEST(Sampler, TopPKeepsTheSmallestSet) {
 }
 
 TEST(Sampler, TopPMatchesBruteForceNucleusOnLargeVocab) {
-    // Flat logits so that the nucleus spans hundreds of tokens (past the sampler's incremental sort chunks).
+    // Flat logits so that the nucleus spans hundreds of tokens (past the probe of the 64 most likely).
     for (uint64_t s = 0; s < 6; ++s) {
         auto logits = random_logits(20000, 500 + s, 1.0f);
         SamplingParams p;
@@ -328,6 +330,211 @@ TEST(Sampler, TemperatureSamplingMatchesSoftmaxChiSquare) {
     expected[0] = std::exp(1.0) / z;
     expected[1] = std::exp(0.5) / z;
     EXPECT_LT(chi_square(s, logits, expected, n), 18.42);
+}
+
+// The straightforward sampler the fast selection must agree with: sort everything (higher logit first, then
+// lower id), weights exp((l - max) / T) in double, top-k, top-p on the top-k renormalised mass (the smallest
+// prefix whose cumulative weight reaches top_p * total), min-p (weight >= min_p). Most likely first.
+std::vector<dsv4::TokenProb> reference_distribution(const std::vector<float>& logits, const SamplingParams& p) {
+    std::vector<int32_t> order;
+    for (size_t i = 0; i < logits.size(); ++i)
+        if (logits[i] != kNegInf) order.push_back(static_cast<int32_t>(i));
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    const double mx = logits[static_cast<size_t>(order[0])];
+    auto w = [&](int32_t id) { return std::exp((static_cast<double>(logits[id]) - mx) / p.temperature); };
+    if (p.top_k > 0 && static_cast<size_t>(p.top_k) < order.size()) order.resize(static_cast<size_t>(p.top_k));
+    if (p.top_p < 1.0f) {
+        double total = 0.0;
+        for (int32_t id : order) total += w(id);
+        double cum = 0.0;
+        for (size_t i = 0; i < order.size(); ++i) {
+            cum += w(order[i]);
+            if (cum >= static_cast<double>(p.top_p) * total) {
+                order.resize(i + 1);
+                break;
+            }
+        }
+    }
+    if (p.min_p > 0.0f) std::erase_if(order, [&](int32_t id) { return w(id) < p.min_p; });
+    std::vector<dsv4::TokenProb> out;
+    double total = 0.0;
+    for (int32_t id : order) total += w(id);
+    for (int32_t id : order) out.push_back({id, w(id) / total});
+    return out;
+}
+
+// Logit shapes that stress a threshold selection: flat noise, a dominant token, few distinct values (ties
+// across the histogram's buckets), bans, one exact value everywhere, and a range so wide that one bucket
+// holds nearly everything.
+std::vector<std::pair<std::string, std::vector<float>>> adversarial_logits(size_t n, uint64_t seed) {
+    std::vector<std::pair<std::string, std::vector<float>>> out;
+    out.emplace_back("flat noise", random_logits(n, seed, 1.0f));
+    out.emplace_back("peaked", random_logits(n, seed + 1, 2.0f));
+    for (size_t i = 0; i < 5; ++i) out.back().second[(i * 7919) % n] += 14.0f - 2.0f * static_cast<float>(i);
+    out.emplace_back("dominant", random_logits(n, seed + 2, 1.0f));
+    out.back().second[n / 3] = 40.0f;
+    auto q = random_logits(n, seed + 3, 1.0f);
+    for (float& x : q) x = std::round(x * 2.0f) / 2.0f;
+    out.emplace_back("ties", q);
+    auto banned = random_logits(n, seed + 4, 1.5f);
+    for (size_t i = 0; i < n; i += 3) banned[i] = kNegInf;
+    out.emplace_back("bans", banned);
+    out.emplace_back("all equal", std::vector<float>(n, 0.25f));
+    auto wide = random_logits(n, seed + 5, 1.0f);
+    wide[1] = -1e30f;
+    wide[n - 2] = -3e38f;
+    out.emplace_back("wide range", wide);
+    return out;
+}
+
+void expect_same_distribution(const std::vector<float>& logits, const SamplingParams& p, const std::string& what) {
+    auto got = dsv4::sampling_distribution(logits, p);
+    ASSERT_TRUE(got.ok()) << got.error();
+    const auto want = reference_distribution(logits, p);
+    ASSERT_EQ(got->size(), want.size()) << what;
+    std::set<int32_t> got_ids, want_ids;
+    for (const auto& tp : *got) got_ids.insert(tp.token);
+    for (const auto& tp : want) want_ids.insert(tp.token);
+    ASSERT_EQ(got_ids, want_ids) << what;
+    const auto n_finite =
+        static_cast<size_t>(std::count_if(logits.begin(), logits.end(), [](float x) { return x != kNegInf; }));
+    const bool truncated =
+        (p.top_k > 0 && static_cast<size_t>(p.top_k) < n_finite) || p.top_p < 1.0f || p.min_p > 0.0f;
+    std::vector<double> want_prob(logits.size(), 0.0);
+    for (const auto& tp : want) want_prob[static_cast<size_t>(tp.token)] = tp.prob;
+    for (size_t i = 0; i < got->size(); ++i) {
+        const auto& tp = (*got)[i];
+        EXPECT_NEAR(tp.prob, want_prob[static_cast<size_t>(tp.token)], 1e-12 + 1e-9 * tp.prob) << what;
+        if (truncated) {
+            EXPECT_EQ(tp.token, want[i].token) << what << ": most likely first, ties by id";
+        }
+    }
+}
+
+TEST(Sampler, SelectionMatchesASortedReference) {
+    // Every truncation path of the selection: top-k as a short list and as a prefix (k > 4096), top-p found
+    // among the few most likely and by the histogram, min-p, and their combinations.
+    struct Case {
+        float t;
+        int32_t k;
+        float top_p, min_p;
+    };
+    const std::vector<Case> cases = {
+        {1.0f, 0, 1.0f, 0.0f},    {0.6f, 0, 0.95f, 0.0f}, {1.0f, 0, 0.5f, 0.0f},   {1.3f, 0, 0.1f, 0.0f},
+        {1.0f, 40, 1.0f, 0.0f},   {0.8f, 40, 0.9f, 0.0f}, {1.0f, 1, 1.0f, 0.0f},   {1.0f, 6000, 1.0f, 0.0f},
+        {0.7f, 6000, 0.8f, 0.0f}, {1.0f, 0, 1.0f, 0.05f}, {0.6f, 0, 0.95f, 0.05f}, {1.0f, 6000, 0.99f, 0.2f},
+        {2.0f, 0, 0.999f, 0.0f},  {0.05f, 0, 0.9f, 0.0f},
+    };
+    for (size_t n : {size_t{20000}, size_t{129280}}) {
+        for (const auto& [name, logits] : adversarial_logits(n, 31 + n)) {
+            for (const Case& c : cases) {
+                if (n > 20000 && (c.k == 6000 || c.t == 2.0f || c.t == 1.3f || c.t == 0.05f)) continue;  // quick
+                SamplingParams p;
+                p.temperature = c.t;
+                p.top_k = c.k;
+                p.top_p = c.top_p;
+                p.min_p = c.min_p;
+                expect_same_distribution(logits, p,
+                                         name + " n=" + std::to_string(n) + " T=" + std::to_string(c.t) +
+                                             " k=" + std::to_string(c.k) + " top_p=" + std::to_string(c.top_p) +
+                                             " min_p=" + std::to_string(c.min_p));
+            }
+        }
+    }
+}
+
+TEST(Sampler, TopPExactlyAtABoundary) {
+    // Equal logits weigh exactly 1 each, so cumulative masses are exact integers: top_p = m / n must keep
+    // exactly m tokens (the lowest ids), and one token more for anything above.
+    for (size_t n : {size_t{8}, size_t{1000}, size_t{129280}}) {
+        std::vector<float> logits(n, 1.5f);
+        SamplingParams p;
+        p.top_p = 0.5f;
+        auto d = dsv4::sampling_distribution(logits, p);
+        ASSERT_TRUE(d.ok());
+        ASSERT_EQ(d->size(), n / 2);
+        for (size_t i = 0; i < d->size(); ++i) EXPECT_EQ((*d)[i].token, static_cast<int32_t>(i));
+        p.top_p = std::nextafter(0.5f, 1.0f);
+        EXPECT_EQ(dsv4::sampling_distribution(logits, p)->size(), n / 2 + 1);
+    }
+    // Two levels: four tied tokens of weight 1 above the rest (weight e^-200, below double rounding of the
+    // total): top_p 0.5 keeps two of the four, the lowest ids, though they are spread over the vocabulary.
+    std::vector<float> logits(5000, -200.0f);
+    for (int32_t id : {4000, 17, 2500, 999}) logits[static_cast<size_t>(id)] = 0.0f;
+    SamplingParams p;
+    p.top_p = 0.5f;
+    auto d = dsv4::sampling_distribution(logits, p);
+    ASSERT_TRUE(d.ok());
+    ASSERT_EQ(d->size(), 2u);
+    EXPECT_EQ((*d)[0].token, 17);
+    EXPECT_EQ((*d)[1].token, 999);
+}
+
+TEST(Sampler, TopLogprobsArePartialSelectionWithTiesById) {
+    auto logits = random_logits(129280, 5, 1.0f);
+    for (float& x : logits) x = std::round(x * 8.0f) / 8.0f;  // many ties
+    for (size_t i = 0; i < logits.size(); i += 5) logits[i] = kNegInf;
+    SamplingParams p;
+    p.top_logprobs = 20;
+    p.top_p = 0.95f;
+    p.temperature = 0.6f;
+    Sampler s(p);
+    auto r = s.sample(logits, {});
+    ASSERT_TRUE(r.ok()) << r.error();
+    std::vector<int32_t> order(logits.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    double mx = logits[order[0]], z = 0.0;
+    for (float l : logits) z += std::exp(static_cast<double>(l) - mx);
+    ASSERT_EQ(r->top_logprobs.size(), 20u);
+    for (size_t i = 0; i < 20; ++i) {
+        EXPECT_EQ(r->top_logprobs[i].token, order[i]);
+        EXPECT_NEAR(r->top_logprobs[i].logprob, logits[order[i]] - mx - std::log(z), 1e-5);
+    }
+    EXPECT_NEAR(r->logprob, logits[r->token] - mx - std::log(z), 1e-5);
+    EXPECT_NE(logits[r->token], kNegInf);
+}
+
+// Wilson-Hilferty: the chi-square value with `df` degrees of freedom exceeded with probability ~1e-7.
+double chi_square_critical(double df) {
+    const double z = 5.2;
+    const double a = 2.0 / (9.0 * df);
+    return df * std::pow(1.0 - a + z * std::sqrt(a), 3.0);
+}
+
+TEST(Sampler, LargeKeptSetsSampleTheExactDistributionChiSquare) {
+    // Kept sets too large for a sorted list (hundreds of tokens, the draw walks block sums in id order): the
+    // counts of a fixed-seed run must fit the reference probabilities. A sampler that drew from the wrong
+    // set, or with the wrong weights (e.g. ignoring the temperature or the renormalisation), scores far
+    // above the critical value; the seed makes the test deterministic.
+    const auto logits = random_logits(1500, 77, 0.7f);
+    struct Case {
+        float t;
+        int32_t k;
+        float top_p, min_p;
+    };
+    const int n = 100000;
+    for (const Case& c : {Case{1.0f, 0, 1.0f, 0.0f}, Case{0.6f, 0, 0.95f, 0.0f}, Case{1.0f, 0, 1.0f, 0.1f},
+                          Case{0.9f, 0, 0.6f, 0.0f}}) {
+        SamplingParams p;
+        p.temperature = c.t;
+        p.top_k = c.k;
+        p.top_p = c.top_p;
+        p.min_p = c.min_p;
+        p.seed = 2024;
+        const auto ref = reference_distribution(logits, p);
+        ASSERT_GT(ref.size(), 300u);
+        std::vector<double> expected(logits.size(), 0.0);
+        for (const auto& tp : ref) expected[static_cast<size_t>(tp.token)] = tp.prob;
+        Sampler s(p);
+        const double chi2 = chi_square(s, logits, expected, n);
+        EXPECT_LT(chi2, chi_square_critical(static_cast<double>(ref.size() - 1)))
+            << "T=" << c.t << " top_p=" << c.top_p << " min_p=" << c.min_p << " kept " << ref.size();
+    }
 }
 
 TEST(StopChecker, StopStringAcrossTokens) {

@@ -1,6 +1,7 @@
 // Sampling and stopping: logit bias and penalties, temperature / top-k / top-p / min-p truncation, a seeded
-// draw, logprobs of the model's distribution; and the text-level StopChecker. Probabilities are computed in
-// double from (logit - max) so that nothing overflows and tiny temperatures stay exact.
+// draw, logprobs of the model's distribution; and the text-level StopChecker. The vocabulary is never sorted:
+// runtime/sampler_select.h finds the kept set by thresholds (and documents the float numerics of the draw);
+// sampling_distribution reports the kept set's probabilities exactly, in double.
 #include "runtime/sampler.h"
 
 #include <algorithm>
@@ -8,85 +9,167 @@
 #include <limits>
 
 #include "core/check.h"
+#include "runtime/sampler_select.h"
 
 namespace dsv4 {
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+using sampling::kNegInf;
+using sampling::Prefix;
+using sampling::Ranked;
 
-struct Candidate {
-    int32_t id;
-    float logit;
-};
+constexpr double kLog2e = 1.4426950408889634;
+constexpr int64_t kListedTopK = 4096;  // top-k up to this is selected as a sorted list; beyond, as a prefix
+constexpr size_t kNucleusProbe = 64;  // top-p first tries the 64 most likely: enough unless the tail is flat
 
-// A strict total order: higher logit first, then lower id. Every sort and selection below uses it, so the
-// candidate order (and with it the token a given random number picks) is the same on every platform.
-bool more_likely(const Candidate& a, const Candidate& b) {
-    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-}
-
-Status check_logits(std::span<const float> logits) {
+Status check_scan(std::span<const float> logits, const sampling::Scan& s, const char* what) {
     if (logits.empty()) return make_error("sampler: empty logits");
-    for (size_t i = 0; i < logits.size(); ++i) {
-        if (std::isnan(logits[i]) || logits[i] == std::numeric_limits<float>::infinity()) {
-            return make_error("sampler: logit of token " + std::to_string(i) + " is " +
-                              (std::isnan(logits[i]) ? "NaN" : "+inf"));
-        }
+    if (s.first_bad >= 0) {
+        const float x = logits[static_cast<size_t>(s.first_bad)];
+        return make_error(std::string("sampler: ") + what + " of token " + std::to_string(s.first_bad) + " is " +
+                          (std::isnan(x) ? "NaN" : "+inf"));
     }
     return {};
 }
 
-// The tokens that survive top-k / top-p / min-p, with weights exp((logit - max) / T) (not normalised).
-Status build_candidates(std::span<const float> logits, const SamplingParams& p, std::vector<Candidate>& cands,
-                        std::vector<double>& weights) {
-    cands.clear();
-    float max_logit = kNegInf;
-    for (size_t i = 0; i < logits.size(); ++i) {
-        if (logits[i] == kNegInf) continue;
-        cands.push_back({static_cast<int32_t>(i), logits[i]});
-        max_logit = std::max(max_logit, logits[i]);
-    }
-    if (cands.empty()) return make_error("sampler: every token is banned (all logits are -inf)");
-    const double inv_t = 1.0 / static_cast<double>(p.temperature);
-    auto weight = [&](float logit) { return std::exp((static_cast<double>(logit) - max_logit) * inv_t); };
+bool modifies_logits(const SamplingParams& p) {
+    return !p.logit_bias.empty() || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
+           p.frequency_penalty != 0.0f;
+}
 
-    bool sorted = false;
-    if (p.top_k > 0 && static_cast<size_t>(p.top_k) < cands.size()) {
-        std::nth_element(cands.begin(), cands.begin() + (p.top_k - 1), cands.end(), more_likely);
-        cands.resize(static_cast<size_t>(p.top_k));
-        std::sort(cands.begin(), cands.end(), more_likely);
-        sorted = true;
-    }
-    if (p.top_p < 1.0f) {
+bool truncates(const SamplingParams& p, const sampling::Scan& s) {
+    return (p.top_k > 0 && p.top_k < s.n_finite) || p.top_p < 1.0f || p.min_p > 0.0f;
+}
+
+// The tokens that survive top-k / top-p / min-p: either a short list, most likely first, with weights, or a
+// prefix of the likelihood order with `w` holding the weights, zeroed outside it.
+struct Selection {
+    bool listed = false;
+    std::vector<Ranked> list;
+    std::vector<float> list_w;
+    Prefix keep = sampling::kAllFinite;
+    double total = 0.0;     // summed weight of the kept tokens
+    double full_sum = -1.0; // summed weight of every token before truncation (prefix form only)
+    // Prefix form with `w` left whole: draw from every token and draw again outside `keep`. Exact (the
+    // accepted draws follow w restricted to keep) and cheaper than zeroing when keep holds >= half the mass.
+    bool redraw = false;
+};
+
+// `l`: biased and penalised logits, `s` their scan (at least one finite). Weights are exp((l - max) / T).
+void select(std::span<const float> l, const sampling::Scan& s, const SamplingParams& p, std::vector<float>& w,
+            std::vector<double>& blocks, Selection& sel) {
+    const float scale = static_cast<float>(kLog2e / static_cast<double>(p.temperature));
+    const float minp_l = p.min_p > 0.0f ? sampling::min_p_logit(s.max, p.temperature, p.min_p) : kNegInf;
+    const bool topk_on = p.top_k > 0 && p.top_k < s.n_finite;
+    const auto weight = [&](float x) { return sampling::exp2_nonpos((x - s.max) * scale); };
+    // Keeps list[0, keep) and then the min-p survivors among them (a prefix: the list is sorted).
+    auto finish_list = [&](size_t keep) {
+        while (keep > 1 && sel.list[keep - 1].logit < minp_l) --keep;
+        sel.list.resize(keep);
+        sel.list_w.resize(keep);
+        for (float x : sel.list_w) sel.total += x;
+        sel.listed = true;
+    };
+
+    if (topk_on && p.top_k <= kListedTopK) {
+        sampling::top_n(l, static_cast<size_t>(p.top_k), sel.list);
+        sel.list_w.resize(sel.list.size());
         double total = 0.0;
-        for (const Candidate& c : cands) total += weight(c.logit);
-        const double target = static_cast<double>(p.top_p) * total;
-        // Sort only as far as needed: the nucleus is usually a few dozen tokens out of the whole vocabulary.
-        double cum = 0.0;
-        size_t keep = cands.size(), done = 0, chunk = 64;
-        while (done < cands.size() && keep == cands.size()) {
-            size_t end = sorted ? cands.size() : std::min(cands.size(), done + chunk);
-            if (!sorted) std::partial_sort(cands.begin() + done, cands.begin() + end, cands.end(), more_likely);
-            for (size_t i = done; i < end; ++i) {
-                cum += weight(cands[i].logit);
+        for (size_t i = 0; i < sel.list.size(); ++i) total += sel.list_w[i] = weight(sel.list[i].logit);
+        size_t keep = sel.list.size();
+        if (p.top_p < 1.0f) {  // on the top-k renormalised distribution
+            const double target = static_cast<double>(p.top_p) * total;
+            double cum = 0.0;
+            for (size_t i = 0; i < sel.list.size(); ++i) {
+                cum += sel.list_w[i];
                 if (cum >= target) {
                     keep = i + 1;
                     break;
                 }
             }
-            done = end;
-            chunk *= 4;
         }
-        cands.resize(keep);  // sorted now: the chunks above cover everything up to `keep`
+        finish_list(keep);
+        return;
+    }
+
+    const size_t n = l.size();
+    w.resize(n);
+    // Min-p alone is a floor known before any weight: apply it in the same pass.
+    const bool min_p_alone = !topk_on && p.top_p == 1.0f && p.min_p > 0.0f;
+    sel.full_sum = sampling::exp_weights(l, s.max, scale, min_p_alone ? minp_l : kNegInf, w.data(), blocks);
+    Prefix keep = sampling::kAllFinite;
+    if (topk_on) keep = sampling::shortest_prefix(l, nullptr, keep, s.max, s.min_finite, p.top_k);
+    if (p.top_p < 1.0f) {
+        double within = sel.full_sum;
+        if (topk_on) {
+            within = 0.0;
+            for (size_t i = 0; i < n; ++i)
+                if (sampling::in_prefix(keep, l[i], static_cast<int64_t>(i))) within += w[i];
+        }
+        const double target = static_cast<double>(p.top_p) * within;
+        // A peaked distribution's nucleus is a handful of tokens: find it among the most likely few, in order.
+        // Each weighs at most 1, so when the target exceeds their number the probe cannot succeed.
+        if (target <= static_cast<double>(kNucleusProbe)) sampling::top_n(l, std::min(n, kNucleusProbe), sel.list);
+        double cum = 0.0;
+        for (size_t i = 0; i < sel.list.size(); ++i) {
+            cum += w[static_cast<size_t>(sel.list[i].id)];
+            if (cum >= target) {
+                sel.list_w.resize(i + 1);
+                for (size_t j = 0; j <= i; ++j) sel.list_w[j] = w[static_cast<size_t>(sel.list[j].id)];
+                finish_list(i + 1);
+                return;
+            }
+        }
+        sel.list.clear();
+        keep = sampling::shortest_prefix(l, w.data(), keep, s.max, s.min_finite, target);
     }
     if (p.min_p > 0.0f) {
-        // p_i >= min_p * p_max  <=>  weight_i >= min_p, since the most likely token (weight 1) is always kept.
-        const double floor = p.min_p;
-        std::erase_if(cands, [&](const Candidate& c) { return weight(c.logit) < floor; });
+        const Prefix mp{minp_l, std::numeric_limits<int64_t>::max()};
+        if (sampling::shorter(mp, keep)) keep = mp;
     }
-    weights.resize(cands.size());
-    for (size_t i = 0; i < cands.size(); ++i) weights[i] = weight(cands[i].logit);
-    return {};
+    sel.keep = keep;
+    if (keep.tau != kNegInf) {
+        // Top-p alone keeps >= top_p of the mass: at top_p >= 0.5 a draw needs < 2 tries on average.
+        const bool min_p_binds =
+            p.min_p > 0.0f && keep.tau == minp_l && keep.last_id == std::numeric_limits<int64_t>::max();
+        if (!topk_on && p.top_p >= 0.5f && p.top_p < 1.0f && !min_p_binds) {
+            sel.redraw = true;
+        } else if (!min_p_alone) {
+            sampling::keep_prefix(l, keep, w.data(), blocks);  // zero the weights outside, sum the blocks again
+        }
+    }
+    for (double b : blocks) sel.total += b;
+}
+
+// The token that `u` in [0, 1) picks: cumulative weights in list order (most likely first) or in id order.
+int32_t draw(const Selection& sel, const std::vector<float>& w, const std::vector<double>& blocks, double u01) {
+    const double u = u01 * sel.total;
+    double cum = 0.0;
+    if (sel.listed) {
+        for (size_t i = 0; i < sel.list.size(); ++i) {
+            cum += sel.list_w[i];
+            if (u < cum) return sel.list[i].id;
+        }
+        return sel.list.back().id;  // if rounding leaves u past the last boundary
+    }
+    for (size_t b = 0; b < blocks.size(); ++b) {
+        if (u >= cum + blocks[b]) {
+            cum += blocks[b];
+            continue;
+        }
+        int64_t last = -1;
+        for (size_t i = b * sampling::kBlock; i < std::min(w.size(), (b + 1) * sampling::kBlock); ++i) {
+            if (w[i] == 0.0f) continue;
+            last = static_cast<int64_t>(i);
+            cum += w[i];
+            if (u < cum) return static_cast<int32_t>(i);
+        }
+        if (last >= 0) return static_cast<int32_t>(last);  // the block's sum rounded differently
+        break;
+    }
+    for (size_t i = w.size(); i-- > 0;)
+        if (w[i] > 0.0f) return static_cast<int32_t>(i);
+    return 0;  // unreachable: the most likely token weighs 1 and is always kept
 }
 
 // Longest prefix of `buf[0, n)` that does not end inside a UTF-8 sequence (only trims when n is the end).
@@ -165,14 +248,29 @@ Status apply_bias_and_penalties(std::span<float> logits, std::span<const int32_t
 Result<std::vector<TokenProb>> sampling_distribution(std::span<const float> logits, const SamplingParams& params) {
     DSV4_TRY(validate_sampling_params(params));
     if (params.temperature <= 0.0f) return make_error("sampling_distribution needs temperature > 0");
-    DSV4_TRY(check_logits(logits));
-    std::vector<Candidate> cands;
-    std::vector<double> weights;
-    DSV4_TRY(build_candidates(logits, params, cands, weights));
+    const sampling::Scan s = sampling::scan_logits(logits);
+    DSV4_TRY(check_scan(logits, s, "logit"));
+    if (s.n_finite == 0) return make_error("sampler: every token is banned (all logits are -inf)");
+    std::vector<float> w;
+    std::vector<double> blocks;
+    Selection sel;
+    select(logits, s, params, w, blocks, sel);
+    std::vector<Ranked> kept = sel.list;
+    if (!sel.listed) {
+        for (size_t i = 0; i < logits.size(); ++i)
+            if (sampling::in_prefix(sel.keep, logits[i], static_cast<int64_t>(i)))
+                kept.push_back({static_cast<int32_t>(i), logits[i]});
+        if (truncates(params, s)) std::sort(kept.begin(), kept.end(), sampling::more_likely);
+    }
+    // Exact probabilities of the kept set; the draw's float weights agree to ~1e-6 relative.
+    const double inv_t = 1.0 / static_cast<double>(params.temperature);
+    std::vector<TokenProb> out(kept.size());
     double total = 0.0;
-    for (double w : weights) total += w;
-    std::vector<TokenProb> out(cands.size());
-    for (size_t i = 0; i < cands.size(); ++i) out[i] = {cands[i].id, weights[i] / total};
+    for (size_t i = 0; i < kept.size(); ++i) {
+        out[i] = {kept[i].id, std::exp((static_cast<double>(kept[i].logit) - s.max) * inv_t)};
+        total += out[i].prob;
+    }
+    for (TokenProb& tp : out) tp.prob /= total;
     return out;
 }
 
@@ -184,51 +282,57 @@ Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.se
 double Sampler::next_uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
 Result<SampleResult> Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
-    DSV4_TRY(check_logits(logits));
-    work_.assign(logits.begin(), logits.end());
-    DSV4_TRY(apply_bias_and_penalties(work_, history, params_));
+    const sampling::Scan raw = sampling::scan_logits(logits);
+    DSV4_TRY(check_scan(logits, raw, "logit"));
+    std::span<const float> l = logits;
+    sampling::Scan s = raw;
+    const bool modified = modifies_logits(params_);
+    if (modified) {
+        work_.assign(logits.begin(), logits.end());
+        DSV4_TRY(apply_bias_and_penalties(work_, history, params_));
+        l = work_;
+        s = sampling::scan_logits(work_);
+        DSV4_TRY(check_scan(work_, s, "biased and penalised logit"));
+    }
+    if (s.n_finite == 0) return make_error("sampler: every token is banned (all logits are -inf)");
 
     SampleResult result;
+    double full_sum = -1.0;
     if (params_.temperature == 0.0f) {
-        size_t best = 0;
-        for (size_t i = 1; i < work_.size(); ++i)
-            if (work_[i] > work_[best]) best = i;
-        if (work_[best] == kNegInf) return make_error("sampler: every token is banned (all logits are -inf)");
-        result.token = static_cast<int32_t>(best);
+        result.token = static_cast<int32_t>(sampling::first_index_of(l, s.max));
     } else {
-        std::vector<Candidate> cands;
-        std::vector<double> weights;
-        DSV4_TRY(build_candidates(work_, params_, cands, weights));
-        double total = 0.0;
-        for (double w : weights) total += w;
-        const double u = next_uniform() * total;
-        double cum = 0.0;
-        result.token = cands.back().id;  // if rounding leaves u past the last boundary
-        for (size_t i = 0; i < cands.size(); ++i) {
-            cum += weights[i];
-            if (u < cum) {
-                result.token = cands[i].id;
-                break;
+        Selection sel;
+        select(l, s, params_, weights_, blocks_, sel);
+        full_sum = sel.full_sum;
+        result.token = draw(sel, weights_, blocks_, next_uniform());
+        auto outside = [&](int32_t t) { return !sampling::in_prefix(sel.keep, l[static_cast<size_t>(t)], t); };
+        for (int tries = 1; sel.redraw && outside(result.token); ++tries) {
+            if (tries == 64) {  // ~never (each try succeeds with probability >= 1/2): draw from the kept set itself
+                sampling::keep_prefix(l, sel.keep, weights_.data(), blocks_);
+                sel.redraw = false;
+                sel.total = 0.0;
+                for (double b : blocks_) sel.total += b;
             }
+            result.token = draw(sel, weights_, blocks_, next_uniform());
         }
     }
 
-    // Logprobs of the model's distribution (the logits as given).
-    float raw_max = kNegInf;
-    for (float l : logits) raw_max = std::max(raw_max, l);
-    double sum = 0.0;
-    if (raw_max != kNegInf)
-        for (float l : logits) sum += std::exp(static_cast<double>(l) - raw_max);
-    const double lse = raw_max == kNegInf ? static_cast<double>(kNegInf) : raw_max + std::log(sum);
+    // Logprobs of the model's distribution (the logits as given). At temperature 1 without bias or penalties
+    // the draw's weights are exactly these terms, so their sum is reused.
+    const float log2e = static_cast<float>(kLog2e);
+    double lse = static_cast<double>(kNegInf);
+    if (raw.max != kNegInf) {
+        const bool reuse = !modified && params_.temperature == 1.0f && full_sum >= 0.0;
+        lse = raw.max + std::log(reuse ? full_sum : sampling::exp_sum(logits, raw.max, log2e));
+    }
     auto logprob = [&](size_t i) { return static_cast<float>(static_cast<double>(logits[i]) - lse); };
     result.logprob = logprob(static_cast<size_t>(result.token));
     if (params_.top_logprobs > 0) {
-        const size_t n = std::min(logits.size(), static_cast<size_t>(params_.top_logprobs));
-        std::vector<Candidate> all(logits.size());
-        for (size_t i = 0; i < logits.size(); ++i) all[i] = {static_cast<int32_t>(i), logits[i]};
-        std::partial_sort(all.begin(), all.begin() + static_cast<long>(n), all.end(), more_likely);
-        result.top_logprobs.resize(n);
-        for (size_t i = 0; i < n; ++i) result.top_logprobs[i] = {all[i].id, logprob(static_cast<size_t>(all[i].id))};
+        std::vector<Ranked> top;
+        sampling::top_n(logits, static_cast<size_t>(params_.top_logprobs), top);
+        result.top_logprobs.resize(top.size());
+        for (size_t i = 0; i < top.size(); ++i)
+            result.top_logprobs[i] = {top[i].id, logprob(static_cast<size_t>(top[i].id))};
     }
     return result;
 }

@@ -2,7 +2,8 @@
 // penalties look at) into a token id, its logprob and optionally the top-N alternatives; StopChecker decides
 // from the generated text when to stop (stop strings, max tokens) and how much text is final. Everything is
 // deterministic for a given seed on every platform: the RNG is mt19937_64 (fully specified by the standard),
-// floats come from its bits, and candidate order never depends on the standard library's sort.
+// floats come from its bits, weights from a fixed polynomial rather than libm, and the kept set and draw order
+// never depend on the standard library (no sort of the vocabulary at all: see runtime/sampler_select.h).
 #pragma once
 
 #include <cstdint>
@@ -78,7 +79,9 @@ private:
 
     SamplingParams params_;
     std::mt19937_64 rng_;
-    std::vector<float> work_;  // scratch, reused across steps
+    std::vector<float> work_;     // biased and penalised logits (only when bias or a penalty applies)
+    std::vector<float> weights_;  // the draw's weights, reused across steps
+    std::vector<double> blocks_;  // their sums per block of tokens
 };
 
 enum class FinishReason { none, stop, length };
