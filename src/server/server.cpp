@@ -16,9 +16,12 @@
 #include <httplib.h>
 
 #include "core/heap_stats.h"
+#include "server/anthropic_messages.h"
+#include "server/chat_page.h"
 #include "server/event_channel.h"
 #include "server/generation.h"
 #include "server/metrics.h"
+#include "server/responses_api.h"
 
 namespace dsv4::server {
 
@@ -28,7 +31,8 @@ namespace {
 
 // Endpoint label for metrics: the fixed routes by name, anything else as "other" (bounded label set).
 std::string endpoint_label(const std::string& path) {
-    for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"})
+    for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/v1/messages",
+                          "/v1/messages/count_tokens", "/v1/responses", "/"})
         if (path == p) return p;
     if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
     return "other";
@@ -39,6 +43,12 @@ bool same_secret(const std::string& a, const std::string& b) {
     unsigned char diff = a.size() == b.size() ? 0 : 1;
     for (size_t i = 0; i < a.size(); ++i) diff |= (unsigned char)(a[i] ^ (i < b.size() ? b[i] : 0));
     return diff == 0;
+}
+
+// Anthropic's endpoints answer errors in Anthropic's body shape, everything else in OpenAI's.
+void send_error_for(const httplib::Request& req, httplib::Response& res, const ApiError& error) {
+    if (req.path.rfind("/v1/messages", 0) == 0) return send_anthropic_error(res, error);
+    send_error(res, error);
 }
 
 ApiError status_error(int status, std::string message, std::string type, std::string code) {
@@ -112,30 +122,34 @@ void Server::Impl::setup() {
         if (auth.rfind(prefix, 0) == 0 && same_secret(auth.substr(prefix.size()), opt.api_key)) {
             return httplib::Server::HandlerResponse::Unhandled;
         }
+        // Anthropic's clients send the key as x-api-key.
+        const std::string x_api_key = req.get_header_value("x-api-key");
+        if (!x_api_key.empty() && same_secret(x_api_key, opt.api_key)) return httplib::Server::HandlerResponse::Unhandled;
         res.set_header("WWW-Authenticate", "Bearer");
-        send_error(res, status_error(401,
-                                     auth.empty() ? "missing API key: send it as 'Authorization: Bearer KEY'"
-                                                  : "incorrect API key provided",
+        send_error_for(req, res, status_error(401,
+                                     auth.empty() && x_api_key.empty()
+                                         ? "missing API key: send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'"
+                                         : "incorrect API key provided",
                                      "invalid_request_error", "invalid_api_key"));
         return httplib::Server::HandlerResponse::Handled;
     });
 
     // httplib answers some errors itself with an empty body (unknown path, oversized body, unparseable
     // request): give them OpenAI-style JSON too.
-    http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request&, httplib::Response& res) {
+    http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty() || res.content_length_ > 0) return httplib::Server::HandlerResponse::Unhandled;
         switch (res.status) {
             case 404:
-                send_error(res, status_error(404, "unknown endpoint", "invalid_request_error", "not_found"));
+                send_error_for(req, res, status_error(404, "unknown endpoint", "invalid_request_error", "not_found"));
                 break;
             case 413:
-                send_error(res, status_error(413,
+                send_error_for(req, res, status_error(413,
                                              "the request body is larger than the server's limit of " +
                                                  std::to_string(opt.max_body_bytes) + " bytes",
                                              "invalid_request_error", "request_too_large"));
                 break;
             default:
-                send_error(res, status_error(res.status, "the request could not be processed (HTTP " +
+                send_error_for(req, res, status_error(res.status, "the request could not be processed (HTTP " +
                                                              std::to_string(res.status) + ")",
                                              res.status >= 500 ? "server_error" : "invalid_request_error", ""));
         }
@@ -160,10 +174,20 @@ void Server::Impl::setup() {
               [this](const httplib::Request& req, httplib::Response& res) { routes->chat(req, res); });
     http.Post("/v1/completions",
               [this](const httplib::Request& req, httplib::Response& res) { routes->completions(req, res); });
-    for (const char* path : {"/v1/chat/completions", "/v1/completions"}) {
-        http.Get(path, [](const httplib::Request&, httplib::Response& res) {
-            send_error(res, status_error(405, "use POST for this endpoint", "invalid_request_error",
-                                         "method_not_allowed"));
+    // The Anthropic Messages API, the OpenAI Responses API and the chat page (their own files).
+    http.Post("/v1/messages",
+              [this](const httplib::Request& req, httplib::Response& res) { anthropic_messages(*routes, req, res); });
+    http.Post("/v1/messages/count_tokens", [this](const httplib::Request& req, httplib::Response& res) {
+        anthropic_count_tokens(*routes, req, res);
+    });
+    http.Post("/v1/responses",
+              [this](const httplib::Request& req, httplib::Response& res) { responses_create(*routes, req, res); });
+    http.Get("/", [](const httplib::Request&, httplib::Response& res) { send_chat_page(res); });
+    for (const char* path :
+         {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses"}) {
+        http.Get(path, [](const httplib::Request& req, httplib::Response& res) {
+            send_error_for(req, res, status_error(405, "use POST for this endpoint", "invalid_request_error",
+                                                  "method_not_allowed"));
         });
     }
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
