@@ -138,6 +138,8 @@ json anthropic_message_json(const ChatRun& run) {
                 {"usage", anthropic_usage_json(run.job->usage)}};
 }
 
+std::shared_ptr<ChatStreamWriter> anthropic_stream_writer() { return std::make_shared<AnthropicWriter>(); }
+
 void send_anthropic_error(httplib::Response& res, const ApiError& error) {
     send_json(res, error.status, anthropic_error_json(error));
 }
@@ -149,7 +151,7 @@ void anthropic_messages(GenerationRoutes& routes, const httplib::Request& req, h
     if (!r.ok()) return send_anthropic_error(res, r.error());
     auto run = routes.start_chat(*r, "msg_", "messages");
     if (!run.ok()) return send_anthropic_error(res, run.error());
-    if (r->gen.stream) return routes.stream_chat(res, *run, std::make_shared<AnthropicWriter>());
+    if (r->gen.stream) return routes.stream_chat(res, *run, anthropic_stream_writer());
     ChatRun& c = **run;
     routes.collect_chat(c);
     if (c.failed()) return send_anthropic_error(res, end_error(c.job->end, c.job->error));

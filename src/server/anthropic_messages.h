@@ -3,6 +3,8 @@
 // of events (message_start, content_block_start / _delta / _stop, message_delta, message_stop, ping).
 #pragma once
 
+#include <memory>
+
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
@@ -18,7 +20,8 @@ void send_anthropic_error(httplib::Response& res, const ApiError& error);
 // leaves out the prompt tokens read from the prefix cache, which cache_read_input_tokens counts).
 const char* anthropic_stop_reason(ChatOutcome outcome);
 nlohmann::ordered_json anthropic_usage_json(const Usage& usage);
-// The non-streaming response body.
+// The non-streaming response body, and the streaming event writer.
 nlohmann::ordered_json anthropic_message_json(const ChatRun& run);
+std::shared_ptr<ChatStreamWriter> anthropic_stream_writer();
 
 }  // namespace dsv4::server

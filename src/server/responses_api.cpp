@@ -205,6 +205,10 @@ json responses_object(const ChatRun& run, const json& echo, const char* status) 
     return r;
 }
 
+std::shared_ptr<ChatStreamWriter> responses_stream_writer(json echo) {
+    return std::make_shared<ResponsesWriter>(std::move(echo));
+}
+
 void responses_create(GenerationRoutes& routes, const httplib::Request& req, httplib::Response& res) {
     auto body = parse_json_body(req.body);
     if (!body.ok()) return send_error(res, body.error());
@@ -212,7 +216,7 @@ void responses_create(GenerationRoutes& routes, const httplib::Request& req, htt
     if (!r.ok()) return send_error(res, r.error());
     auto run = routes.start_chat(r->chat, "resp_", "input");
     if (!run.ok()) return send_error(res, run.error());
-    if (r->chat.gen.stream) return routes.stream_chat(res, *run, std::make_shared<ResponsesWriter>(r->echo));
+    if (r->chat.gen.stream) return routes.stream_chat(res, *run, responses_stream_writer(r->echo));
     ChatRun& c = **run;
     routes.collect_chat(c);
     if (c.failed()) return send_error(res, end_error(c.job->end, c.job->error));

@@ -5,6 +5,8 @@
 // response.completed).
 #pragma once
 
+#include <memory>
+
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
@@ -17,5 +19,7 @@ void responses_create(GenerationRoutes& routes, const httplib::Request& req, htt
 // The response object; status "in_progress" (before the end: empty output, null usage), "completed",
 // "incomplete" (max_output_tokens or the context cut it) or "failed".
 nlohmann::ordered_json responses_object(const ChatRun& run, const nlohmann::ordered_json& echo, const char* status);
+// The streaming event writer; `echo`: the request fields every response object repeats.
+std::shared_ptr<ChatStreamWriter> responses_stream_writer(nlohmann::ordered_json echo);
 
 }  // namespace dsv4::server
