@@ -12,11 +12,11 @@ endif()
 
 # The Anthropic / Responses layers' unit test links the whole server layer but no listener: httplib only for
 # the handler code it does not call.
-if(TARGET test_agent_apis)
+if(TARGET test_server_agent_apis)
   file(GLOB _server_sources ${CMAKE_SOURCE_DIR}/src/server/*.cpp)
   list(FILTER _server_sources EXCLUDE REGEX "/(server|chat_page)\\.cpp$")
-  target_sources(test_agent_apis PRIVATE ${_server_sources})
-  target_link_libraries(test_agent_apis PRIVATE PkgConfig::HTTPLIB)
+  target_sources(test_server_agent_apis PRIVATE ${_server_sources})
+  target_link_libraries(test_server_agent_apis PRIVATE PkgConfig::HTTPLIB)
 endif()
 
 set(DSV4_SERVER_VOCAB ${DSV4_SHARED_DIR}/fixtures/tokenizer/deepseek_v3/vocab.gguf)
