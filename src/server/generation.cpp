@@ -2,9 +2,13 @@
 // validate, build the prompt ids, check them against the context, submit, then collect events. Streaming
 // uses httplib's chunked content provider: each call waits briefly for events, writes them as SSE, and
 // when none came checks that the client is still connected (DataSink::is_writable); a provider returning
-// false or a stream ending early cancels the engine request in the resource releaser.
+// false or a stream ending early cancels the engine request in the resource releaser. A non-streaming request
+// looks at its connection between waits (Exchange::client_gone) and is cancelled once the client has gone.
 #include "server/generation.h"
 
+#include "server/exchange.h"
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -53,6 +57,15 @@ ApiError end_error(GenerationEnd end, const std::string& message) {
         e.message = "generation failed: " + message;
     }
     return e;
+}
+
+// The request log's token counts (exchange.h); events are applied on the thread serving the request.
+void note_usage(const TokenEvent& ev) {
+    if (Exchange* ex = current_exchange()) {
+        ex->prompt_tokens = ev.prompt_tokens;
+        ex->completion_tokens = ev.completion_tokens;
+        ex->cached_tokens = ev.cached_tokens;
+    }
 }
 
 void append(ChatDelta& a, ChatDelta b) {
@@ -142,9 +155,34 @@ ApiResult<std::shared_ptr<GenerationRoutes::Job>> GenerationRoutes::start(std::v
         return unavailable;
     }
     job->meta.id = std::string(id_prefix) + hex(ctx_.id_nonce) + hex(job->id);
-    job->meta.model = gen.model.empty() ? ctx_.model_name : gen.model;
+    job->meta.model = ctx_.model_ids.front();  // the true id, whichever alias the request named
     job->meta.created = static_cast<int64_t>(std::time(nullptr));
     return job;
+}
+
+ApiResult<bool> GenerationRoutes::check_model(const GenerationParams& gen) const {
+    const auto& ids = ctx_.model_ids;
+    if (gen.model.empty() || std::find(ids.begin(), ids.end(), gen.model) != ids.end()) return true;
+    return model_not_found(gen.model, ids);
+}
+
+template <class Apply>
+void GenerationRoutes::collect(Job& job, Apply apply) {
+    const Exchange* ex = current_exchange();
+    bool cancelled = false;
+    std::vector<TokenEvent> events;
+    while (!job.finished) {
+        if (job.channel->wait(events, kPollInterval)) {
+            for (const TokenEvent& ev : events) apply(ev);
+        }
+        if (!cancelled && !job.finished && ex && ex->client_gone()) {
+            // Nobody will read the answer: free the slot now instead of generating to the end.
+            ctx_.engine->cancel(job.id);
+            ctx_.counters->count_disconnect();
+            cancelled = true;
+        }
+    }
+    ctx_.registry->remove(job.id);
 }
 
 void GenerationRoutes::end_stream(Job& job) {
@@ -171,6 +209,7 @@ ChatDelta GenerationRoutes::apply(ChatState& st, const TokenEvent& ev) {
         job.end = ev.reason;
         job.error = ev.error;
         job.usage = {ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens};
+        note_usage(ev);
         append(d, st.acc.finish());
         if (!st.acc.error().empty() && ev.reason != GenerationEnd::cancelled) {
             ctx_.counters->count_parse_error();
@@ -186,11 +225,13 @@ void GenerationRoutes::chat(const httplib::Request& req, httplib::Response& res)
     if (!body.ok()) return send_error(res, body.error());
     auto r = parse_chat_request(*body, ctx_.limits);
     if (!r.ok()) return send_error(res, r.error());
+    if (auto m = check_model(r->gen); !m.ok()) return send_error(res, m.error());
     auto prompt = render_chat_prompt(*r);
     if (!prompt.ok()) return send_error(res, prompt.error());
     // The rendered prompt spells its special tokens (BOS, turn markers) as text: parse them as tokens.
     std::vector<int32_t> ids = tok().encode(*prompt, /*parse_special=*/true);
-    auto max_tokens = fit_context((int64_t)ids.size(), r->gen.max_tokens, ctx_.engine->options().n_ctx, "messages");
+    auto max_tokens = fit_context((int64_t)ids.size(), r->gen.max_tokens, ctx_.engine->options().n_ctx, "messages",
+                                   ctx_.default_max_tokens);
     if (!max_tokens.ok()) return send_error(res, max_tokens.error());
     auto job = start(std::move(ids), r->gen, *max_tokens, "chatcmpl-");
     if (!job.ok()) return send_error(res, job.error());
@@ -200,12 +241,7 @@ void GenerationRoutes::chat(const httplib::Request& req, httplib::Response& res)
         r->gen.logprobs, r->gen.include_usage});
 
     if (!r->gen.stream) {
-        std::vector<TokenEvent> events;
-        while (!st->job->finished) {
-            if (!st->job->channel->wait(events, kPollInterval)) continue;
-            for (const TokenEvent& ev : events) (void)apply(*st, ev);
-        }
-        ctx_.registry->remove(st->job->id);
+        collect(*st->job, [&](const TokenEvent& ev) { (void)apply(*st, ev); });
         const Job& j = *st->job;
         if (j.end == GenerationEnd::cancelled || j.end == GenerationEnd::error) {
             return send_error(res, end_error(j.end, j.error));
@@ -276,6 +312,7 @@ std::string GenerationRoutes::apply(TextState& st, const TokenEvent& ev) {
         job.end = ev.reason;
         job.error = ev.error;
         job.usage = {ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens};
+        note_usage(ev);
     }
     return ev.text;
 }
@@ -285,6 +322,7 @@ void GenerationRoutes::completions(const httplib::Request& req, httplib::Respons
     if (!body.ok()) return send_error(res, body.error());
     auto r = parse_completion_request(*body, ctx_.limits);
     if (!r.ok()) return send_error(res, r.error());
+    if (auto m = check_model(r->gen); !m.ok()) return send_error(res, m.error());
 
     std::vector<int32_t> ids;
     std::string prompt_text;
@@ -299,7 +337,8 @@ void GenerationRoutes::completions(const httplib::Request& req, httplib::Respons
         prompt_text = r->prompt_text;
     }
     if (ids.empty()) return send_error(res, bad_request("'prompt' is empty", "prompt", "invalid_value"));
-    auto max_tokens = fit_context((int64_t)ids.size(), r->gen.max_tokens, ctx_.engine->options().n_ctx, "prompt");
+    auto max_tokens = fit_context((int64_t)ids.size(), r->gen.max_tokens, ctx_.engine->options().n_ctx, "prompt",
+                                   ctx_.default_max_tokens);
     if (!max_tokens.ok()) return send_error(res, max_tokens.error());
     auto job = start(std::move(ids), r->gen, *max_tokens, "cmpl-");
     if (!job.ok()) return send_error(res, job.error());
@@ -312,12 +351,7 @@ void GenerationRoutes::completions(const httplib::Request& req, httplib::Respons
     st->text = st->echo;
 
     if (!r->gen.stream) {
-        std::vector<TokenEvent> events;
-        while (!st->job->finished) {
-            if (!st->job->channel->wait(events, kPollInterval)) continue;
-            for (const TokenEvent& ev : events) (void)apply(*st, ev);
-        }
-        ctx_.registry->remove(st->job->id);
+        collect(*st->job, [&](const TokenEvent& ev) { (void)apply(*st, ev); });
         const Job& j = *st->job;
         if (j.end == GenerationEnd::cancelled || j.end == GenerationEnd::error) {
             return send_error(res, end_error(j.end, j.error));

@@ -1,6 +1,6 @@
 // The two generating endpoints, POST /v1/chat/completions and POST /v1/completions: validate, render and
 // tokenize the prompt, submit it to the engine, then either wait for the whole answer or stream it as
-// server-sent events. A streaming client that goes away cancels its request.
+// server-sent events. A client that goes away cancels its request, streaming or not.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +27,8 @@ struct GenerationContext {
     HttpCounters* counters = nullptr;
     RequestRegistry* registry = nullptr;
     RequestLimits limits;
-    std::string model_name;
+    std::vector<std::string> model_ids;  // served ids; the first is reported in responses
+    int64_t default_max_tokens = 0;       // for requests without max_tokens (0: the rest of the context)
     uint64_t id_nonce = 0;  // makes response ids unique across server runs
 };
 
@@ -47,6 +48,11 @@ private:
     // Submit; the error is 400 (bad sampling values), 429 (queue full) or 503 (shutting down).
     ApiResult<std::shared_ptr<Job>> start(std::vector<int32_t> prompt, const GenerationParams& gen,
                                           int64_t max_tokens, const char* id_prefix);
+    // The 404 for a `model` this server does not serve (absent is fine).
+    ApiResult<bool> check_model(const GenerationParams& gen) const;
+    // Waits for a non-streaming request's events; cancels it when the client's connection closes.
+    template <class Apply>
+    void collect(Job& job, Apply apply);
     ChatDelta apply(ChatState& st, const TokenEvent& ev);
     std::string apply(TextState& st, const TokenEvent& ev);
     bool pump_chat(ChatState& st, httplib::DataSink& sink);
