@@ -224,6 +224,7 @@ void Server::Impl::setup() {
         ProcessStats proc;
         proc.uptime_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         proc.heap_allocated_bytes = heap_allocated_bytes();
+        proc.http_connections_open = front->open_connections();
         res.set_content(render_metrics(engine.stats(), counters.snapshot(), proc), "text/plain; version=0.0.4");
     });
 }

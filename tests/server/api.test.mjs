@@ -308,19 +308,19 @@ test('a client that disconnects mid-stream cancels its request', async () => {
 
 test('malformed requests get 4xx OpenAI-style JSON and the server stays healthy', async () => {
   const chat = '/v1/chat/completions';
-  const ok = { model: 'x', messages: user('hi'), max_tokens: 4 };
+  const ok = { model, messages: user('hi'), max_tokens: 4 };
   const cases = [
     ['invalid JSON', 'POST', chat, '{"model": "x", "messages": [', 400],
     ['empty body', 'POST', chat, '', 400],
     ['array body', 'POST', chat, '[1, 2, 3]', 400],
     ['invalid UTF-8', 'POST', chat, Buffer.from([0x7b, 0x22, 0x61, 0x22, 0x3a, 0x22, 0xff, 0xfe, 0x22, 0x7d]), 400],
-    ['no messages', 'POST', chat, { model: 'x' }, 400, 'messages'],
-    ['messages not an array', 'POST', chat, { model: 'x', messages: 'hi' }, 400, 'messages'],
-    ['empty messages', 'POST', chat, { model: 'x', messages: [] }, 400, 'messages'],
-    ['unknown role', 'POST', chat, { model: 'x', messages: [{ role: 'robot', content: 'x' }] }, 400, 'messages[0].role'],
-    ['content a number', 'POST', chat, { model: 'x', messages: [{ role: 'user', content: 5 }] }, 400, 'messages[0].content'],
-    ['image content', 'POST', chat, { model: 'x', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }, 400],
-    ['tool without id', 'POST', chat, { model: 'x', messages: [{ role: 'tool', content: 'r' }] }, 400],
+    ['no messages', 'POST', chat, { model }, 400, 'messages'],
+    ['messages not an array', 'POST', chat, { model, messages: 'hi' }, 400, 'messages'],
+    ['empty messages', 'POST', chat, { model, messages: [] }, 400, 'messages'],
+    ['unknown role', 'POST', chat, { model, messages: [{ role: 'robot', content: 'x' }] }, 400, 'messages[0].role'],
+    ['content a number', 'POST', chat, { model, messages: [{ role: 'user', content: 5 }] }, 400, 'messages[0].content'],
+    ['image content', 'POST', chat, { model, messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }, 400],
+    ['tool without id', 'POST', chat, { model, messages: [{ role: 'tool', content: 'r' }] }, 400],
     ['n > 1', 'POST', chat, { ...ok, n: 2 }, 400, 'n'],
     ['temperature a string', 'POST', chat, { ...ok, temperature: 'hot' }, 400, 'temperature'],
     ['top_p out of range', 'POST', chat, { ...ok, top_p: 5 }, 400, 'top_p'],
@@ -337,10 +337,10 @@ test('malformed requests get 4xx OpenAI-style JSON and the server stays healthy'
     ['bad response_format', 'POST', chat, { ...ok, response_format: { type: 'xml' } }, 400],
     ['bad reasoning_effort', 'POST', chat, { ...ok, reasoning_effort: 'extreme' }, 400, 'reasoning_effort'],
     ['beyond the context', 'POST', chat, { ...ok, max_tokens: CTX * 4 }, 400],
-    ['prompt beyond the context', 'POST', '/v1/completions', { model: 'x', prompt: Array(CTX + 5).fill(100) }, 400],
-    ['completion without prompt', 'POST', '/v1/completions', { model: 'x' }, 400, 'prompt'],
-    ['completion bad token', 'POST', '/v1/completions', { model: 'x', prompt: [1, 99999999] }, 400, 'prompt'],
-    ['completion batch', 'POST', '/v1/completions', { model: 'x', prompt: ['a', 'b'] }, 400, 'prompt'],
+    ['prompt beyond the context', 'POST', '/v1/completions', { model, prompt: Array(CTX + 5).fill(100) }, 400],
+    ['completion without prompt', 'POST', '/v1/completions', { model }, 400, 'prompt'],
+    ['completion bad token', 'POST', '/v1/completions', { model, prompt: [1, 99999999] }, 400, 'prompt'],
+    ['completion batch', 'POST', '/v1/completions', { model, prompt: ['a', 'b'] }, 400, 'prompt'],
     ['body too large', 'POST', chat, JSON.stringify({ ...ok, pad: 'x'.repeat(9 << 20) }), 413],
     ['unknown path', 'POST', '/v1/nothing', ok, 404],
     ['GET on a POST endpoint', 'GET', chat, undefined, 405],

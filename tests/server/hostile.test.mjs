@@ -1,0 +1,262 @@
+// `dsv4 serve` under hostile and careless clients: abandoned non-streaming requests free their slots, a
+// default max_tokens cap, a slowloris of 1,000 trickling and idle connections while /health and a real request
+// keep answering (then the header deadline closes them with 408), the connection cap's fast 503, sizes checked
+// on the head (413/400 at once), browser safety (JSON bodies only, Host and Origin checks, opt-in CORS), model
+// ids and aliases, and the request log. All traffic is on 127.0.0.1; every wait is bounded.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import net from 'node:net';
+import { readFileSync } from 'node:fs';
+import { metrics, request, startServer, stopServer, waitFor } from './harness.mjs';
+
+let server;
+const CTX = 512;
+const chat = '/v1/chat/completions';
+const user = (content) => [{ role: 'user', content }];
+
+before(async () => {
+  server = await startServer(['--ctx', String(CTX), '--parallel', '2', '--max-queue', '8', '--alias', 'tiny,tiny-alias',
+    '--header-timeout-ms', '6000', '--host-allow', 'myhost.test', '--cors-origin', 'http://app.test', '-v']);
+});
+
+after(async () => {
+  if (server && server.child.exitCode === null && server.child.signalCode === null) await stopServer(server);
+});
+
+// A raw exchange on its own socket: writes `text`, resolves with everything read until the server closes (or
+// `ms` passes), and how long the first byte took.
+function raw(port, text, ms = 10_000) {
+  return new Promise((resolve) => {
+    const t0 = Date.now();
+    let data = '';
+    let first = null;
+    const s = net.connect(port, '127.0.0.1', () => s.write(text));
+    const timer = setTimeout(() => { s.destroy(); resolve({ data, first, timedOut: true }); }, ms);
+    s.on('data', (d) => { if (first === null) first = Date.now() - t0; data += d; });
+    s.on('error', () => {});
+    s.on('close', () => { clearTimeout(timer); resolve({ data, first, timedOut: false }); });
+  });
+}
+const port = () => Number(new URL(server.base).port);
+
+async function settled() {
+  await waitFor(async () => {
+    const m = await metrics(server);
+    return m.dsv4_requests_running === 0 && m.dsv4_queue_depth === 0;
+  }, { timeoutMs: 10_000, what: 'no request left running' });
+}
+
+test('abandoned non-streaming requests are cancelled and free their slots', async () => {
+  await settled();
+  const m0 = await metrics(server);
+  // Four clients give up on long non-streaming requests once they run (more than the two slots: two wait).
+  const sockets = [];
+  for (let i = 0; i < 4; i++) {
+    const body = JSON.stringify({ model: 'tiny', messages: user(`Write a long story ${i}.`), max_tokens: 400, seed: i });
+    const req = http.request(new URL(chat, server.base), {
+      method: 'POST', headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) },
+    });
+    req.on('error', () => {});
+    req.end(body);
+    sockets.push(req);
+  }
+  await waitFor(async () => (await metrics(server)).dsv4_requests_running === 2, { timeoutMs: 10_000, what: 'two running' });
+  const t0 = Date.now();
+  for (const req of sockets) req.destroy();
+  await waitFor(async () => {
+    const m = await metrics(server);
+    return m.dsv4_requests_running === 0 && m.dsv4_queue_depth === 0 &&
+      m.dsv4_requests_cancelled_total >= m0.dsv4_requests_cancelled_total + 4;
+  }, { timeoutMs: 10_000, intervalMs: 20, what: 'the abandoned requests to be cancelled' });
+  const freed = Date.now() - t0;
+  console.log(`abandoned requests: 4 cancelled, slots free ${freed} ms after the clients left`);
+  // The issue's bound is 1 s; CI machines are shared, so the assertion leaves room.
+  assert.ok(freed < 5_000, `slots freed after ${freed} ms`);
+  const m = await metrics(server);
+  assert.ok(m.dsv4_client_disconnects_total >= m0.dsv4_client_disconnects_total + 4);
+  const next = await request(server, 'POST', chat, { body: { messages: user('next'), max_tokens: 4 } });
+  assert.equal(next.status, 200);
+});
+
+test('requests without max_tokens are capped by --default-max-tokens', async () => {
+  const s = await startServer(['--ctx', String(CTX), '--parallel', '1', '--default-max-tokens', '5']);
+  try {
+    const r = await request(s, 'POST', chat, { body: { messages: user('Go on and on.'), seed: 1 } });
+    assert.equal(r.status, 200, r.text);
+    assert.ok(r.json.usage.completion_tokens <= 5, `completion_tokens ${r.json.usage.completion_tokens}`);
+    const explicit = await request(s, 'POST', chat, { body: { messages: user('Go on.'), max_tokens: 9, seed: 1 } });
+    assert.ok(explicit.json.usage.completion_tokens <= 9);
+  } finally {
+    await stopServer(s);
+  }
+});
+
+test('a slowloris of 1,000 connections does not starve /health or a real request', async (t) => {
+  const limit = /Max open files\s+(\d+)/.exec(readFileSync(`/proc/${server.child.pid}/limits`, 'utf8'));
+  if (limit && Number(limit[1]) < 1200) {
+    t.skip(`the server may open only ${limit[1]} files`);
+    return;
+  }
+  const N = 1000;
+  const sockets = [];
+  const closedWith408 = { n: 0 };
+  let closed = 0;
+  await new Promise((resolve, reject) => {
+    let open = 0;
+    for (let i = 0; i < N; i++) {
+      const s = net.connect(port(), '127.0.0.1', () => {
+        // Half trickle a request head a line at a time, half say nothing at all.
+        if (i % 2 === 0) s.write(`POST ${chat} HTTP/1.1\r\nHost: 127.0.0.1\r\n`);
+        if (++open === N) resolve();
+      });
+      s.on('data', (d) => { if (String(d).startsWith('HTTP/1.1 408')) closedWith408.n += 1; });
+      s.on('error', (e) => reject(e));
+      s.on('close', () => { closed += 1; });
+      sockets.push(s);
+    }
+  });
+  const trickle = setInterval(() => {
+    for (let i = 0; i < N; i += 2) if (!sockets[i].destroyed) sockets[i].write(`X-Slow-${Date.now()}: 1\r\n`);
+  }, 500);
+  try {
+    await waitFor(async () => (await metrics(server)).dsv4_http_connections_open >= N, {
+      timeoutMs: 10_000, what: 'the server to hold all connections',
+    });
+    const times = [];
+    for (let i = 0; i < 20; i++) {
+      const t0 = process.hrtime.bigint();
+      const h = await request(server, 'GET', '/health');
+      times.push(Number(process.hrtime.bigint() - t0) / 1e6);
+      assert.equal(h.status, 200);
+    }
+    const t0 = Date.now();
+    const r = await request(server, 'POST', chat, { body: { messages: user('Still answering?'), max_tokens: 4 } });
+    const chatMs = Date.now() - t0;
+    assert.equal(r.status, 200, r.text);
+    times.sort((a, b) => a - b);
+    console.log(`slowloris: ${N} connections open; /health median ${times[10].toFixed(1)} ms, max ` +
+      `${times[19].toFixed(1)} ms over 20; a chat request ${chatMs} ms`);
+    assert.ok(times[19] < 2_000, `/health took ${times[19]} ms`);
+    // The header deadline (6 s here) ends the trickling heads with 408 and the silent connections too.
+    await waitFor(() => closed === N, { timeoutMs: 20_000, what: 'the server to close the slow connections' });
+    assert.ok(closedWith408.n >= N / 2 - 5, `${closedWith408.n} got 408`);
+  } finally {
+    clearInterval(trickle);
+    for (const s of sockets) s.destroy();
+  }
+  assert.equal((await request(server, 'GET', '/health')).status, 200);
+});
+
+test('beyond --max-connections new connections get 503 at once', async () => {
+  const s = await startServer(['--ctx', String(CTX), '--parallel', '1', '--max-connections', '20']);
+  const idle = [];
+  try {
+    const p = Number(new URL(s.base).port);
+    for (let i = 0; i < 20; i++) {
+      idle.push(await new Promise((resolve) => { const c = net.connect(p, '127.0.0.1', () => resolve(c)); c.on('error', () => {}); }));
+    }
+    // All 20 are taken by idle connections: the next gets its answer without waiting for a read timeout.
+    const r = await raw(p, 'GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n', 5_000);
+    assert.match(r.data, /^HTTP\/1.1 503/, r.data);
+    assert.match(r.data, /too_many_connections/);
+    assert.ok(r.first !== null && r.first < 2_000, `503 after ${r.first} ms`);
+    for (const c of idle) c.destroy();
+    await waitFor(async () => (await raw(p, 'GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n', 3_000))
+      .data.startsWith('HTTP/1.1 200'), { timeoutMs: 10_000, what: '/health back after the idle ones left' });
+  } finally {
+    for (const c of idle) c.destroy();
+    await stopServer(s);
+  }
+});
+
+test('Content-Length is checked on the head: 413 and 400 at once', async () => {
+  const head = (len) => `POST ${chat} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${len}\r\n\r\n`;
+  for (const [len, status, code] of [['999999999', 413, 'request_too_large'], ['-5', 400, 'invalid_content_length'],
+    ['12abc', 400, 'invalid_content_length'], ['99999999999999999999999', 413, 'request_too_large']]) {
+    const r = await raw(port(), head(len), 5_000);
+    assert.ok(!r.timedOut, `Content-Length ${len}: no answer`);
+    assert.match(r.data, new RegExp(`^HTTP/1.1 ${status}`), `Content-Length ${len}: ${r.data}`);
+    assert.match(r.data, new RegExp(code));
+    assert.ok(r.first < 2_000, `Content-Length ${len}: answered after ${r.first} ms`);
+  }
+  const chunked = await raw(port(), `POST ${chat} HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n`, 5_000);
+  assert.match(chunked.data, /^HTTP\/1.1 411/);
+});
+
+test('browser safety: JSON bodies only, Host and Origin checked, CORS only where allowed', async () => {
+  const ok = { messages: user('hi'), max_tokens: 2 };
+  const body = JSON.stringify(ok);
+  // A page can POST text/plain or a form without a preflight: refused before anything runs.
+  for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', undefined]) {
+    const headers = type ? { 'Content-Type': type } : { 'Content-Type': '' };
+    const r = await request(server, 'POST', chat, { body, headers });
+    assert.equal(r.status, 415, `${type}: ${r.text}`);
+    assert.equal(r.json.error.code, 'unsupported_media_type');
+  }
+  const charset = await request(server, 'POST', chat, { body, headers: { 'Content-Type': 'Application/JSON; charset=utf-8' } });
+  assert.equal(charset.status, 200, charset.text);
+  // DNS rebinding: a foreign name for 127.0.0.1 is refused; loopback names and --host-allow ones are served.
+  const foreign = await request(server, 'GET', '/v1/models', { headers: { Host: 'evil.example:8080' } });
+  assert.equal(foreign.status, 403);
+  assert.equal(foreign.json.error.code, 'invalid_host');
+  for (const host of [`localhost:${port()}`, `127.0.0.1:${port()}`, 'myhost.test', `[::1]:${port()}`]) {
+    assert.equal((await request(server, 'GET', '/health', { headers: { Host: host } })).status, 200, host);
+  }
+  // A cross-origin page's request (text/plain or JSON) is refused, and gets no CORS headers.
+  const evil = { Origin: 'http://evil.example' };
+  const cross = await request(server, 'POST', chat, { body, headers: { ...evil, 'Content-Type': 'text/plain' } });
+  assert.ok(cross.status === 403 || cross.status === 415, cross.text);
+  const crossJson = await request(server, 'POST', chat, { body: ok, headers: evil });
+  assert.equal(crossJson.status, 403);
+  assert.equal(crossJson.json.error.code, 'origin_not_allowed');
+  assert.equal(crossJson.headers['access-control-allow-origin'], undefined);
+  const pre = await request(server, 'OPTIONS', chat, { headers: { ...evil, 'Access-Control-Request-Method': 'POST' } });
+  assert.equal(pre.status, 403);
+  assert.equal(pre.headers['access-control-allow-origin'], undefined);
+  // Same origin (a page this server served) is fine, without CORS headers.
+  const same = await request(server, 'POST', chat, { body: ok, headers: { Origin: server.base } });
+  assert.equal(same.status, 200, same.text);
+  assert.equal(same.headers['access-control-allow-origin'], undefined);
+  // --cors-origin: the preflight is answered and the real request carries the CORS headers.
+  const app = { Origin: 'http://app.test' };
+  const preOk = await request(server, 'OPTIONS', chat, {
+    headers: { ...app, 'Access-Control-Request-Method': 'POST', 'Access-Control-Request-Headers': 'content-type' },
+  });
+  assert.equal(preOk.status, 204);
+  assert.equal(preOk.headers['access-control-allow-origin'], 'http://app.test');
+  assert.match(preOk.headers['access-control-allow-methods'], /POST/);
+  assert.match(preOk.headers['access-control-allow-headers'], /Content-Type/i);
+  const real = await request(server, 'POST', chat, { body: ok, headers: app });
+  assert.equal(real.status, 200, real.text);
+  assert.equal(real.headers['access-control-allow-origin'], 'http://app.test');
+});
+
+test('model ids: aliases accepted, others 404, responses report the true id', async () => {
+  const list = await request(server, 'GET', '/v1/models');
+  assert.deepEqual(list.json.data.map((m) => m.id), ['tiny', 'tiny-alias']);
+  const viaAlias = await request(server, 'POST', chat, { body: { model: 'tiny-alias', messages: user('hi'), max_tokens: 2 } });
+  assert.equal(viaAlias.status, 200, viaAlias.text);
+  assert.equal(viaAlias.json.model, 'tiny');
+  const none = await request(server, 'POST', '/v1/completions', { body: { prompt: 'a', max_tokens: 2 } });
+  assert.equal(none.json.model, 'tiny');
+  for (const path of [chat, '/v1/completions']) {
+    const r = await request(server, 'POST', path, { body: { model: 'gpt-4o', messages: user('hi'), prompt: 'a', max_tokens: 2 } });
+    assert.equal(r.status, 404, r.text);
+    assert.equal(r.json.error.code, 'model_not_found');
+    assert.equal(r.json.error.param, 'model');
+    assert.equal(r.json.error.type, 'invalid_request_error');
+  }
+  assert.equal((await request(server, 'GET', '/v1/models/tiny-alias')).status, 200);
+  assert.equal((await request(server, 'GET', '/v1/models/gpt-4o')).status, 404);
+});
+
+test('-v logs each request with status, latency and token counts', async () => {
+  const r = await request(server, 'POST', chat, { body: { messages: user('log me'), max_tokens: 3 } });
+  assert.equal(r.status, 200);
+  const u = r.json.usage;
+  const line = new RegExp(`POST /v1/chat/completions 200 [0-9.]+ ms prompt=${u.prompt_tokens} ` +
+    `output=${u.completion_tokens} cached=${u.prompt_tokens_details.cached_tokens}`);
+  await waitFor(() => line.test(server.stderr), { timeoutMs: 5_000, what: `a log line like ${line}` });
+  assert.match(server.stderr, /GET \/health 200 [0-9.]+ ms/);
+});
