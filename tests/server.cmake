@@ -1,13 +1,19 @@
-# `dsv4 serve`: the unit test of the OpenAI layer (tests/test_openai_request.cpp) links the HTTP-free server
-# sources, and the end-to-end test drives a real server with the official openai npm client and raw HTTP
-# (tests/server/*.test.mjs, run by `node --test`). Fixtures: a tiny random-weight model with the real
-# DeepSeek vocabulary, and the npm packages installed in a build-dir copy of tests/server. The Node tests
-# start the server themselves on a free loopback port (--port 0) and stop it with a signal.
+# `dsv4 serve`: the unit tests of the OpenAI layer (tests/test_openai_request.cpp) and of the pre-handler checks
+# (tests/test_http_guard.cpp) link the HTTP-free server sources, and the end-to-end test drives a real server
+# with the official openai npm client and raw HTTP (tests/server/*.test.mjs, run by `node --test`). Fixtures: a
+# tiny random-weight model with the real DeepSeek vocabulary, and the npm packages installed in a build-dir copy
+# of tests/server. The Node tests start the server themselves on a free loopback port (--port 0) and stop it
+# with a signal.
 if(TARGET test_openai_request)
   target_sources(test_openai_request PRIVATE
     ${CMAKE_SOURCE_DIR}/src/server/openai_request.cpp
     ${CMAKE_SOURCE_DIR}/src/server/openai_response.cpp
     ${CMAKE_SOURCE_DIR}/src/server/metrics.cpp)
+endif()
+if(TARGET test_http_guard)
+  target_sources(test_http_guard PRIVATE
+    ${CMAKE_SOURCE_DIR}/src/server/http_head.cpp
+    ${CMAKE_SOURCE_DIR}/src/server/http_guard.cpp)
 endif()
 
 set(DSV4_SERVER_VOCAB ${DSV4_SHARED_DIR}/fixtures/tokenizer/deepseek_v3/vocab.gguf)

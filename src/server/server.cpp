@@ -65,6 +65,10 @@ public:
     bool serve_one(httplib::Stream& stream, bool close_connection, bool& connection_closed) {
         return process_request(stream, close_connection, connection_closed, nullptr);
     }
+    // httplib ends a chunked (streaming) response early once its own listening socket reads as closed. The
+    // front owns the real socket, so this only marks the server as open (the value is never used as a socket)
+    // or, at shutdown, as closed, which ends the streams still running as httplib's own stop() would.
+    void set_open(bool open) { svr_sock_ = open ? 0 : INVALID_SOCKET; }
 };
 
 ApiError status_error(int status, std::string message, std::string type, std::string code) {
@@ -317,6 +321,7 @@ void Server::Impl::watch_for_stop() {
     while (registry.size() > 0 && std::chrono::steady_clock::now() < drain_until) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    http.set_open(false);
     front->stop();
 }
 
@@ -332,6 +337,7 @@ Result<int> Server::bind() {
     Impl& s = *impl_;
     auto port = s.front->bind();
     if (!port.ok()) return port;
+    s.http.set_open(true);
     s.bound = true;
     return port;
 }
