@@ -37,7 +37,7 @@ CLI::Validator non_negative_number() { return number_at_least_zero(false); }
 
 void add_device_options(CLI::App& app, DeviceOptions& d) {
     app.add_option("--device", d.device, "compute device: auto, cpu or cuda")
-        ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+        ->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     app.add_option("-t,--threads", d.threads, "CPU threads (default: all cores)");
     app.add_option(
            "--gemm", d.gemm,
