@@ -52,6 +52,7 @@ struct Connection {
     HttpHead head;
     bool continue_sent = false;
     bool overflow = false;  // lingering after a 503 for the connection cap
+    bool peer_closed = false;  // the client will send nothing more: close after the answer
     size_t served = 0;
     std::string remote_ip, local_ip;
     int remote_port = 0, local_port = 0;
@@ -174,7 +175,6 @@ struct HttpFront::Impl {
     std::condition_variable cv;
     std::deque<std::unique_ptr<Connection>> ready;     // complete requests waiting for a worker
     std::vector<std::unique_ptr<Connection>> returned; // kept-alive connections back from workers
-    size_t busy = 0;                                   // requests being served or waiting
     bool workers_exit = false;
 
     void wake() {
@@ -274,6 +274,14 @@ void HttpFront::Impl::on_readable(Connection& c) {
         }
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (n == 0 && c.phase != Phase::linger && !c.buf.empty()) {
+            // The client closed its sending side after a request: serve what is complete, then close.
+            c.peer_closed = true;
+            const int fd = c.fd;
+            advance(c);
+            if (conns.count(fd) && conns[fd]->phase != Phase::linger) close_connection(fd);
+            return;
+        }
         // Closed by the client (or reset): whatever was half received is dropped.
         close_connection(c.fd);
         return;
@@ -318,7 +326,6 @@ void HttpFront::Impl::dispatch(int fd) {
     {
         std::lock_guard<std::mutex> lk(mu);
         ready.push_back(std::move(c));
-        ++busy;
     }
     cv.notify_one();
 }
@@ -377,7 +384,7 @@ void HttpFront::Impl::worker() {
         }
         const size_t request_bytes = c->head.head_bytes + c->head.body_bytes;
         ++c->served;
-        const bool last = stopping.load() || c->served >= opt.keep_alive_max_requests;
+        const bool last = stopping.load() || c->peer_closed || c->served >= opt.keep_alive_max_requests;
         bool closed = false;
         bool ok;
         {
@@ -391,7 +398,6 @@ void HttpFront::Impl::worker() {
         c->buf.erase(0, request_bytes);
         c->head = HttpHead{};
         std::lock_guard<std::mutex> lk(mu);
-        --busy;
         if (!ok || closed || last || stopping.load()) {
             ::close(c->fd);
             --n_open;
