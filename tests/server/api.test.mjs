@@ -6,6 +6,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import net from 'node:net';
 import {
   DSML, anonKiB, client, metrics, request, sseEvents, startServer, stopServer, waitFor,
 } from './harness.mjs';
@@ -369,6 +370,31 @@ test('malformed requests get 4xx OpenAI-style JSON and the server stays healthy'
   assert.equal(r.choices[0].message.role, 'assistant');
 });
 
+// A non-streaming request whose client hangs up after `ms`; resolves once the socket is closed.
+function abandon(body, ms = 30) {
+  return new Promise((resolve) => {
+    const payload = JSON.stringify(body);
+    const req = http.request(new URL('/v1/chat/completions', server.base), {
+      method: 'POST', headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(payload) },
+    });
+    req.on('error', () => {});
+    req.on('close', resolve);
+    req.end(payload);
+    setTimeout(() => req.destroy(), ms);
+  });
+}
+
+// Writes raw bytes; resolves when the server closes the connection, or after `ms` by closing it itself.
+function rawExchange(text, ms = 5_000) {
+  return new Promise((resolve) => {
+    const s = net.connect(Number(new URL(server.base).port), '127.0.0.1', () => s.write(text));
+    const timer = setTimeout(() => s.destroy(), ms);
+    s.on('data', () => {});
+    s.on('error', () => {});
+    s.on('close', () => { clearTimeout(timer); resolve(); });
+  });
+}
+
 test('soak: a thousand short requests without memory growth', async () => {
   const pid = server.child.pid;
   const kinds = [
@@ -377,6 +403,13 @@ test('soak: a thousand short requests without memory growth', async () => {
     () => streamChat({ messages: user('soak stream'), max_tokens: 4, stream_options: { include_usage: true } }),
     () => request(server, 'POST', '/v1/chat/completions', { body: '{"broken' }),
     () => openai.chat.completions.create({ model, messages: user('soak tools'), tools, max_tokens: 4 }),
+    // Careless and hostile clients: one that gives up on a non-streaming request, a page's text/plain POST, a
+    // rebound Host, an oversized Content-Length, and a head that stops halfway before the client leaves.
+    () => abandon({ model, messages: user('soak abandoned'), max_tokens: 32 }),
+    () => request(server, 'POST', '/v1/chat/completions', { body: '{}', headers: { 'Content-Type': 'text/plain' } }),
+    () => request(server, 'GET', '/v1/models', { headers: { Host: 'rebound.example' } }),
+    () => rawExchange('POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 999999999\r\n\r\n'),
+    () => rawExchange('POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le', 20),
   ];
   let done = 0;
   async function batch(n) {
@@ -424,6 +457,10 @@ test('soak: a thousand short requests without memory growth', async () => {
     const m = await metrics(server);
     return m.dsv4_requests_running === 0 && m.dsv4_queue_depth === 0;
   }, { timeoutMs: 5_000, what: 'no request left running after the soak' });
+  // The hostile clients' connections are all gone again (only this scrape's is open).
+  await waitFor(async () => (await metrics(server)).dsv4_http_connections_open <= 2, {
+    timeoutMs: 15_000, what: 'the soak connections to close',
+  });
 });
 
 test('metrics report requests, tokens, queue and KV use', async () => {
