@@ -37,6 +37,8 @@ TEST(HttpHead, CompleteAndIncomplete) {
     ASSERT_EQ(p.state, HeadState::complete);
     EXPECT_EQ(p.body_bytes, 12u);
     EXPECT_TRUE(p.expect_continue);
+    const std::string head = post("content-length:  12 \r\nExpect: 100-continue\r\n");
+    EXPECT_EQ(head.substr(p.expect_offset, p.expect_bytes), "Expect: 100-continue\r\n");
     EXPECT_EQ(parse_http_head("GET / HTTP/1.0\r\n\r\n", limits()).state, HeadState::complete);
 }
 

@@ -167,7 +167,7 @@ ApiResult<bool> GenerationRoutes::check_model(const GenerationParams& gen) const
 }
 
 template <class Apply>
-void GenerationRoutes::collect(Job& job, Apply apply) {
+bool GenerationRoutes::collect(Job& job, Apply apply) {
     const Exchange* ex = current_exchange();
     bool cancelled = false;
     std::vector<TokenEvent> events;
@@ -183,6 +183,17 @@ void GenerationRoutes::collect(Job& job, Apply apply) {
         }
     }
     ctx_.registry->remove(job.id);
+    return !cancelled;
+}
+
+// The answer to a request whose client left: nobody reads it, but the log and /metrics show 499 (the
+// convention for "client closed the request") rather than an error of the server's.
+static void send_client_gone(httplib::Response& res) {
+    ApiError e;
+    e.status = 499;
+    e.code = "client_closed_request";
+    e.message = "the client closed the connection; the request was cancelled";
+    send_error(res, e);
 }
 
 void GenerationRoutes::end_stream(Job& job) {
@@ -241,7 +252,7 @@ void GenerationRoutes::chat(const httplib::Request& req, httplib::Response& res)
         r->gen.logprobs, r->gen.include_usage});
 
     if (!r->gen.stream) {
-        collect(*st->job, [&](const TokenEvent& ev) { (void)apply(*st, ev); });
+        if (!collect(*st->job, [&](const TokenEvent& ev) { (void)apply(*st, ev); })) return send_client_gone(res);
         const Job& j = *st->job;
         if (j.end == GenerationEnd::cancelled || j.end == GenerationEnd::error) {
             return send_error(res, end_error(j.end, j.error));
@@ -351,7 +362,7 @@ void GenerationRoutes::completions(const httplib::Request& req, httplib::Respons
     st->text = st->echo;
 
     if (!r->gen.stream) {
-        collect(*st->job, [&](const TokenEvent& ev) { (void)apply(*st, ev); });
+        if (!collect(*st->job, [&](const TokenEvent& ev) { (void)apply(*st, ev); })) return send_client_gone(res);
         const Job& j = *st->job;
         if (j.end == GenerationEnd::cancelled || j.end == GenerationEnd::error) {
             return send_error(res, end_error(j.end, j.error));

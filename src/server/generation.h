@@ -50,9 +50,10 @@ private:
                                           int64_t max_tokens, const char* id_prefix);
     // The 404 for a `model` this server does not serve (absent is fine).
     ApiResult<bool> check_model(const GenerationParams& gen) const;
-    // Waits for a non-streaming request's events; cancels it when the client's connection closes.
+    // Waits for a non-streaming request's events; cancels it when the client's connection closes (then
+    // returns false: there is nobody to answer).
     template <class Apply>
-    void collect(Job& job, Apply apply);
+    bool collect(Job& job, Apply apply);
     ChatDelta apply(ChatState& st, const TokenEvent& ev);
     std::string apply(TextState& st, const TokenEvent& ev);
     bool pump_chat(ChatState& st, httplib::DataSink& sink);

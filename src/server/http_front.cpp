@@ -315,6 +315,10 @@ void HttpFront::Impl::advance(Connection& c) {
         static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
         (void)!send(c.fd, kContinue, sizeof(kContinue) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
         c.continue_sent = true;
+        // Answered here: without the header httplib does not send a second 100 Continue.
+        c.buf.erase(c.head.expect_offset, c.head.expect_bytes);
+        c.head.head_bytes -= c.head.expect_bytes;
+        c.head.expect_continue = false;
     }
 }
 

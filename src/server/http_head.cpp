@@ -96,6 +96,8 @@ HttpHead parse_http_head(std::string_view received, const HeadLimits& limits) {
                           "chunked request bodies are not accepted: send the body with a Content-Length");
         } else if (same_name(name, "Expect")) {
             h.expect_continue = same_name(value, "100-continue");
+            h.expect_offset = static_cast<size_t>(line.data() - received.data());
+            h.expect_bytes = line.size() + 2;
         }
     }
     if (h.body_bytes > limits.max_body_bytes) {

@@ -22,6 +22,7 @@ struct HttpHead {
     size_t head_bytes = 0;      // through the blank line (complete only)
     size_t body_bytes = 0;      // from Content-Length (0 when absent)
     bool expect_continue = false;
+    size_t expect_offset = 0, expect_bytes = 0;  // where the Expect line (with its CRLF) sits in the head
     // refused only: the status to answer with (400, 411, 413, 431, 505) and why
     int status = 0;
     std::string code;

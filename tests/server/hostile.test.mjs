@@ -77,6 +77,10 @@ test('abandoned non-streaming requests are cancelled and free their slots', asyn
   assert.ok(m.dsv4_client_disconnects_total >= m0.dsv4_client_disconnects_total + 4);
   const next = await request(server, 'POST', chat, { body: { messages: user('next'), max_tokens: 4 } });
   assert.equal(next.status, 200);
+  // Logged as 499 (client closed the request), not as an error of the server's.
+  await waitFor(() => (server.stderr.match(/POST \/v1\/chat\/completions 499 /g) ?? []).length >= 4, {
+    timeoutMs: 5_000, what: 'four 499 log lines',
+  });
 });
 
 test('requests without max_tokens are capped by --default-max-tokens', async () => {
@@ -182,6 +186,22 @@ test('Content-Length is checked on the head: 413 and 400 at once', async () => {
   }
   const chunked = await raw(port(), `POST ${chat} HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n`, 5_000);
   assert.match(chunked.data, /^HTTP\/1.1 411/);
+  // Expect: 100-continue gets one interim answer once the head passed the checks, then the real one.
+  const expect = await new Promise((resolve) => {
+    const body = JSON.stringify({ prompt: 'a', max_tokens: 2 });
+    let data = '';
+    const s = net.connect(port(), '127.0.0.1', () => s.write(`POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n` +
+      `Content-Type: application/json\r\nContent-Length: ${body.length}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n`));
+    s.on('data', (d) => {
+      if (!data) s.write(body);
+      data += d;
+    });
+    s.on('error', () => {});
+    s.on('close', () => resolve(data));
+    setTimeout(() => s.destroy(), 10_000);
+  });
+  assert.match(expect, /^HTTP\/1.1 100 Continue\r\n\r\nHTTP\/1.1 200 OK/, expect);
+  assert.equal(expect.match(/100 Continue/g).length, 1);
 });
 
 test('browser safety: JSON bodies only, Host and Origin checked, CORS only where allowed', async () => {
