@@ -3,9 +3,9 @@
 
 Each `$ command` line of the block is run (in a scratch folder, with build/bin/dsv4 and ../shared pointing at
 the real ones); what follows it up to the next `$` is the expected stdout then stderr. A `...` line stands
-for any number of lines. Progress displays (lines redrawn with a carriage return) are left out. Timings (numbers with a decimal point
-on the `prompt:` line) may differ, and so may
-the text `dsv4 run` writes on stdout: a random-weight model's words depend on the device and the float
+for any number of lines. Progress displays (lines redrawn with a carriage return) are left out. The numbers of the `prompt:` line
+(timings, and the token count, as the model may end early on another device) may differ, and so may the
+text `dsv4 run` writes on stdout: a random-weight model's words depend on the device and the float
 summation order. With --write the block is rewritten from the actual output (parts elided with `...` are kept).
 
 usage: tests/scripts/readme_session.py DSV4_BIN README.md SHARED_DIR [--write]
@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-TIMING = re.compile(r"\d+\.\d+")
+TIMING = re.compile(r"\d+(\.\d+)?")
 
 
 def session_block(text):
