@@ -120,8 +120,8 @@ void Server::Impl::setup() {
     g.id_nonce = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
     routes = std::make_unique<GenerationRoutes>(std::move(g));
 
-    // Every request that waits for a slot holds an HTTP thread, so the pool must cover the running and the
-    // queued ones plus a few for /health and /metrics; beyond that httplib queues connections itself.
+    // Every request that waits for a slot holds a worker, so the pool covers the running and the queued ones
+    // plus a few for /health and /metrics; beyond that complete requests wait in the front's queue.
     int threads = opt.http_threads;
     if (threads <= 0) {
         threads = engine.options().n_slots + static_cast<int>(engine.options().max_queue) + 8;
@@ -154,8 +154,8 @@ void Server::Impl::setup() {
     policy.cors_origins = opt.cors_origins;
     setup_checks();
 
-    // httplib answers some errors itself with an empty body (unknown path, oversized body, unparseable
-    // request): give them OpenAI-style JSON too.
+    // httplib answers some errors itself with an empty body (unknown path, unparseable request; 413 only if
+    // the front's head check was bypassed): give them OpenAI-style JSON too.
     http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request&, httplib::Response& res) {
         if (!res.body.empty() || res.content_length_ > 0) return httplib::Server::HandlerResponse::Unhandled;
         switch (res.status) {
