@@ -53,6 +53,7 @@ struct Connection {
     bool continue_sent = false;
     bool overflow = false;  // lingering after a 503 for the connection cap
     bool peer_closed = false;  // the client will send nothing more: close after the answer
+    size_t reserved = 0;       // body bytes this connection counts against the front's budget
     size_t served = 0;
     std::string remote_ip, local_ip;
     int remote_port = 0, local_port = 0;
@@ -169,6 +170,15 @@ struct HttpFront::Impl {
     // epoll thread only
     std::unordered_map<int, std::unique_ptr<Connection>> conns;
     size_t n_overflow = 0;
+    // Bodies being received, by their Content-Length: bounded so that many connections announcing large
+    // bodies cannot make the server buffer more than this at once (the rest get 503).
+    size_t reserved_bytes = 0;
+    size_t reserve_limit = 0;
+
+    void release(Connection& c) {
+        reserved_bytes -= c.reserved;
+        c.reserved = 0;
+    }
 
     // handed to workers / given back by them
     std::mutex mu;
@@ -197,6 +207,7 @@ void HttpFront::Impl::close_connection(int fd) {
     auto it = conns.find(fd);
     if (it == conns.end()) return;
     if (it->second->overflow) --n_overflow;
+    release(*it->second);
     epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
     ::close(fd);
     conns.erase(it);
@@ -257,6 +268,7 @@ void HttpFront::Impl::answer_and_linger(Connection& c, int status, const std::st
     shutdown(c.fd, SHUT_WR);
     c.phase = Phase::linger;
     c.buf.clear();
+    release(c);
     c.deadline = Clock::now() + kLinger;
 }
 
@@ -305,6 +317,12 @@ void HttpFront::Impl::advance(Connection& c) {
         if (c.head.state == HeadState::refused) {
             return answer_and_linger(c, c.head.status, c.head.code, c.head.message);
         }
+        if (c.head.body_bytes > 0 && reserved_bytes + c.head.body_bytes > reserve_limit) {
+            return answer_and_linger(c, 503, "server_busy",
+                                     "the server is receiving too many request bodies at once; retry later");
+        }
+        c.reserved = c.head.body_bytes;
+        reserved_bytes += c.reserved;
         c.phase = Phase::body;
         c.continue_sent = false;
         c.deadline = Clock::now() + std::chrono::milliseconds(opt.body_timeout_ms);
@@ -326,6 +344,7 @@ void HttpFront::Impl::dispatch(int fd) {
     auto it = conns.find(fd);
     std::unique_ptr<Connection> c = std::move(it->second);
     conns.erase(it);
+    release(*c);
     epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
     {
         std::lock_guard<std::mutex> lk(mu);
@@ -413,7 +432,9 @@ void HttpFront::Impl::worker() {
 }
 
 HttpFront::HttpFront(FrontOptions options, Serve serve)
-    : impl_(std::make_unique<Impl>(std::move(options), std::move(serve))) {}
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(serve))) {
+    impl_->reserve_limit = std::max(impl_->opt.max_buffered_bytes, impl_->opt.head.max_body_bytes);
+}
 
 HttpFront::~HttpFront() {
     Impl& s = *impl_;

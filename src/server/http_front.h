@@ -3,9 +3,10 @@
 // trickles in or while it idles between keep-alive requests, so slow or idle clients cannot starve /health.
 // Limits enforced here, before any handler runs: a connection cap (beyond it: 503 at once), a deadline for the
 // request head and one for the body (408), the head size (431), the Content-Length against the body limit
-// (413 at once; malformed: 400), keep-alive idle time and requests per connection. A worker pool runs each
-// complete request through `serve` (httplib's request processing over an in-memory stream of the request
-// bytes that writes to the socket), then gives a kept-alive connection back to the epoll thread.
+// (413 at once; malformed: 400), the bytes of all bodies being received at once (503), keep-alive idle time
+// and requests per connection. A worker pool runs each complete request through `serve` (httplib's request
+// processing over an in-memory stream of the request bytes that writes to the socket), then gives a
+// kept-alive connection back to the epoll thread.
 #pragma once
 
 #include <cstddef>
@@ -31,6 +32,7 @@ struct FrontOptions {
     size_t keep_alive_max_requests = 1000;  // requests per connection; the last one is answered "close"
     int write_timeout_ms = 30000;    // a client that reads nothing for this long is dropped
     int workers = 16;                // threads running handlers (each waiting request holds one)
+    size_t max_buffered_bytes = (size_t)256 << 20;  // request bodies being received at once, by Content-Length
     HeadLimits head;
 };
 
