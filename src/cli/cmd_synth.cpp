@@ -42,12 +42,12 @@ int cmd_synth(int argc, char** argv) {
     app.add_option("--preset", preset, "model sizes: tiny, flash (V4-Flash) or pro (V4-Pro)")
         ->required()
         ->check(CLI::IsMember({"tiny", "flash", "pro"}));
-    app.add_option("--layers", n_layer, "main layer count (compress ratios follow the preset's pattern)")
+    app.add_option("--layers", n_layer, "main layer count (compress ratios follow the preset's pattern; default: the preset's)")
         ->check(positive_number());
     app.add_option("--vocab", vocab_path, "copy the tokenizer.* keys of this GGUF and use its vocabulary size");
     app.add_option("--experts-type", experts_type, "type of every routed-expert stack (default IQ2_XXS gate/up, Q2_K down)");
     app.add_option("--dense-type", dense_type, "type of the dense 2-D matrices (default Q8_0)");
-    app.add_option("--seed", seed, "random seed (same seed, same bytes)");
+    app.add_option("--seed", seed, "random seed (same seed, same bytes)")->capture_default_str();
     app.add_option("-t,--threads", n_threads, "generator threads (default: all cores)")->check(non_negative_number());
     app.add_flag("--no-mtp", no_mtp, "leave out the MTP block");
     app.add_flag("--random-blocks", random_blocks,
