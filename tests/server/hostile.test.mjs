@@ -48,39 +48,49 @@ async function settled() {
 }
 
 test('abandoned non-streaming requests are cancelled and free their slots', async () => {
-  await settled();
-  const m0 = await metrics(server);
-  // Four clients give up on long non-streaming requests once they run (more than the two slots: two wait).
-  const sockets = [];
-  for (let i = 0; i < 4; i++) {
-    const body = JSON.stringify({ model: 'tiny', messages: user(`Write a long story ${i}.`), max_tokens: 400, seed: i });
-    const req = http.request(new URL(chat, server.base), {
-      method: 'POST', headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) },
+  // Long requests whatever the device: a 4,096-token context, and EOS (id 1) banned so none ends early.
+  const s = await startServer(['--ctx', '4096', '--parallel', '2', '--max-queue', '8', '-v']);
+  try {
+    const busy = async (pred) => {
+      const m = await metrics(s);
+      return pred(m);
+    };
+    const m0 = await metrics(s);
+    // Four clients give up on long non-streaming requests once they run (more than the two slots: two wait).
+    const sockets = [];
+    for (let i = 0; i < 4; i++) {
+      const body = JSON.stringify({
+        messages: user(`Write a long story ${i}.`), max_tokens: 4000, seed: i, logit_bias: { 1: -100 },
+      });
+      const req = http.request(new URL(chat, s.base), {
+        method: 'POST', headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) },
+      });
+      req.on('error', () => {});
+      req.end(body);
+      sockets.push(req);
+    }
+    await waitFor(() => busy((m) => m.dsv4_requests_running === 2 && m.dsv4_queue_depth === 2),
+      { timeoutMs: 20_000, what: 'two running, two waiting' });
+    const t0 = Date.now();
+    for (const req of sockets) req.destroy();
+    await waitFor(() => busy((m) => m.dsv4_requests_running === 0 && m.dsv4_queue_depth === 0 &&
+      m.dsv4_requests_cancelled_total >= m0.dsv4_requests_cancelled_total + 4),
+    { timeoutMs: 20_000, intervalMs: 20, what: 'the abandoned requests to be cancelled' });
+    const freed = Date.now() - t0;
+    console.log(`abandoned requests: 4 cancelled, slots free ${freed} ms after the clients left`);
+    // The issue's bound is 1 s; CI machines are shared, so the assertion leaves room.
+    assert.ok(freed < 5_000, `slots freed after ${freed} ms`);
+    const m = await metrics(s);
+    assert.ok(m.dsv4_client_disconnects_total >= m0.dsv4_client_disconnects_total + 4);
+    const next = await request(s, 'POST', chat, { body: { messages: user('next'), max_tokens: 4 } });
+    assert.equal(next.status, 200);
+    // Logged as 499 (client closed the request), not as an error of the server's.
+    await waitFor(() => (s.stderr.match(/POST \/v1\/chat\/completions 499 /g) ?? []).length >= 4, {
+      timeoutMs: 5_000, what: 'four 499 log lines',
     });
-    req.on('error', () => {});
-    req.end(body);
-    sockets.push(req);
+  } finally {
+    await stopServer(s);
   }
-  await waitFor(async () => (await metrics(server)).dsv4_requests_running === 2, { timeoutMs: 10_000, what: 'two running' });
-  const t0 = Date.now();
-  for (const req of sockets) req.destroy();
-  await waitFor(async () => {
-    const m = await metrics(server);
-    return m.dsv4_requests_running === 0 && m.dsv4_queue_depth === 0 &&
-      m.dsv4_requests_cancelled_total >= m0.dsv4_requests_cancelled_total + 4;
-  }, { timeoutMs: 10_000, intervalMs: 20, what: 'the abandoned requests to be cancelled' });
-  const freed = Date.now() - t0;
-  console.log(`abandoned requests: 4 cancelled, slots free ${freed} ms after the clients left`);
-  // The issue's bound is 1 s; CI machines are shared, so the assertion leaves room.
-  assert.ok(freed < 5_000, `slots freed after ${freed} ms`);
-  const m = await metrics(server);
-  assert.ok(m.dsv4_client_disconnects_total >= m0.dsv4_client_disconnects_total + 4);
-  const next = await request(server, 'POST', chat, { body: { messages: user('next'), max_tokens: 4 } });
-  assert.equal(next.status, 200);
-  // Logged as 499 (client closed the request), not as an error of the server's.
-  await waitFor(() => (server.stderr.match(/POST \/v1\/chat\/completions 499 /g) ?? []).length >= 4, {
-    timeoutMs: 5_000, what: 'four 499 log lines',
-  });
 });
 
 test('requests without max_tokens are capped by --default-max-tokens', async () => {
@@ -97,10 +107,13 @@ test('requests without max_tokens are capped by --default-max-tokens', async () 
 });
 
 test('a slowloris of 1,000 connections does not starve /health or a real request', async (t) => {
-  const limit = /Max open files\s+(\d+)/.exec(readFileSync(`/proc/${server.child.pid}/limits`, 'utf8'));
-  if (limit && Number(limit[1]) < 1200) {
-    t.skip(`the server may open only ${limit[1]} files`);
-    return;
+  // Both ends need 1,000 descriptors (the server raises its soft limit to the hard one; so does Node).
+  for (const pid of [server.child.pid, 'self']) {
+    const limit = /Max open files\s+(\d+)/.exec(readFileSync(`/proc/${pid}/limits`, 'utf8'));
+    if (limit && Number(limit[1]) < 1200) {
+      t.skip(`${pid === 'self' ? 'the test' : 'the server'} may open only ${limit[1]} files`);
+      return;
+    }
   }
   const N = 1000;
   const sockets = [];
