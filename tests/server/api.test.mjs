@@ -432,6 +432,11 @@ test('soak: a thousand short requests without memory growth', async () => {
   // catches memory taken outside malloc. (VmRSS would also count the mapped model file's pages, which the random
   // model's new token ids fault in.)
   const heap = async () => {
+    // Abandoned requests outlive their clients by up to a poll interval: measure once they are gone.
+    await waitFor(async () => {
+      const q = await metrics(server);
+      return q.dsv4_requests_running === 0 && q.dsv4_queue_depth === 0;
+    }, { timeoutMs: 10_000, what: 'the soak batch to finish in the server' });
     const m = await metrics(server);
     assert.ok('dsv4_heap_allocated_bytes' in m, 'dsv4_heap_allocated_bytes missing from /metrics');
     return Math.round((m.dsv4_heap_allocated_bytes - m.dsv4_prefix_cache_bytes) / 1024);
