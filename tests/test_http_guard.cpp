@@ -56,8 +56,7 @@ TEST(HttpHead, ContentLengthCheckedBeforeTheBody) {
         EXPECT_EQ(h.code, "invalid_content_length") << bad;
     }
     EXPECT_EQ(parse_http_head(post("Content-Length: 5\r\nContent-Length: 6\r\n"), limits()).status, 400);
-    EXPECT_EQ(parse_http_head(post("Content-Length: 5\r\nContent-Length: 5\r\n"), limits()).state,
-              HeadState::complete);
+    EXPECT_EQ(parse_http_head(post("Content-Length: 5\r\nContent-Length: 5\r\n"), limits()).state, HeadState::complete);
     EXPECT_EQ(parse_http_head(post("Transfer-Encoding: chunked\r\n"), limits()).status, 411);
 }
 
@@ -66,7 +65,7 @@ TEST(HttpHead, MalformedAndOversizedHeads) {
     EXPECT_EQ(parse_http_head("GET / HTTP/2.0\r\n\r\n", limits()).status, 505);
     EXPECT_EQ(parse_http_head("GET / HTTP/1.1\r\nno colon here\r\n\r\n", limits()).status, 400);
     const std::string huge = "GET / HTTP/1.1\r\nX-Pad: " + std::string(2000, 'a');
-    EXPECT_EQ(parse_http_head(huge, limits()).status, 431);            // still arriving, already too long
+    EXPECT_EQ(parse_http_head(huge, limits()).status, 431);  // still arriving, already too long
     EXPECT_EQ(parse_http_head(huge + "\r\n\r\n", limits()).status, 431);
 }
 
@@ -103,7 +102,8 @@ TEST(HttpGuard, HostHeader) {
 }
 
 TEST(HttpGuard, JsonMediaType) {
-    for (const char* t : {"application/json", "Application/JSON", "application/json; charset=utf-8", " application/json "})
+    for (const char* t :
+         {"application/json", "Application/JSON", "application/json; charset=utf-8", " application/json "})
         EXPECT_TRUE(is_json_media_type(t)) << t;
     for (const char* t : {"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "",
                           "application/jsonx", "text/plain; application/json"})

@@ -1,9 +1,9 @@
 // The per-thread current exchange (see exchange.h).
 #include "server/exchange.h"
 
-#include <cerrno>
-
 #include <sys/socket.h>
+
+#include <cerrno>
 
 namespace dsv4::server {
 
@@ -20,10 +20,16 @@ bool Exchange::client_gone() const {
     return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
-Exchange* current_exchange() { return t_exchange; }
+Exchange* current_exchange() {
+    return t_exchange;
+}
 
-ExchangeScope::ExchangeScope(Exchange* e) : previous_(t_exchange) { t_exchange = e; }
+ExchangeScope::ExchangeScope(Exchange* e) : previous_(t_exchange) {
+    t_exchange = e;
+}
 
-ExchangeScope::~ExchangeScope() { t_exchange = previous_; }
+ExchangeScope::~ExchangeScope() {
+    t_exchange = previous_;
+}
 
 }  // namespace dsv4::server

@@ -2,18 +2,6 @@
 // not being served; a connection being served belongs to one worker until it is given back (or closed).
 #include "server/http_front.h"
 
-#include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <chrono>
-#include <condition_variable>
-#include <cstring>
-#include <deque>
-#include <mutex>
-#include <thread>
-#include <unordered_map>
-#include <vector>
-
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -25,6 +13,18 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include "server/openai_request.h"
 #include "server/openai_response.h"
@@ -51,7 +51,7 @@ struct Connection {
     Clock::time_point deadline;
     HttpHead head;
     bool continue_sent = false;
-    bool overflow = false;  // lingering after a 503 for the connection cap
+    bool overflow = false;     // lingering after a 503 for the connection cap
     bool peer_closed = false;  // the client will send nothing more: close after the answer
     size_t reserved = 0;       // body bytes this connection counts against the front's budget
     size_t served = 0;
@@ -75,14 +75,22 @@ void endpoint(const sockaddr_storage& ss, std::string& ip, int& port) {
 
 const char* reason_phrase(int status) {
     switch (status) {
-        case 400: return "Bad Request";
-        case 408: return "Request Timeout";
-        case 411: return "Length Required";
-        case 413: return "Payload Too Large";
-        case 431: return "Request Header Fields Too Large";
-        case 503: return "Service Unavailable";
-        case 505: return "HTTP Version Not Supported";
-        default: return "Error";
+        case 400:
+            return "Bad Request";
+        case 408:
+            return "Request Timeout";
+        case 411:
+            return "Length Required";
+        case 413:
+            return "Payload Too Large";
+        case 431:
+            return "Request Header Fields Too Large";
+        case 503:
+            return "Service Unavailable";
+        case 505:
+            return "HTTP Version Not Supported";
+        default:
+            return "Error";
     }
 }
 
@@ -183,8 +191,8 @@ struct HttpFront::Impl {
     // handed to workers / given back by them
     std::mutex mu;
     std::condition_variable cv;
-    std::deque<std::unique_ptr<Connection>> ready;     // complete requests waiting for a worker
-    std::vector<std::unique_ptr<Connection>> returned; // kept-alive connections back from workers
+    std::deque<std::unique_ptr<Connection>> ready;      // complete requests waiting for a worker
+    std::vector<std::unique_ptr<Connection>> returned;  // kept-alive connections back from workers
     bool workers_exit = false;
 
     void wake() {
@@ -235,7 +243,8 @@ void HttpFront::Impl::accept_all() {
         endpoint(peer, c->remote_ip, c->remote_port);
         sockaddr_storage local{};
         len = sizeof(local);
-        if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) endpoint(local, c->local_ip, c->local_port);
+        if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0)
+            endpoint(local, c->local_ip, c->local_port);
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         const bool over = n_open.load() >= opt.max_connections;
@@ -250,9 +259,9 @@ void HttpFront::Impl::accept_all() {
         if (over) {
             ref.overflow = true;
             ++n_overflow;
-            answer_and_linger(ref, 503, "too_many_connections",
-                              "the server has too many open connections (" + std::to_string(opt.max_connections) +
-                                  "); retry later");
+            answer_and_linger(
+                ref, 503, "too_many_connections",
+                "the server has too many open connections (" + std::to_string(opt.max_connections) + "); retry later");
             continue;
         }
         ref.phase = Phase::idle;
@@ -383,12 +392,11 @@ void HttpFront::Impl::check_deadlines() {
     for (int fd : expired) {
         Connection& c = *conns[fd];
         if (c.phase == Phase::head || c.phase == Phase::body) {
-            answer_and_linger(c, 408, "request_timeout",
-                              c.phase == Phase::head
-                                  ? "the request head did not arrive within " +
-                                        std::to_string(opt.header_timeout_ms) + " ms"
-                                  : "the request body did not arrive within " + std::to_string(opt.body_timeout_ms) +
-                                        " ms");
+            answer_and_linger(
+                c, 408, "request_timeout",
+                c.phase == Phase::head
+                    ? "the request head did not arrive within " + std::to_string(opt.header_timeout_ms) + " ms"
+                    : "the request body did not arrive within " + std::to_string(opt.body_timeout_ms) + " ms");
         } else {
             close_connection(fd);  // idle, or done lingering
         }
@@ -541,7 +549,9 @@ void HttpFront::stop() {
     if (impl_->wake_fd >= 0) impl_->wake();
 }
 
-size_t HttpFront::open_connections() const { return impl_->n_open.load(); }
+size_t HttpFront::open_connections() const {
+    return impl_->n_open.load();
+}
 
 size_t raise_open_file_limit() {
     rlimit rl{};

@@ -9,12 +9,12 @@
 // kept-alive connection back to the epoll thread.
 #pragma once
 
+#include <httplib.h>
+
 #include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
-
-#include <httplib.h>
 
 #include "core/status.h"
 #include "server/exchange.h"
@@ -24,14 +24,14 @@ namespace dsv4::server {
 
 struct FrontOptions {
     std::string host = "127.0.0.1";
-    int port = 8080;                 // 0: any free port
-    size_t max_connections = 4096;   // open connections; beyond: 503 and close (also bounded by RLIMIT_NOFILE)
-    int header_timeout_ms = 10000;   // from a connection's first byte (or its opening) to the end of the head
-    int body_timeout_ms = 60000;     // from the end of the head to the end of the body
-    int keep_alive_timeout_ms = 5000;   // idle time between requests on one connection
+    int port = 8080;                        // 0: any free port
+    size_t max_connections = 4096;          // open connections; beyond: 503 and close (also bounded by RLIMIT_NOFILE)
+    int header_timeout_ms = 10000;          // from a connection's first byte (or its opening) to the end of the head
+    int body_timeout_ms = 60000;            // from the end of the head to the end of the body
+    int keep_alive_timeout_ms = 5000;       // idle time between requests on one connection
     size_t keep_alive_max_requests = 1000;  // requests per connection; the last one is answered "close"
-    int write_timeout_ms = 30000;    // a client that reads nothing for this long is dropped
-    int workers = 16;                // threads running handlers (each waiting request holds one)
+    int write_timeout_ms = 30000;           // a client that reads nothing for this long is dropped
+    int workers = 16;                       // threads running handlers (each waiting request holds one)
     size_t max_buffered_bytes = (size_t)256 << 20;  // request bodies being received at once, by Content-Length
     HeadLimits head;
 };

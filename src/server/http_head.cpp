@@ -72,10 +72,10 @@ HttpHead parse_http_head(std::string_view received, const HeadLimits& limits) {
         const std::string_view value = trim(line.substr(colon + 1));
         if (same_name(name, "Content-Length")) {
             if (value.empty() || value.size() > 19) {
-                return refuse(value.size() > 19 && value.find_first_not_of("0123456789") == std::string_view::npos
-                                  ? 413 : 400,
-                              value.size() > 19 ? "request_too_large" : "invalid_content_length",
-                              "invalid Content-Length '" + std::string(value.substr(0, 32)) + "'");
+                return refuse(
+                    value.size() > 19 && value.find_first_not_of("0123456789") == std::string_view::npos ? 413 : 400,
+                    value.size() > 19 ? "request_too_large" : "invalid_content_length",
+                    "invalid Content-Length '" + std::string(value.substr(0, 32)) + "'");
             }
             uint64_t n = 0;
             for (char c : value) {

@@ -11,7 +11,7 @@
 namespace dsv4::server {
 
 struct HeadLimits {
-    size_t max_head_bytes = 64 << 10;       // request line + headers
+    size_t max_head_bytes = 64 << 10;  // request line + headers
     size_t max_body_bytes = (size_t)8 << 20;
 };
 
@@ -19,8 +19,8 @@ enum class HeadState { incomplete, complete, refused };
 
 struct HttpHead {
     HeadState state = HeadState::incomplete;
-    size_t head_bytes = 0;      // through the blank line (complete only)
-    size_t body_bytes = 0;      // from Content-Length (0 when absent)
+    size_t head_bytes = 0;  // through the blank line (complete only)
+    size_t body_bytes = 0;  // from Content-Length (0 when absent)
     bool expect_continue = false;
     size_t expect_offset = 0, expect_bytes = 0;  // where the Expect line (with its CRLF) sits in the head
     // refused only: the status to answer with (400, 411, 413, 431, 505) and why
