@@ -20,8 +20,11 @@ before(async () => {
     '--header-timeout-ms', '6000', '--host-allow', 'myhost.test', '--cors-origin', 'http://app.test', '-v']);
 });
 
+// Every server here must also stop cleanly (exit 0), which under the sanitizers means no leak and no error.
 after(async () => {
-  if (server && server.child.exitCode === null && server.child.signalCode === null) await stopServer(server);
+  if (server && server.child.exitCode === null && server.child.signalCode === null) {
+    assert.deepEqual(await stopServer(server), { code: 0, signal: null }, server.stderr.slice(-2000));
+  }
 });
 
 // A raw exchange on its own socket: writes `text`, resolves with everything read until the server closes (or
@@ -89,7 +92,7 @@ test('abandoned non-streaming requests are cancelled and free their slots', asyn
       timeoutMs: 5_000, what: 'four 499 log lines',
     });
   } finally {
-    await stopServer(s);
+    assert.deepEqual(await stopServer(s), { code: 0, signal: null }, s.stderr.slice(-2000));
   }
 });
 
@@ -102,7 +105,7 @@ test('requests without max_tokens are capped by --default-max-tokens', async () 
     const explicit = await request(s, 'POST', chat, { body: { messages: user('Go on.'), max_tokens: 9, seed: 1 } });
     assert.ok(explicit.json.usage.completion_tokens <= 9);
   } finally {
-    await stopServer(s);
+    assert.deepEqual(await stopServer(s), { code: 0, signal: null }, s.stderr.slice(-2000));
   }
 });
 
@@ -183,7 +186,7 @@ test('beyond --max-connections new connections get 503 at once', async () => {
       .data.startsWith('HTTP/1.1 200'), { timeoutMs: 10_000, what: '/health back after the idle ones left' });
   } finally {
     for (const c of idle) c.destroy();
-    await stopServer(s);
+    assert.deepEqual(await stopServer(s), { code: 0, signal: null }, s.stderr.slice(-2000));
   }
 });
 
