@@ -6,13 +6,13 @@
 // looks at its connection between waits (Exchange::client_gone) and is cancelled once the client has gone.
 #include "server/generation.h"
 
-#include "server/exchange.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <random>
+
+#include "server/exchange.h"
 
 namespace dsv4::server {
 
