@@ -153,7 +153,7 @@ void anthropic_messages(GenerationRoutes& routes, const httplib::Request& req, h
     if (!run.ok()) return send_anthropic_error(res, run.error());
     if (r->gen.stream) return routes.stream_chat(res, *run, anthropic_stream_writer());
     ChatRun& c = **run;
-    routes.collect_chat(c);
+    if (!routes.collect_chat(c)) return send_anthropic_error(res, client_gone_error());
     if (c.failed()) return send_anthropic_error(res, end_error(c.job->end, c.job->error));
     send_json(res, 200, anthropic_message_json(c));
 }
@@ -163,6 +163,7 @@ void anthropic_count_tokens(GenerationRoutes& routes, const httplib::Request& re
     if (!body.ok()) return send_anthropic_error(res, body.error());
     auto r = parse_messages_request(*body, routes.context().limits, /*for_count_tokens=*/true);
     if (!r.ok()) return send_anthropic_error(res, r.error());
+    if (auto m = routes.check_model(r->gen); !m.ok()) return send_anthropic_error(res, m.error());
     auto ids = routes.chat_prompt(*r);
     if (!ids.ok()) return send_anthropic_error(res, ids.error());
     send_json(res, 200, json{{"input_tokens", ids->size()}});

@@ -3,13 +3,17 @@
 // then collect events (chat APIs through ChatRun and their ChatStreamWriter). Streaming
 // uses httplib's chunked content provider: each call waits briefly for events, writes them as SSE, and
 // when none came checks that the client is still connected (DataSink::is_writable); a provider returning
-// false or a stream ending early cancels the engine request in the resource releaser.
+// false or a stream ending early cancels the engine request in the resource releaser. A non-streaming request
+// looks at its connection between waits (Exchange::client_gone) and is cancelled once the client has gone.
 #include "server/generation.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <random>
+
+#include "server/exchange.h"
 
 namespace dsv4::server {
 
@@ -36,6 +40,15 @@ TokenLogprobs to_logprobs(const TokenEvent& ev) {
 
 std::string finish_reason(GenerationEnd end, bool tool_calls) {
     return finish_reason_name(end == GenerationEnd::length, tool_calls);
+}
+
+// The request log's token counts (exchange.h); events are applied on the thread serving the request.
+void note_usage(const TokenEvent& ev) {
+    if (Exchange* ex = current_exchange()) {
+        ex->prompt_tokens = ev.prompt_tokens;
+        ex->completion_tokens = ev.completion_tokens;
+        ex->cached_tokens = ev.cached_tokens;
+    }
 }
 
 void append(ChatDelta& a, ChatDelta b) {
@@ -137,9 +150,44 @@ ApiResult<std::shared_ptr<Job>> GenerationRoutes::start(std::vector<int32_t> pro
         return unavailable;
     }
     job->meta.id = std::string(id_prefix) + hex(ctx_.id_nonce) + hex(job->id);
-    job->meta.model = gen.model.empty() ? ctx_.model_name : gen.model;
+    job->meta.model = ctx_.model_ids.front();  // the true id, whichever alias the request named
     job->meta.created = static_cast<int64_t>(std::time(nullptr));
     return job;
+}
+
+ApiResult<bool> GenerationRoutes::check_model(const GenerationParams& gen) const {
+    const auto& ids = ctx_.model_ids;
+    if (gen.model.empty() || std::find(ids.begin(), ids.end(), gen.model) != ids.end()) return true;
+    return model_not_found(gen.model, ids);
+}
+
+template <class Apply>
+bool GenerationRoutes::collect(Job& job, Apply apply) {
+    const Exchange* ex = current_exchange();
+    bool cancelled = false;
+    std::vector<TokenEvent> events;
+    while (!job.finished) {
+        if (job.channel->wait(events, kPollInterval)) {
+            for (const TokenEvent& ev : events) apply(ev);
+        }
+        if (!cancelled && !job.finished && ex && ex->client_gone()) {
+            // Nobody will read the answer: free the slot now instead of generating to the end.
+            ctx_.engine->cancel(job.id);
+            ctx_.counters->count_disconnect();
+            cancelled = true;
+        }
+    }
+    ctx_.registry->remove(job.id);
+    return !cancelled;
+}
+
+// 499 is the convention for "client closed the request".
+ApiError client_gone_error() {
+    ApiError e;
+    e.status = 499;
+    e.code = "client_closed_request";
+    e.message = "the client closed the connection; the request was cancelled";
+    return e;
 }
 
 void GenerationRoutes::end_stream(Job& job) {
@@ -162,6 +210,7 @@ void finish_job(Job& job, const TokenEvent& ev) {
     job.error = ev.error;
     job.usage = {ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens};
     job.stop_index = ev.stop_index;
+    note_usage(ev);
 }
 
 }  // namespace
@@ -194,9 +243,11 @@ ApiResult<std::vector<int32_t>> GenerationRoutes::chat_prompt(const ChatRequest&
 
 ApiResult<std::shared_ptr<ChatRun>> GenerationRoutes::start_chat(const ChatRequest& r, const char* id_prefix,
                                                                const std::string& prompt_param) {
+    if (auto m = check_model(r.gen); !m.ok()) return m.error();
     auto ids = chat_prompt(r);
     if (!ids.ok()) return ids.error();
-    auto max_tokens = fit_context((int64_t)ids->size(), r.gen.max_tokens, ctx_.engine->options().n_ctx, prompt_param);
+    auto max_tokens = fit_context((int64_t)ids->size(), r.gen.max_tokens, ctx_.engine->options().n_ctx, prompt_param,
+                                  ctx_.default_max_tokens);
     if (!max_tokens.ok()) return max_tokens.error();
     const int64_t n_prompt = static_cast<int64_t>(ids->size());
     auto job = start(std::move(*ids), r.gen, *max_tokens, id_prefix);
@@ -207,13 +258,8 @@ ApiResult<std::shared_ptr<ChatRun>> GenerationRoutes::start_chat(const ChatReque
     return run;
 }
 
-void GenerationRoutes::collect_chat(ChatRun& run) {
-    std::vector<TokenEvent> events;
-    while (!run.job->finished) {
-        if (!run.job->channel->wait(events, kPollInterval)) continue;
-        for (const TokenEvent& ev : events) (void)apply(run, ev);
-    }
-    ctx_.registry->remove(run.job->id);
+bool GenerationRoutes::collect_chat(ChatRun& run) {
+    return collect(*run.job, [&](const TokenEvent& ev) { (void)apply(run, ev); });
 }
 
 void GenerationRoutes::stream_chat(httplib::Response& res, std::shared_ptr<ChatRun> run,
@@ -304,7 +350,7 @@ void GenerationRoutes::chat(const httplib::Request& req, httplib::Response& res)
 
     if (r->gen.stream) return stream_chat(res, *run, std::make_shared<OpenAiChatWriter>(r->gen.include_usage));
     ChatRun& c = **run;
-    collect_chat(c);
+    if (!collect_chat(c)) return send_error(res, client_gone_error());
     if (c.failed()) return send_error(res, end_error(c.job->end, c.job->error));
     send_json(res, 200,
               chat_completion_json(c.job->meta, c.acc.message(), c.acc.call_ids(), chat_finish_reason(c),
@@ -327,6 +373,7 @@ void GenerationRoutes::completions(const httplib::Request& req, httplib::Respons
     if (!body.ok()) return send_error(res, body.error());
     auto r = parse_completion_request(*body, ctx_.limits);
     if (!r.ok()) return send_error(res, r.error());
+    if (auto m = check_model(r->gen); !m.ok()) return send_error(res, m.error());
 
     std::vector<int32_t> ids;
     std::string prompt_text;
@@ -341,7 +388,8 @@ void GenerationRoutes::completions(const httplib::Request& req, httplib::Respons
         prompt_text = r->prompt_text;
     }
     if (ids.empty()) return send_error(res, bad_request("'prompt' is empty", "prompt", "invalid_value"));
-    auto max_tokens = fit_context((int64_t)ids.size(), r->gen.max_tokens, ctx_.engine->options().n_ctx, "prompt");
+    auto max_tokens = fit_context((int64_t)ids.size(), r->gen.max_tokens, ctx_.engine->options().n_ctx, "prompt",
+                                   ctx_.default_max_tokens);
     if (!max_tokens.ok()) return send_error(res, max_tokens.error());
     auto job = start(std::move(ids), r->gen, *max_tokens, "cmpl-");
     if (!job.ok()) return send_error(res, job.error());
@@ -354,12 +402,7 @@ void GenerationRoutes::completions(const httplib::Request& req, httplib::Respons
     st->text = st->echo;
 
     if (!r->gen.stream) {
-        std::vector<TokenEvent> events;
-        while (!st->job->finished) {
-            if (!st->job->channel->wait(events, kPollInterval)) continue;
-            for (const TokenEvent& ev : events) (void)apply(*st, ev);
-        }
-        ctx_.registry->remove(st->job->id);
+        if (!collect(*st->job, [&](const TokenEvent& ev) { (void)apply(*st, ev); })) return send_error(res, client_gone_error());
         const Job& j = *st->job;
         if (j.end == GenerationEnd::cancelled || j.end == GenerationEnd::error) {
             return send_error(res, end_error(j.end, j.error));

@@ -1,6 +1,6 @@
 // The generating endpoints' shared path: validate, render and tokenize the prompt, submit it to the engine,
-// then either wait for the whole answer or stream it as server-sent events (a streaming client that goes
-// away cancels its request). POST /v1/chat/completions and /v1/completions live here; the other chat APIs
+// then either wait for the whole answer or stream it as server-sent events (a client that goes away cancels
+// its request, streaming or not). POST /v1/chat/completions and /v1/completions live here; the other chat APIs
 // (anthropic_messages.cpp, responses_api.cpp) parse their own requests into a ChatRequest and bring a
 // ChatStreamWriter for their event format, so all three run one generation path.
 #pragma once
@@ -29,7 +29,8 @@ struct GenerationContext {
     HttpCounters* counters = nullptr;
     RequestRegistry* registry = nullptr;
     RequestLimits limits;
-    std::string model_name;
+    std::vector<std::string> model_ids;  // served ids; the first is reported in responses
+    int64_t default_max_tokens = 0;       // for requests without max_tokens (0: the rest of the context)
     uint64_t id_nonce = 0;  // makes response ids unique across server runs
 };
 
@@ -77,6 +78,9 @@ public:
 
 // The error a request that did not end normally reports (cancelled: the server is stopping).
 ApiError end_error(GenerationEnd end, const std::string& message);
+// The answer to a non-streaming request whose client left (499): nobody reads it, but the request log and
+// /metrics show it as the client's doing rather than an error of the server's.
+ApiError client_gone_error();
 
 class GenerationRoutes {
 public:
@@ -85,13 +89,18 @@ public:
     void chat(const httplib::Request& req, httplib::Response& res);
     void completions(const httplib::Request& req, httplib::Response& res);
 
-    // The shared chat path. chat_prompt: the prompt ids of a parsed chat request. start_chat checks them
-    // against the context and submits; `prompt_param` names the field a context error blames.
+    // The 404 (code model_not_found) for a `model` this server does not serve (absent is fine).
+    ApiResult<bool> check_model(const GenerationParams& gen) const;
+    // The shared chat path. chat_prompt: the prompt ids of a parsed chat request. start_chat checks the
+    // request's model, fits the prompt into the context (a request without max_tokens gets the room left,
+    // capped at --max-tokens-default) and submits; `prompt_param` names the field a context error blames.
     ApiResult<std::vector<int32_t>> chat_prompt(const ChatRequest& r) const;
     ApiResult<std::shared_ptr<ChatRun>> start_chat(const ChatRequest& r, const char* id_prefix,
                                                    const std::string& prompt_param);
-    // Blocks until the generation ends (the run then holds the whole message).
-    void collect_chat(ChatRun& run);
+    // Blocks until the generation ends (the run then holds the whole message). Returns false when the
+    // client's connection closed first: the request was cancelled and nobody is left to answer
+    // (client_gone_error() is what the log should show).
+    bool collect_chat(ChatRun& run);
     // Streams the run as server-sent events in the writer's format; a client going away cancels it.
     void stream_chat(httplib::Response& res, std::shared_ptr<ChatRun> run, std::shared_ptr<ChatStreamWriter> writer);
 
@@ -104,6 +113,10 @@ private:
     // Submit; the error is 400 (bad sampling values), 429 (queue full) or 503 (shutting down).
     ApiResult<std::shared_ptr<Job>> start(std::vector<int32_t> prompt, const GenerationParams& gen,
                                           int64_t max_tokens, const char* id_prefix);
+    // Waits for a non-streaming request's events; cancels it when the client's connection closes (then
+    // returns false: there is nobody to answer).
+    template <class Apply>
+    bool collect(Job& job, Apply apply);
     ChatDelta apply(ChatRun& run, const TokenEvent& ev);
     std::string apply(TextState& st, const TokenEvent& ev);
     bool pump_chat(ChatRun& run, ChatStreamWriter& writer, httplib::DataSink& sink);

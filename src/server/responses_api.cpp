@@ -218,7 +218,7 @@ void responses_create(GenerationRoutes& routes, const httplib::Request& req, htt
     if (!run.ok()) return send_error(res, run.error());
     if (r->chat.gen.stream) return routes.stream_chat(res, *run, responses_stream_writer(r->echo));
     ChatRun& c = **run;
-    routes.collect_chat(c);
+    if (!routes.collect_chat(c)) return send_error(res, client_gone_error());
     if (c.failed()) return send_error(res, end_error(c.job->end, c.job->error));
     send_json(res, 200, responses_object(c, r->echo, end_status(c)));
 }

@@ -15,7 +15,8 @@ let anthropic;
 let openai;
 
 before(async () => {
-  server = await startServer(['--ctx', String(CTX), '--parallel', '2', '--api-key', KEY]);
+  // Served as `dsv4`: every request's `model` must name a served id (the SDK calls below send it).
+  server = await startServer(['--ctx', String(CTX), '--parallel', '2', '--api-key', KEY, '--alias', 'dsv4']);
   anthropic = new Anthropic({ baseURL: server.base, apiKey: KEY, maxRetries: 0, timeout: 300_000 });
   openai = client(server, KEY);
 });
@@ -207,6 +208,27 @@ test('messages: the key is honoured as x-api-key and as a bearer token', async (
     body: { messages: user('hi'), max_tokens: 2 }, headers: { 'x-api-key': KEY },
   });
   assert.equal(xkey.status, 200);
+  // The scheme name is case-insensitive on every API; a wrong key in either header is refused in the
+  // endpoint's own error shape.
+  const lower = await request(server, 'POST', '/v1/messages', {
+    body: { max_tokens: 2, messages: user('hi') }, headers: { Authorization: `bearer ${KEY}` },
+  });
+  assert.equal(lower.status, 200, lower.text);
+  const wrongCount = await request(server, 'POST', '/v1/messages/count_tokens', {
+    body: { messages: user('hi') }, headers: { 'x-api-key': 'wrong' },
+  });
+  assert.equal(wrongCount.status, 401);
+  assert.equal(wrongCount.json.type, 'error');
+  assert.equal(wrongCount.json.error.type, 'authentication_error');
+  const wrongResponses = await request(server, 'POST', '/v1/responses', {
+    body: { input: 'hi', max_output_tokens: 2 }, headers: { 'x-api-key': 'wrong' },
+  });
+  assert.equal(wrongResponses.status, 401);
+  assert.equal(wrongResponses.json.error.code, 'invalid_api_key');
+  const keyResponses = await request(server, 'POST', '/v1/responses', {
+    body: { input: 'hi', max_output_tokens: 2 }, headers: { 'x-api-key': KEY },
+  });
+  assert.equal(keyResponses.status, 200, keyResponses.text);
 });
 
 test('messages: SDK errors carry Anthropic error types', async () => {
@@ -300,12 +322,12 @@ test('responses: input items, function tools and every tool_choice', async () =>
 });
 
 test('malformed bodies get 4xx in each API\'s error shape and the server stays healthy', async () => {
-  const ok = { model: 'x', max_tokens: 4, messages: user('hi') };
+  const ok = { model: 'dsv4', max_tokens: 4, messages: user('hi') };
   const anthropicCases = [
-    ['invalid JSON', '/v1/messages', '{"model": "x", "messages": [', 400],
+    ['invalid JSON', '/v1/messages', '{"model": "dsv4", "messages": [', 400],
     ['array body', '/v1/messages', '[1]', 400],
-    ['no max_tokens', '/v1/messages', { model: 'x', messages: user('hi') }, 400],
-    ['no messages', '/v1/messages', { model: 'x', max_tokens: 4 }, 400],
+    ['no max_tokens', '/v1/messages', { model: 'dsv4', messages: user('hi') }, 400],
+    ['no messages', '/v1/messages', { model: 'dsv4', max_tokens: 4 }, 400],
     ['empty messages', '/v1/messages', { ...ok, messages: [] }, 400],
     ['bad role', '/v1/messages', { ...ok, messages: [{ role: 'system', content: 'x' }] }, 400],
     ['image block', '/v1/messages', { ...ok, messages: [{ role: 'user', content: [{ type: 'image', source: {} }] }] }, 400],
@@ -320,7 +342,7 @@ test('malformed bodies get 4xx in each API\'s error shape and the server stays h
     ['stop_sequences a string', '/v1/messages', { ...ok, stop_sequences: 'x' }, 400],
     ['metadata a string', '/v1/messages', { ...ok, metadata: 'x' }, 400],
     ['assistant prefill', '/v1/messages', { ...ok, messages: [...user('hi'), { role: 'assistant', content: 'Sure' }] }, 400],
-    ['count_tokens no messages', '/v1/messages/count_tokens', { model: 'x' }, 400],
+    ['count_tokens no messages', '/v1/messages/count_tokens', { model: 'dsv4' }, 400],
     ['count_tokens invalid JSON', '/v1/messages/count_tokens', '{', 400],
     ['GET on messages', '/v1/messages', undefined, 405, 'GET'],
   ];
@@ -331,16 +353,16 @@ test('malformed bodies get 4xx in each API\'s error shape and the server stays h
     assert.equal(typeof r.json.error?.type, 'string', name);
     assert.ok(r.json.error.message.length > 0, name);
   }
-  const rok = { model: 'x', input: 'hi', max_output_tokens: 4 };
+  const rok = { model: 'dsv4', input: 'hi', max_output_tokens: 4 };
   const responsesCases = [
     ['invalid JSON', '{"input": ', 400],
-    ['no input', { model: 'x' }, 400, 'input'],
-    ['input a number', { model: 'x', input: 3 }, 400, 'input'],
-    ['empty input', { model: 'x', input: [] }, 400, 'input'],
-    ['unknown item', { model: 'x', input: [{ type: 'computer_call' }] }, 400, 'input[0].type'],
-    ['image part', { model: 'x', input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'x' }] }] }, 400],
-    ['function_call without call_id', { model: 'x', input: [{ type: 'function_call', name: 'f', arguments: '{}' }] }, 400],
-    ['function_call_output without output', { model: 'x', input: [{ type: 'function_call_output', call_id: 'c' }] }, 400],
+    ['no input', { model: 'dsv4' }, 400, 'input'],
+    ['input a number', { model: 'dsv4', input: 3 }, 400, 'input'],
+    ['empty input', { model: 'dsv4', input: [] }, 400, 'input'],
+    ['unknown item', { model: 'dsv4', input: [{ type: 'computer_call' }] }, 400, 'input[0].type'],
+    ['image part', { model: 'dsv4', input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'x' }] }] }, 400],
+    ['function_call without call_id', { model: 'dsv4', input: [{ type: 'function_call', name: 'f', arguments: '{}' }] }, 400],
+    ['function_call_output without output', { model: 'dsv4', input: [{ type: 'function_call_output', call_id: 'c' }] }, 400],
     ['built-in tool', { ...rok, tools: [{ type: 'web_search' }] }, 400, 'tools[0].type'],
     ['bad tool_choice', { ...rok, tools: fnTools, tool_choice: { type: 'function' } }, 400],
     ['previous_response_id', { ...rok, previous_response_id: 'resp_1' }, 400, 'previous_response_id'],
@@ -357,7 +379,7 @@ test('malformed bodies get 4xx in each API\'s error shape and the server stays h
     assert.ok('param' in e && 'code' in e && 'type' in e, name);
     if (param) assert.equal(e.param, param, `${name}: param ${e.param}`);
   }
-  await assert.rejects(openai.responses.create({ model: 'x', input: [] }), (e) => e.status === 400);
+  await assert.rejects(openai.responses.create({ model: 'dsv4', input: [] }), (e) => e.status === 400);
   const h = await request(server, 'GET', '/health');
   assert.equal(h.status, 200);
   const after = await openai.responses.create({ model: 'dsv4', input: 'still there?', max_output_tokens: 2 });

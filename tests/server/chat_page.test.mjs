@@ -1,6 +1,7 @@
 // The chat page at GET / in a real headless browser (Debian's chromium, driven by playwright-core): it loads,
 // lists the model, streams an answer, shows reasoning apart from the answer, and the stop button ends a long
-// answer and frees the server's slot. Skipped, saying why, only when no chromium is installed.
+// answer and frees the server's slot; the page's own requests pass the Host and Origin checks. Skipped, saying
+// why, only when no chromium is installed.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
@@ -93,4 +94,27 @@ test('chat page: load, send, streamed answer, reasoning, stop', { skip, timeout:
     { timeoutMs: 30_000, what: 'the stopped request to leave the engine' });
   assert.deepEqual(errors, []);
   await page.close();
+});
+
+test('the page\'s own requests pass the Host and Origin checks; a text/plain POST from it does not', { skip, timeout: 120_000 }, async () => {
+  const page = await browser.newPage();
+  try {
+    await page.goto(server.base + '/');
+    // Same-origin fetches as the page makes them (Origin: this server, Content-Type: application/json), on
+    // each chat API, and the simple text/plain POST another site's page could send without a preflight.
+    const statuses = await page.evaluate(async () => {
+      const post = async (path, body, type = 'application/json') =>
+        (await fetch(path, { method: 'POST', headers: { 'Content-Type': type }, body: JSON.stringify(body) })).status;
+      const messages = [{ role: 'user', content: 'hi' }];
+      return [
+        await post('/v1/chat/completions', { messages, max_tokens: 2 }),
+        await post('/v1/messages', { messages, max_tokens: 2 }),
+        await post('/v1/responses', { input: 'hi', max_output_tokens: 2 }),
+        await post('/v1/chat/completions', { messages, max_tokens: 2 }, 'text/plain'),
+      ];
+    });
+    assert.deepEqual(statuses, [200, 200, 200, 415]);
+  } finally {
+    await page.close();
+  }
 });
