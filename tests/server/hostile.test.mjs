@@ -400,25 +400,16 @@ test('Messages and Responses: browser safety and head checks, Anthropic-shaped u
   anthropicError(await request(server, 'POST', '/v1/messages', { body: msg, headers: { Host: 'evil.example' } }), 403,
     'permission_error', 'foreign Host on /v1/messages');
   // Sizes are checked on the head by the connection front, in the endpoint's shape.
-  const head = (path) => `POST ${path} HTTP/1.1
-Host: 127.0.0.1
-Content-Type: application/json
-` +
-    'Content-Length: 999999999
-
-';
+  const head = (path) => `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n` +
+    'Content-Length: 999999999\r\n\r\n';
   const big = await raw(port(), head('/v1/messages?beta=true'), 5_000);
   assert.match(big.data, /^HTTP\/1.1 413/, big.data);
-  const bigBody = JSON.parse(big.data.slice(big.data.indexOf('
-
-') + 4));
+  const bigBody = JSON.parse(big.data.slice(big.data.indexOf('\r\n\r\n') + 4));
   assert.equal(bigBody.type, 'error', big.data);
   assert.equal(bigBody.error.type, 'request_too_large');
   const bigResp = await raw(port(), head('/v1/responses'), 5_000);
   assert.match(bigResp.data, /^HTTP\/1.1 413/, bigResp.data);
-  assert.equal(JSON.parse(bigResp.data.slice(bigResp.data.indexOf('
-
-') + 4)).error.code, 'request_too_large');
+  assert.equal(JSON.parse(bigResp.data.slice(bigResp.data.indexOf('\r\n\r\n') + 4)).error.code, 'request_too_large');
   // --cors-origin: preflights for both are answered (Anthropic's browser clients send x-api-key) and the real
   // requests carry the CORS headers.
   const app = { Origin: 'http://app.test' };
