@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake ninja-build pkg-config libpcre2-dev libcpp-httplib-dev nlohmann-json3-dev
-      libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev python3-numpy)
+      libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev python3-numpy chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -395,6 +395,24 @@ TEST(OpenAIRequest, FitContext) {
     auto full = fit_context(4096, -1, 4096, "prompt");
     ASSERT_FALSE(full.ok());
     EXPECT_EQ(full.error().param, "prompt");
+    // The default cap applies only when the request gave no max_tokens, and never beyond the room left.
+    EXPECT_EQ(*fit_context(100, -1, 4096, "messages", 2048), 2048);
+    EXPECT_EQ(*fit_context(3000, -1, 4096, "messages", 2048), 1096);
+    EXPECT_EQ(*fit_context(100, 3000, 4096, "messages", 2048), 3000);
+    EXPECT_EQ(*fit_context(100, -1, 4096, "messages", 0), 3996);
+}
+
+TEST(OpenAIRequest, ModelNotFound) {
+    const ApiError e = model_not_found("gpt-4o", {"tiny", "tiny-alias"});
+    EXPECT_EQ(e.status, 404);
+    EXPECT_EQ(e.code, "model_not_found");
+    EXPECT_EQ(e.param, "model");
+    EXPECT_EQ(e.type, "invalid_request_error");
+    EXPECT_NE(e.message.find("'gpt-4o'"), std::string::npos);
+    EXPECT_NE(e.message.find("'tiny', 'tiny-alias'"), std::string::npos);
+    const json list = models_json(std::vector<std::string>{"a", "b"}, 5, 4096);
+    ASSERT_EQ(list["data"].size(), 2u);
+    EXPECT_EQ(list["data"][1]["id"], "b");
 }
 
 // ---- text completions ------------------------------------------------------------------------------------

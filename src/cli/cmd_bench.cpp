@@ -104,14 +104,14 @@ int cmd_bench(int argc, char** argv) {
     app.add_flag("--synth-quantize", synth_quantize,
                  "quantize Gaussian weights with the real quantizers (minutes for a full Q2_K model) instead of "
                  "writing random valid blocks of the same types (same bytes and decode work, seconds)");
-    app.add_option("--prompt", n_prompt, "prompt tokens for the prefill measurement")->check(CLI::PositiveNumber);
-    app.add_option("--gen", n_gen, "decoded tokens per measurement")->check(CLI::PositiveNumber);
+    app.add_option("--prompt", n_prompt, "prompt tokens for the prefill measurement")->capture_default_str()->check(positive_number());
+    app.add_option("--gen", n_gen, "decoded tokens per measurement")->capture_default_str()->check(positive_number());
     app.add_option("--repeat", repeat,
                    "measurements of --gen tokens at each depth, one after the other; the decode row reports their "
                    "median (and the slowest and fastest): single short runs of one build vary by several percent")
         ->check(CLI::Range(1, 1000));
     app.add_option("--ctx", ctx_list, "comma-separated context depths at which to measure decode (e.g. 0,4096)");
-    app.add_option("--prefill-chunk", chunk, "tokens per prefill step")->check(CLI::PositiveNumber);
+    app.add_option("--prefill-chunk", chunk, "tokens per prefill step")->capture_default_str()->check(positive_number());
     app.add_option("--peak-gbs", peak_gbs, "memory bandwidth peak in GB/s to report the achieved fraction against");
     app.add_flag("--exact", exact, "exact mode (no FP8/FP4 rounding simulation)");
     app.add_flag("--profile", profile,

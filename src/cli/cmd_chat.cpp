@@ -31,8 +31,8 @@ int cmd_chat(int argc, char** argv) {
     DeviceOptions dev;
     app.add_option("-m,--model", model_path, "model GGUF")->required();
     app.add_option("-s,--system", system_prompt, "system prompt");
-    app.add_option("-n,--n-predict", n_predict, "tokens per answer at most")->check(CLI::PositiveNumber);
-    app.add_option("-c,--ctx", n_ctx, "context size in tokens")->check(CLI::PositiveNumber);
+    app.add_option("-n,--n-predict", n_predict, "tokens per answer at most")->capture_default_str()->check(positive_number());
+    app.add_option("-c,--ctx", n_ctx, "context size in tokens")->capture_default_str()->check(positive_number());
     app.add_flag("--thinking", thinking, "thinking mode: the model reasons before answering");
     app.add_flag("--exact", no_quant_sim, "exact mode (no FP8/FP4 rounding simulation)");
     add_sampling_options(app, so);

@@ -48,8 +48,8 @@ int cmd_logits(int argc, char** argv) {
     app.add_flag("--stepwise", stepwise, "feed every token alone from position 0");
     app.add_flag("--mtp", mtp, "write the MTP block's logits (row t: hidden at t, token t+1)");
     app.add_option("--quant-sim", quant_sim, "model's FP8/FP4 rounding: on, or off for exact mode")
-        ->check(CLI::IsMember({"on", "off"}));
-    app.add_option("--prefill-chunk", chunk, "tokens per prefill step")->check(CLI::PositiveNumber);
+        ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
+    app.add_option("--prefill-chunk", chunk, "tokens per prefill step")->capture_default_str()->check(positive_number());
     add_no_graphs_flag(app, no_graphs);
     add_device_options(app, dev);
     try {

@@ -17,8 +17,8 @@ int cmd_run(int argc, char** argv) {
     DeviceOptions dev;
     app.add_option("-m,--model", model_path, "model GGUF")->required();
     app.add_option("-p,--prompt", prompt, "the prompt (a user message, or raw text with --raw)")->required();
-    app.add_option("-n,--n-predict", n_predict, "tokens to generate at most")->check(CLI::PositiveNumber);
-    app.add_option("-c,--ctx", n_ctx, "context size in tokens")->check(CLI::PositiveNumber);
+    app.add_option("-n,--n-predict", n_predict, "tokens to generate at most")->capture_default_str()->check(positive_number());
+    app.add_option("-c,--ctx", n_ctx, "context size in tokens")->capture_default_str()->check(positive_number());
     app.add_flag("--raw", raw, "plain completion: no chat template");
     app.add_flag("--thinking", thinking, "thinking mode: the model reasons before answering");
     app.add_flag("--exact", no_quant_sim, "exact mode (no FP8/FP4 rounding simulation)");

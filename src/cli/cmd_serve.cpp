@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -29,9 +30,8 @@ namespace dsv4::cli {
 
 namespace {
 
-// The model's display name: --alias, else general.name from the file, else the file name without .gguf.
-std::string model_name(const Model& m, const std::string& path, const std::string& alias) {
-    if (!alias.empty()) return alias;
+// The model's name: general.name from the file, else the file name without .gguf.
+std::string model_name(const Model& m, const std::string& path) {
     auto name = m.file().get_str("general.name");
     if (name.ok() && !name->empty()) return *name;
     std::string base = path.substr(path.find_last_of('/') + 1);
@@ -43,7 +43,8 @@ std::string model_name(const Model& m, const std::string& path, const std::strin
 
 int cmd_serve(int argc, char** argv) {
     CLI::App app{"Serve the OpenAI-compatible HTTP API (chat/completions, completions, models, health, metrics)"};
-    std::string model_path, alias, thinking = "off", prefix_cache = "on";
+    std::string model_path, thinking = "off", prefix_cache = "on";
+    std::vector<std::string> aliases;
     server::ServerOptions so;
     EngineOptions eo;
     eo.max_queue = 64;
@@ -54,8 +55,9 @@ int cmd_serve(int argc, char** argv) {
     app.add_option("--port", so.port, "port to listen on (0: any free port)")
         ->capture_default_str()
         ->check(CLI::Range(0, 65535));
-    app.add_option("-c,--ctx", ctx, "context size per request in tokens (default: min(4096, the model's))")
-        ->check(CLI::NonNegativeNumber);
+    app.add_option("-c,--ctx", ctx, "context size per request in tokens (0: min(4096, the model's))")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
     app.add_option("-p,--parallel", eo.n_slots, "requests decoded at once (KV-cache slots)")
         ->capture_default_str()
         ->check(CLI::Range(1, 1024));
@@ -70,7 +72,39 @@ int cmd_serve(int argc, char** argv) {
     app.add_option("--max-body-bytes", so.max_body_bytes, "largest request body accepted (larger: HTTP 413)")
         ->capture_default_str()
         ->check(CLI::Range(1024, 1 << 30));
-    app.add_option("--alias", alias, "model id reported by /v1/models (default: the file's general.name)");
+    app.add_option("--alias", aliases,
+                   "model ids to serve, comma-separated or repeated; the first is reported in responses, and a "
+                   "request's 'model' must be one of them (default: the file's general.name)")
+        ->delimiter(',');
+    app.add_option("--default-max-tokens", so.default_max_tokens,
+                   "tokens generated for requests that set no max_tokens (0: the rest of the context)")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+    app.add_option("--max-connections", so.max_connections,
+                   "open connections at most; beyond this new ones get HTTP 503 at once")
+        ->capture_default_str()
+        ->check(CLI::Range(size_t(1), size_t(1) << 20));
+    app.add_option("--header-timeout-ms", so.header_timeout_ms,
+                   "time a request's line and headers may take to arrive (then HTTP 408)")
+        ->capture_default_str()
+        ->check(CLI::Range(100, 3600 * 1000));
+    app.add_option("--body-timeout-ms", so.body_timeout_ms, "time a request body may take after its headers (then 408)")
+        ->capture_default_str()
+        ->check(CLI::Range(100, 3600 * 1000));
+    app.add_option("--keep-alive", so.keep_alive_seconds, "seconds an idle keep-alive connection stays open")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 3600));
+    app.add_option("--keep-alive-requests", so.keep_alive_max_requests, "requests served on one connection at most")
+        ->capture_default_str()
+        ->check(CLI::Range(size_t(1), size_t(1) << 30));
+    app.add_option("--host-allow", so.host_allow,
+                   "Host header names accepted besides the loopback ones, comma-separated ('*': any); when "
+                   "listening beyond the loopback, only these (if given)")
+        ->delimiter(',');
+    app.add_option("--cors-origin", so.cors_origins,
+                   "origins allowed to call the API from a browser (CORS), comma-separated, e.g. "
+                   "http://localhost:3000 ('*': any); none by default")
+        ->delimiter(',');
     app.add_option("--prefix-cache", prefix_cache, "reuse the state of shared prompt prefixes")
         ->capture_default_str()
         ->check(CLI::IsMember({"on", "off"}));
@@ -107,7 +141,7 @@ int cmd_serve(int argc, char** argv) {
         std::fprintf(stderr, "dsv4 serve: warning: --ctx %lld is beyond the model's training context %lld\n",
                      (long long)eo.n_ctx, (long long)n_ctx_train);
     }
-    so.model_name = model_name(**model, model_path, alias);
+    so.model_ids = aliases.empty() ? std::vector<std::string>{model_name(**model, model_path)} : aliases;
 
     Engine engine(**model, **tok, eo);
     server::Server srv(engine, so);
@@ -133,7 +167,7 @@ int cmd_serve(int argc, char** argv) {
         }
     });
 
-    std::printf("dsv4 serve: model '%s' (%s), %d slots x %lld tokens on %s\n", so.model_name.c_str(),
+    std::printf("dsv4 serve: model '%s' (%s), %d slots x %lld tokens on %s\n", so.model_ids.front().c_str(),
                 model_path.c_str(), eo.n_slots, (long long)eo.n_ctx, (*backend)->name());
     const bool v6 = so.host.find(':') != std::string::npos;
     std::printf("dsv4 serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", so.host.c_str(), v6 ? "]" : "", *port);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "format/ggml_type.h"
 #include "format/gguf.h"
 #include "model/synth.h"
@@ -25,7 +26,7 @@ Result<GgmlType> parse_type(const std::string& option, const std::string& name) 
     return *t;
 }
 
-int fail(const std::string& msg) {
+int synth_fail(const std::string& msg) {
     std::fprintf(stderr, "dsv4 synth: %s\n", msg.c_str());
     return 1;
 }
@@ -41,13 +42,13 @@ int cmd_synth(int argc, char** argv) {
     app.add_option("--preset", preset, "model sizes: tiny, flash (V4-Flash) or pro (V4-Pro)")
         ->required()
         ->check(CLI::IsMember({"tiny", "flash", "pro"}));
-    app.add_option("--layers", n_layer, "main layer count (compress ratios follow the preset's pattern)")
-        ->check(CLI::PositiveNumber);
+    app.add_option("--layers", n_layer, "main layer count (compress ratios follow the preset's pattern; default: the preset's)")
+        ->check(positive_number());
     app.add_option("--vocab", vocab_path, "copy the tokenizer.* keys of this GGUF and use its vocabulary size");
     app.add_option("--experts-type", experts_type, "type of every routed-expert stack (default IQ2_XXS gate/up, Q2_K down)");
     app.add_option("--dense-type", dense_type, "type of the dense 2-D matrices (default Q8_0)");
-    app.add_option("--seed", seed, "random seed (same seed, same bytes)");
-    app.add_option("-t,--threads", n_threads, "generator threads (default: all cores)")->check(CLI::NonNegativeNumber);
+    app.add_option("--seed", seed, "random seed (same seed, same bytes)")->capture_default_str();
+    app.add_option("-t,--threads", n_threads, "generator threads (default: all cores)")->check(non_negative_number());
     app.add_flag("--no-mtp", no_mtp, "leave out the MTP block");
     app.add_flag("--random-blocks", random_blocks,
                  "write Q8_0 and K-quant tensors as random valid blocks instead of quantizing Gaussian values "
@@ -57,31 +58,31 @@ int cmd_synth(int argc, char** argv) {
     CLI11_PARSE(app, argc, argv);
 
     auto hp = synth_preset(preset, n_layer);
-    if (!hp.ok()) return fail(hp.error());
+    if (!hp.ok()) return synth_fail(hp.error());
     hp->mtp = !no_mtp;
 
     SynthTypes types;
     if (!experts_type.empty()) {
         auto t = parse_type("--experts-type", experts_type);
-        if (!t.ok()) return fail(t.error());
+        if (!t.ok()) return synth_fail(t.error());
         types.expert_gate_up = types.expert_down = *t;
     }
     if (!dense_type.empty()) {
         auto t = parse_type("--dense-type", dense_type);
-        if (!t.ok()) return fail(t.error());
+        if (!t.ok()) return synth_fail(t.error());
         types.dense = *t;
     }
 
     std::unique_ptr<GgufFile> vocab;
     if (!vocab_path.empty()) {
         auto f = GgufFile::open(vocab_path);
-        if (!f.ok()) return fail("--vocab: " + f.error());
+        if (!f.ok()) return synth_fail("--vocab: " + f.error());
         vocab = std::move(*f);
         auto n = synth_vocab_size(*vocab);
-        if (!n.ok()) return fail(n.error());
+        if (!n.ok()) return synth_fail(n.error());
         hp->n_vocab = *n;
     }
-    if (Status st = synth_validate(*hp); !st.ok()) return fail(st.error());
+    if (Status st = synth_validate(*hp); !st.ok()) return synth_fail(st.error());
 
     std::vector<std::string> notes;
     const auto plan = synth_plan(*hp, types, &notes);
@@ -99,7 +100,7 @@ int cmd_synth(int argc, char** argv) {
     opt.progress = !quiet;
     opt.random_quantized = random_blocks;
     opt.vocab = vocab.get();
-    if (Status st = synth_write(*hp, types, opt, out_path); !st.ok()) return fail(st.error());
+    if (Status st = synth_write(*hp, types, opt, out_path); !st.ok()) return synth_fail(st.error());
     return 0;
 }
 

@@ -1,5 +1,7 @@
 #include "cli/common.h"
 
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 
 #include "core/thread_pool.h"
@@ -9,9 +11,33 @@
 
 namespace dsv4::cli {
 
+namespace {
+
+// A number check with a plain message; `positive` excludes 0.
+CLI::Validator number_at_least_zero(bool positive) {
+    return CLI::Validator(
+        [positive](std::string& s) -> std::string {
+            char* end = nullptr;
+            errno = 0;
+            const double v = std::strtod(s.c_str(), &end);
+            if (s.empty() || end == s.c_str() || *end != '\0' || errno == ERANGE || std::isnan(v)) {
+                return "'" + s + "' is not a number";
+            }
+            if (positive && !(v > 0)) return "must be greater than 0 (got " + s + ")";
+            if (!positive && v < 0) return "must not be negative (got " + s + ")";
+            return {};
+        },
+        positive ? "POSITIVE" : "NONNEGATIVE");
+}
+
+}  // namespace
+
+CLI::Validator positive_number() { return number_at_least_zero(true); }
+CLI::Validator non_negative_number() { return number_at_least_zero(false); }
+
 void add_device_options(CLI::App& app, DeviceOptions& d) {
     app.add_option("--device", d.device, "compute device: auto, cpu or cuda")
-        ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+        ->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     app.add_option("-t,--threads", d.threads, "CPU threads (default: all cores)");
     app.add_option(
            "--gemm", d.gemm,

@@ -19,6 +19,11 @@ inline int fail(const std::string& message) {
     return 1;
 }
 
+// Range checks that say what is wanted in words: CLI11's PositiveNumber and NonNegativeNumber print their
+// floating-point bounds in full (a 300-digit number).
+CLI::Validator positive_number();
+CLI::Validator non_negative_number();
+
 struct DeviceOptions {
     std::string device = "auto";  // auto | cpu | cuda
     int threads = 0;              // CPU threads (0 = all cores)

@@ -19,12 +19,12 @@ Result<Loaded> load_model_and_tokenizer(const std::string& path, const DeviceOpt
 }
 
 void add_sampling_options(CLI::App& app, SamplingOptions& s) {
-    app.add_option("--temp", s.temperature, "sampling temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
-    app.add_option("--top-p", s.top_p, "nucleus sampling probability mass")->check(CLI::Range(0.0, 1.0));
-    app.add_option("--top-k", s.top_k, "keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
+    app.add_option("--temp", s.temperature, "sampling temperature (0 = greedy)")->capture_default_str()->check(non_negative_number());
+    app.add_option("--top-p", s.top_p, "nucleus sampling probability mass")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+    app.add_option("--top-k", s.top_k, "keep the k most likely tokens (0 = off)")->capture_default_str()->check(non_negative_number());
     app.add_option("--min-p", s.min_p, "drop tokens below min_p times the top probability")
-        ->check(CLI::Range(0.0, 1.0));
-    app.add_option("--repeat-penalty", s.repeat_penalty, "repetition penalty (1 = off)");
+        ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+    app.add_option("--repeat-penalty", s.repeat_penalty, "repetition penalty (1 = off)")->capture_default_str();
     app.add_option("--seed", s.seed, "random seed (default: from the clock)");
 }
 

@@ -38,7 +38,7 @@ const Command kCommands[] = {
 void usage(std::FILE* out) {
     std::fprintf(out, "dsv4: DeepSeek-V4 inference engine\n\nusage: dsv4 <command> [options]\n\ncommands:\n");
     for (const auto& c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.help);
-    std::fprintf(out, "\nRun 'dsv4 <command> --help' for a command's options.\n");
+    std::fprintf(out, "\nRun 'dsv4 <command> --help' for a command's options; 'dsv4 --version' prints the version.\n");
 }
 
 }  // namespace
@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     std::string name = argv[1];
+    if (name == "--version" || name == "-V") return cmd_version(argc - 1, argv + 1);
     if (name == "-h" || name == "--help" || name == "help") {
         usage(stdout);
         return 0;

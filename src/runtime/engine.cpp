@@ -36,6 +36,7 @@ struct Engine::Sequence {
     std::vector<int32_t> generated;
     std::optional<Sampler> sampler;
     std::optional<StopChecker> stop;
+    int32_t stop_index = -1;         // which stop string ended the generation
     std::optional<KvCache::Snapshot> block_snap;  // state at the last block boundary (no entries)
     bool done = false;
     std::vector<float> logits;
@@ -132,6 +133,7 @@ void Engine::finish(Sequence& s, GenerationEnd r, const std::string& error) {
     ev.prompt_tokens = s.n_prompt;
     ev.completion_tokens = (int64_t)s.generated.size();
     ev.cached_tokens = s.cached;
+    ev.stop_index = s.stop_index;
     if (r != GenerationEnd::error && r != GenerationEnd::cancelled) publish_prefix(s);
     release(s);
     {
@@ -210,6 +212,7 @@ bool Engine::sample_and_emit(Sequence& s, const std::vector<float>& logits) {
     ev.text = std::move(u.text);
     if (s.cb) s.cb(ev);
     if (u.finish == FinishReason::stop) {
+        s.stop_index = u.stop_index;
         finish(s, GenerationEnd::stop);
         return false;
     }

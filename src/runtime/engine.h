@@ -52,6 +52,7 @@ struct TokenEvent {
     int64_t prompt_tokens = 0;            // usage, filled on the final event
     int64_t completion_tokens = 0;
     int64_t cached_tokens = 0;            // prompt tokens restored from the prefix cache
+    int32_t stop_index = -1;              // final event of a generation a stop string ended: which one
 };
 
 struct EngineOptions {

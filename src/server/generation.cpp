@@ -1,14 +1,19 @@
-// POST /v1/chat/completions and POST /v1/completions (see generation.h). Both follow one path: parse and
-// validate, build the prompt ids, check them against the context, submit, then collect events. Streaming
+// The shared generation path and POST /v1/chat/completions, /v1/completions (see generation.h). Every
+// endpoint follows it: parse and validate, build the prompt ids, check them against the context, submit,
+// then collect events (chat APIs through ChatRun and their ChatStreamWriter). Streaming
 // uses httplib's chunked content provider: each call waits briefly for events, writes them as SSE, and
 // when none came checks that the client is still connected (DataSink::is_writable); a provider returning
-// false or a stream ending early cancels the engine request in the resource releaser.
+// false or a stream ending early cancels the engine request in the resource releaser. A non-streaming request
+// looks at its connection between waits (Exchange::client_gone) and is cancelled once the client has gone.
 #include "server/generation.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <random>
+
+#include "server/exchange.h"
 
 namespace dsv4::server {
 
@@ -37,22 +42,13 @@ std::string finish_reason(GenerationEnd end, bool tool_calls) {
     return finish_reason_name(end == GenerationEnd::length, tool_calls);
 }
 
-// The error a request that did not end normally reports (cancelled means the server is stopping: a client
-// that went away sees nothing).
-ApiError end_error(GenerationEnd end, const std::string& message) {
-    ApiError e;
-    if (end == GenerationEnd::cancelled) {
-        e.status = 503;
-        e.type = "server_error";
-        e.code = "shutting_down";
-        e.message = "the request was cancelled: the server is shutting down";
-    } else {
-        e.status = 500;
-        e.type = "server_error";
-        e.code = "generation_failed";
-        e.message = "generation failed: " + message;
+// The request log's token counts (exchange.h); events are applied on the thread serving the request.
+void note_usage(const TokenEvent& ev) {
+    if (Exchange* ex = current_exchange()) {
+        ex->prompt_tokens = ev.prompt_tokens;
+        ex->completion_tokens = ev.completion_tokens;
+        ex->cached_tokens = ev.cached_tokens;
     }
-    return e;
 }
 
 void append(ChatDelta& a, ChatDelta b) {
@@ -70,24 +66,36 @@ void send_json(httplib::Response& res, int status, const json& body) {
 
 void send_error(httplib::Response& res, const ApiError& error) { send_json(res, error.status, error_json(error)); }
 
-struct GenerationRoutes::Job {
-    uint64_t id = 0;
-    std::shared_ptr<EventChannel> channel;
-    ResponseMeta meta;
-    bool finished = false;
-    GenerationEnd end = GenerationEnd::none;
-    std::string error;
-    Usage usage;
-};
+// A client that went away sees nothing; cancelled here means the server is stopping.
+ApiError end_error(GenerationEnd end, const std::string& message) {
+    ApiError e;
+    if (end == GenerationEnd::cancelled) {
+        e.status = 503;
+        e.type = "server_error";
+        e.code = "shutting_down";
+        e.message = "the request was cancelled: the server is shutting down";
+    } else {
+        e.status = 500;
+        e.type = "server_error";
+        e.code = "generation_failed";
+        e.message = "generation failed: " + message;
+    }
+    return e;
+}
 
-struct GenerationRoutes::ChatState {
-    std::shared_ptr<Job> job;
-    ChatAccumulator acc;
-    bool logprobs = false;
-    bool include_usage = false;
-    bool sent_role = false;
-    json pending_logprobs = json::array();  // entries not yet sent (streaming) / all entries (blocking)
-};
+ChatOutcome ChatRun::outcome() const {
+    if (job->end == GenerationEnd::length) return ChatOutcome::length;
+    if (acc.has_tool_calls()) return ChatOutcome::tool_calls;
+    if (job->stop_index >= 0) return ChatOutcome::stop_sequence;
+    return ChatOutcome::end_turn;
+}
+
+std::string ChatRun::stop_sequence() const {
+    if (job->stop_index < 0 || static_cast<size_t>(job->stop_index) >= stop.size()) return {};
+    return stop[static_cast<size_t>(job->stop_index)];
+}
+
+std::string GenerationRoutes::id_hex(uint64_t x) const { return hex(ctx_.id_nonce) + hex(x); }
 
 struct GenerationRoutes::TextState {
     std::shared_ptr<Job> job;
@@ -98,7 +106,7 @@ struct GenerationRoutes::TextState {
     CompletionLogprobs lp;         // not yet sent (streaming) / all (blocking)
 };
 
-ApiResult<std::shared_ptr<GenerationRoutes::Job>> GenerationRoutes::start(std::vector<int32_t> prompt,
+ApiResult<std::shared_ptr<Job>> GenerationRoutes::start(std::vector<int32_t> prompt,
                                                                             const GenerationParams& gen,
                                                                             int64_t max_tokens, const char* id_prefix) {
     GenerationRequest g;
@@ -142,9 +150,44 @@ ApiResult<std::shared_ptr<GenerationRoutes::Job>> GenerationRoutes::start(std::v
         return unavailable;
     }
     job->meta.id = std::string(id_prefix) + hex(ctx_.id_nonce) + hex(job->id);
-    job->meta.model = gen.model.empty() ? ctx_.model_name : gen.model;
+    job->meta.model = ctx_.model_ids.front();  // the true id, whichever alias the request named
     job->meta.created = static_cast<int64_t>(std::time(nullptr));
     return job;
+}
+
+ApiResult<bool> GenerationRoutes::check_model(const GenerationParams& gen) const {
+    const auto& ids = ctx_.model_ids;
+    if (gen.model.empty() || std::find(ids.begin(), ids.end(), gen.model) != ids.end()) return true;
+    return model_not_found(gen.model, ids);
+}
+
+template <class Apply>
+bool GenerationRoutes::collect(Job& job, Apply apply) {
+    const Exchange* ex = current_exchange();
+    bool cancelled = false;
+    std::vector<TokenEvent> events;
+    while (!job.finished) {
+        if (job.channel->wait(events, kPollInterval)) {
+            for (const TokenEvent& ev : events) apply(ev);
+        }
+        if (!cancelled && !job.finished && ex && ex->client_gone()) {
+            // Nobody will read the answer: free the slot now instead of generating to the end.
+            ctx_.engine->cancel(job.id);
+            ctx_.counters->count_disconnect();
+            cancelled = true;
+        }
+    }
+    ctx_.registry->remove(job.id);
+    return !cancelled;
+}
+
+// 499 is the convention for "client closed the request".
+ApiError client_gone_error() {
+    ApiError e;
+    e.status = 499;
+    e.code = "client_closed_request";
+    e.message = "the client closed the connection; the request was cancelled";
+    return e;
 }
 
 void GenerationRoutes::end_stream(Job& job) {
@@ -157,81 +200,85 @@ void GenerationRoutes::end_stream(Job& job) {
     ctx_.counters->stream_ended();
 }
 
-// ---- chat ------------------------------------------------------------------------------------------------
+// ---- the shared chat path ---------------------------------------------------------------------------------
 
-ChatDelta GenerationRoutes::apply(ChatState& st, const TokenEvent& ev) {
+namespace {
+
+void finish_job(Job& job, const TokenEvent& ev) {
+    job.finished = true;
+    job.end = ev.reason;
+    job.error = ev.error;
+    job.usage = {ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens};
+    job.stop_index = ev.stop_index;
+    note_usage(ev);
+}
+
+}  // namespace
+
+ChatDelta GenerationRoutes::apply(ChatRun& run, const TokenEvent& ev) {
     // The EOS token ends the turn; it is not part of the answer, so it gets no logprob entry either.
-    if (st.logprobs && ev.token >= 0 && ev.token != tok().eos()) {
-        st.pending_logprobs.push_back(chat_logprob_entry(tok(), to_logprobs(ev)));
+    if (run.logprobs && ev.token >= 0 && ev.token != tok().eos()) {
+        run.pending_logprobs.push_back(chat_logprob_entry(tok(), to_logprobs(ev)));
     }
-    ChatDelta d = st.acc.push(ev.text);
+    ChatDelta d = run.acc.push(ev.text);
     if (ev.finished) {
-        Job& job = *st.job;
-        job.finished = true;
-        job.end = ev.reason;
-        job.error = ev.error;
-        job.usage = {ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens};
-        append(d, st.acc.finish());
-        if (!st.acc.error().empty() && ev.reason != GenerationEnd::cancelled) {
+        Job& job = *run.job;
+        finish_job(job, ev);
+        append(d, run.acc.finish());
+        if (!run.acc.error().empty() && ev.reason != GenerationEnd::cancelled) {
             ctx_.counters->count_parse_error();
             std::fprintf(stderr, "dsv4 serve: %s: output withheld from the markup on: %s\n", job.meta.id.c_str(),
-                         st.acc.error().c_str());
+                         run.acc.error().c_str());
         }
     }
     return d;
 }
 
-void GenerationRoutes::chat(const httplib::Request& req, httplib::Response& res) {
-    auto body = parse_json_body(req.body);
-    if (!body.ok()) return send_error(res, body.error());
-    auto r = parse_chat_request(*body, ctx_.limits);
-    if (!r.ok()) return send_error(res, r.error());
-    auto prompt = render_chat_prompt(*r);
-    if (!prompt.ok()) return send_error(res, prompt.error());
+ApiResult<std::vector<int32_t>> GenerationRoutes::chat_prompt(const ChatRequest& r) const {
+    auto prompt = render_chat_prompt(r);
+    if (!prompt.ok()) return prompt.error();
     // The rendered prompt spells its special tokens (BOS, turn markers) as text: parse them as tokens.
-    std::vector<int32_t> ids = tok().encode(*prompt, /*parse_special=*/true);
-    auto max_tokens = fit_context((int64_t)ids.size(), r->gen.max_tokens, ctx_.engine->options().n_ctx, "messages");
-    if (!max_tokens.ok()) return send_error(res, max_tokens.error());
-    auto job = start(std::move(ids), r->gen, *max_tokens, "chatcmpl-");
-    if (!job.ok()) return send_error(res, job.error());
+    return tok().encode(*prompt, /*parse_special=*/true);
+}
 
-    auto st = std::make_shared<ChatState>(ChatState{
-        *job, ChatAccumulator(r->chat.thinking_mode, r->forced_prefix, "call_" + hex(ctx_.id_nonce ^ (*job)->id)),
-        r->gen.logprobs, r->gen.include_usage});
+ApiResult<std::shared_ptr<ChatRun>> GenerationRoutes::start_chat(const ChatRequest& r, const char* id_prefix,
+                                                               const std::string& prompt_param) {
+    if (auto m = check_model(r.gen); !m.ok()) return m.error();
+    auto ids = chat_prompt(r);
+    if (!ids.ok()) return ids.error();
+    auto max_tokens = fit_context((int64_t)ids->size(), r.gen.max_tokens, ctx_.engine->options().n_ctx, prompt_param,
+                                  ctx_.default_max_tokens);
+    if (!max_tokens.ok()) return max_tokens.error();
+    const int64_t n_prompt = static_cast<int64_t>(ids->size());
+    auto job = start(std::move(*ids), r.gen, *max_tokens, id_prefix);
+    if (!job.ok()) return job.error();
+    auto run = std::make_shared<ChatRun>(ChatRun{
+        *job, ChatAccumulator(r.chat.thinking_mode, r.forced_prefix, "call_" + hex(ctx_.id_nonce ^ (*job)->id)),
+        r.gen.stop, n_prompt, r.gen.logprobs});
+    return run;
+}
 
-    if (!r->gen.stream) {
-        std::vector<TokenEvent> events;
-        while (!st->job->finished) {
-            if (!st->job->channel->wait(events, kPollInterval)) continue;
-            for (const TokenEvent& ev : events) (void)apply(*st, ev);
-        }
-        ctx_.registry->remove(st->job->id);
-        const Job& j = *st->job;
-        if (j.end == GenerationEnd::cancelled || j.end == GenerationEnd::error) {
-            return send_error(res, end_error(j.end, j.error));
-        }
-        send_json(res, 200,
-                  chat_completion_json(j.meta, st->acc.message(), st->acc.call_ids(),
-                                       finish_reason(j.end, st->acc.has_tool_calls()), j.usage,
-                                       st->logprobs ? st->pending_logprobs : json(nullptr)));
-        return;
-    }
+bool GenerationRoutes::collect_chat(ChatRun& run) {
+    return collect(*run.job, [&](const TokenEvent& ev) { (void)apply(run, ev); });
+}
 
+void GenerationRoutes::stream_chat(httplib::Response& res, std::shared_ptr<ChatRun> run,
+                                   std::shared_ptr<ChatStreamWriter> writer) {
     ctx_.counters->stream_started();
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
-        "text/event-stream", [this, st](size_t, httplib::DataSink& sink) { return pump_chat(*st, sink); },
-        [this, st](bool) { end_stream(*st->job); });
+        "text/event-stream",
+        [this, run, writer](size_t, httplib::DataSink& sink) { return pump_chat(*run, *writer, sink); },
+        [this, run](bool) { end_stream(*run->job); });
 }
 
-bool GenerationRoutes::pump_chat(ChatState& st, httplib::DataSink& sink) {
-    Job& job = *st.job;
+bool GenerationRoutes::pump_chat(ChatRun& run, ChatStreamWriter& writer, httplib::DataSink& sink) {
+    Job& job = *run.job;
     std::string out;
-    if (!st.sent_role) {
+    if (!run.opened) {
         // Sent at once so the client sees the stream open before the prompt is processed.
-        out += sse_data(chat_chunk(job.meta, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr,
-                                   st.include_usage));
-        st.sent_role = true;
+        out += writer.open(run);
+        run.opened = true;
     }
     std::vector<TokenEvent> events;
     if (!job.channel->wait(events, kPollInterval)) {
@@ -239,28 +286,75 @@ bool GenerationRoutes::pump_chat(ChatState& st, httplib::DataSink& sink) {
         return sink.is_writable();  // nothing to send: is anyone still listening?
     }
     ChatDelta d;
-    for (const TokenEvent& ev : events) append(d, apply(st, ev));
-    std::vector<json> chunks = chat_delta_chunks(job.meta, d, st.include_usage);
-    if (!st.pending_logprobs.empty()) {
-        // Logprobs ride on the chunk with the text they produced; held-back text still gets its entries now.
-        if (chunks.empty()) chunks.push_back(chat_chunk(job.meta, json::object(), nullptr, nullptr, st.include_usage));
-        chunks.back()["choices"][0]["logprobs"] = json{{"content", std::move(st.pending_logprobs)}};
-        st.pending_logprobs = json::array();
-    }
-    for (const json& c : chunks) out += sse_data(c);
-    if (job.finished) {
-        if (job.end == GenerationEnd::cancelled || job.end == GenerationEnd::error) {
-            out += sse_data(error_json(end_error(job.end, job.error)));
-        } else {
-            out += sse_data(chat_chunk(job.meta, json::object(), finish_reason(job.end, st.acc.has_tool_calls()),
-                                       nullptr, st.include_usage));
-            if (st.include_usage) out += sse_data(chat_usage_chunk(job.meta, job.usage));
-        }
-        out += kSseDone;
-    }
+    for (const TokenEvent& ev : events) append(d, apply(run, ev));
+    out += writer.delta(run, d);
+    if (job.finished) out += run.failed() ? writer.fail(run, end_error(job.end, job.error)) : writer.close(run);
     if (!out.empty() && !sink.write(out.data(), out.size())) return false;
     if (job.finished) sink.done();
     return true;
+}
+
+// ---- chat completions ------------------------------------------------------------------------------------
+
+namespace {
+
+std::string chat_finish_reason(const ChatRun& run) {
+    return finish_reason(run.job->end, run.acc.has_tool_calls());
+}
+
+// chat.completion.chunk events.
+class OpenAiChatWriter : public ChatStreamWriter {
+public:
+    explicit OpenAiChatWriter(bool include_usage) : include_usage_(include_usage) {}
+
+    std::string open(ChatRun& run) override {
+        return sse_data(chat_chunk(run.job->meta, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr,
+                                   include_usage_));
+    }
+    std::string delta(ChatRun& run, const ChatDelta& d) override {
+        const ResponseMeta& meta = run.job->meta;
+        std::vector<json> chunks = chat_delta_chunks(meta, d, include_usage_);
+        if (!run.pending_logprobs.empty()) {
+            // Logprobs ride on the chunk with the text they produced; held-back text still gets its entries now.
+            if (chunks.empty()) chunks.push_back(chat_chunk(meta, json::object(), nullptr, nullptr, include_usage_));
+            chunks.back()["choices"][0]["logprobs"] = json{{"content", std::move(run.pending_logprobs)}};
+            run.pending_logprobs = json::array();
+        }
+        std::string out;
+        for (const json& c : chunks) out += sse_data(c);
+        return out;
+    }
+    std::string close(ChatRun& run) override {
+        std::string out =
+            sse_data(chat_chunk(run.job->meta, json::object(), chat_finish_reason(run), nullptr, include_usage_));
+        if (include_usage_) out += sse_data(chat_usage_chunk(run.job->meta, run.job->usage));
+        return out + std::string(kSseDone);
+    }
+    std::string fail(ChatRun&, const ApiError& error) override {
+        return sse_data(error_json(error)) + std::string(kSseDone);
+    }
+
+private:
+    bool include_usage_;
+};
+
+}  // namespace
+
+void GenerationRoutes::chat(const httplib::Request& req, httplib::Response& res) {
+    auto body = parse_json_body(req.body);
+    if (!body.ok()) return send_error(res, body.error());
+    auto r = parse_chat_request(*body, ctx_.limits);
+    if (!r.ok()) return send_error(res, r.error());
+    auto run = start_chat(*r, "chatcmpl-", "messages");
+    if (!run.ok()) return send_error(res, run.error());
+
+    if (r->gen.stream) return stream_chat(res, *run, std::make_shared<OpenAiChatWriter>(r->gen.include_usage));
+    ChatRun& c = **run;
+    if (!collect_chat(c)) return send_error(res, client_gone_error());
+    if (c.failed()) return send_error(res, end_error(c.job->end, c.job->error));
+    send_json(res, 200,
+              chat_completion_json(c.job->meta, c.acc.message(), c.acc.call_ids(), chat_finish_reason(c),
+                                   c.job->usage, c.logprobs ? c.pending_logprobs : json(nullptr)));
 }
 
 // ---- text completions ------------------------------------------------------------------------------------
@@ -270,13 +364,7 @@ std::string GenerationRoutes::apply(TextState& st, const TokenEvent& ev) {
         st.lp.add(tok(), to_logprobs(ev), static_cast<int64_t>(st.text.size()));
     }
     st.text += ev.text;
-    if (ev.finished) {
-        Job& job = *st.job;
-        job.finished = true;
-        job.end = ev.reason;
-        job.error = ev.error;
-        job.usage = {ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens};
-    }
+    if (ev.finished) finish_job(*st.job, ev);
     return ev.text;
 }
 
@@ -285,6 +373,7 @@ void GenerationRoutes::completions(const httplib::Request& req, httplib::Respons
     if (!body.ok()) return send_error(res, body.error());
     auto r = parse_completion_request(*body, ctx_.limits);
     if (!r.ok()) return send_error(res, r.error());
+    if (auto m = check_model(r->gen); !m.ok()) return send_error(res, m.error());
 
     std::vector<int32_t> ids;
     std::string prompt_text;
@@ -299,7 +388,8 @@ void GenerationRoutes::completions(const httplib::Request& req, httplib::Respons
         prompt_text = r->prompt_text;
     }
     if (ids.empty()) return send_error(res, bad_request("'prompt' is empty", "prompt", "invalid_value"));
-    auto max_tokens = fit_context((int64_t)ids.size(), r->gen.max_tokens, ctx_.engine->options().n_ctx, "prompt");
+    auto max_tokens = fit_context((int64_t)ids.size(), r->gen.max_tokens, ctx_.engine->options().n_ctx, "prompt",
+                                   ctx_.default_max_tokens);
     if (!max_tokens.ok()) return send_error(res, max_tokens.error());
     auto job = start(std::move(ids), r->gen, *max_tokens, "cmpl-");
     if (!job.ok()) return send_error(res, job.error());
@@ -312,12 +402,7 @@ void GenerationRoutes::completions(const httplib::Request& req, httplib::Respons
     st->text = st->echo;
 
     if (!r->gen.stream) {
-        std::vector<TokenEvent> events;
-        while (!st->job->finished) {
-            if (!st->job->channel->wait(events, kPollInterval)) continue;
-            for (const TokenEvent& ev : events) (void)apply(*st, ev);
-        }
-        ctx_.registry->remove(st->job->id);
+        if (!collect(*st->job, [&](const TokenEvent& ev) { (void)apply(*st, ev); })) return send_error(res, client_gone_error());
         const Job& j = *st->job;
         if (j.end == GenerationEnd::cancelled || j.end == GenerationEnd::error) {
             return send_error(res, end_error(j.end, j.error));

@@ -133,12 +133,14 @@ std::string render_metrics(const EngineStats& e, const HttpCounters::Snapshot& h
                  (double)n);
     }
     w.metric("dsv4_http_streams_active", "gauge", "Streaming responses in progress.", (double)http.streams_active);
-    w.metric("dsv4_client_disconnects_total", "counter", "Streams cancelled because the client went away.",
+    w.metric("dsv4_client_disconnects_total", "counter", "Requests (streaming or not) cancelled because the client went away.",
              (double)http.disconnects);
     w.metric("dsv4_tool_call_parse_errors_total", "counter",
              "Chat completions whose tool-call markup did not parse (the markup was withheld).",
              (double)http.parse_errors);
     w.metric("dsv4_uptime_seconds", "gauge", "Seconds since the server started.", proc.uptime_seconds);
+    w.metric("dsv4_http_connections_open", "gauge", "Open client connections, idle and busy.",
+             (double)proc.http_connections_open);
     if (proc.heap_allocated_bytes) {
         w.metric("dsv4_heap_allocated_bytes", "gauge",
                  "Bytes the C heap has handed out and not taken back (all arenas; the model file is not on it).",

@@ -41,6 +41,7 @@ private:
 struct ProcessStats {
     double uptime_seconds = 0;                     // since the server started
     std::optional<uint64_t> heap_allocated_bytes;  // see core/heap_stats.h
+    size_t http_connections_open = 0;              // connections the front holds (this scrape's included)
 };
 
 // The Prometheus text for one scrape.

@@ -4,6 +4,7 @@
 // wrong type or an out-of-range value are rejected rather than silently replaced by a default.
 #include "server/openai_request.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -619,14 +620,28 @@ ApiResult<std::string> render_chat_prompt(const ChatRequest& request) {
     return *text + request.forced_prefix;
 }
 
-ApiResult<int64_t> fit_context(int64_t prompt_tokens, int64_t max_tokens, int64_t n_ctx, const std::string& param) {
+ApiError model_not_found(const std::string& model, const std::vector<std::string>& served) {
+    std::string names;
+    for (const std::string& id : served) names += (names.empty() ? "'" : ", '") + id + "'";
+    ApiError e = bad_request("The model '" + model.substr(0, 200) + "' does not exist; this server serves " + names +
+                                 " (start it with --alias to add names)",
+                             "model", "model_not_found");
+    e.status = 404;
+    return e;
+}
+
+ApiResult<int64_t> fit_context(int64_t prompt_tokens, int64_t max_tokens, int64_t n_ctx, const std::string& param,
+                               int64_t default_max_tokens) {
     if (prompt_tokens >= n_ctx) {
         return bad_request("This model's maximum context length is " + std::to_string(n_ctx) + " tokens, but the " +
                                param + " alone take " + std::to_string(prompt_tokens) +
                                " tokens. Shorten the " + param + ".",
                            param, "context_length_exceeded");
     }
-    if (max_tokens < 0) return n_ctx - prompt_tokens;
+    if (max_tokens < 0) {
+        const int64_t room = n_ctx - prompt_tokens;
+        return default_max_tokens > 0 ? std::min(room, default_max_tokens) : room;
+    }
     if (prompt_tokens + max_tokens > n_ctx) {
         return bad_request("This model's maximum context length is " + std::to_string(n_ctx) + " tokens, but " +
                                std::to_string(prompt_tokens + max_tokens) + " were requested (" +

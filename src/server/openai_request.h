@@ -59,7 +59,7 @@ struct RequestLimits {
 
 // The fields chat and text completions share.
 struct GenerationParams {
-    std::string model;                // echoed back; any name is accepted (one model is served)
+    std::string model;                // must be one of the served ids when given (checked by the route)
     SamplingParams sampling;
     bool seed_given = false;          // otherwise the server picks a random seed
     int64_t max_tokens = -1;          // -1: until the context is full
@@ -103,9 +103,13 @@ ApiResult<CompletionRequest> parse_completion_request(const nlohmann::ordered_js
 // The prompt text of a chat request: the DeepSeek-V4 rendering of its messages plus any forced prefix.
 ApiResult<std::string> render_chat_prompt(const ChatRequest& request);
 
-// Decides max_tokens against the context: the request's value, or all the room left when it gave none.
-// Errors (400, code context_length_exceeded) when the prompt alone fills the context or prompt + max_tokens
-// exceeds it. `param` names the field the message blames ("messages" or "prompt").
-ApiResult<int64_t> fit_context(int64_t prompt_tokens, int64_t max_tokens, int64_t n_ctx, const std::string& param);
+// Decides max_tokens against the context: the request's value, or when it gave none the room left, capped at
+// `default_max_tokens` (> 0; 0: no cap). Errors (400, code context_length_exceeded) when the prompt alone fills
+// the context or prompt + max_tokens exceeds it. `param` names the field the message blames.
+ApiResult<int64_t> fit_context(int64_t prompt_tokens, int64_t max_tokens, int64_t n_ctx, const std::string& param,
+                               int64_t default_max_tokens = 0);
+
+// OpenAI's answer for a `model` the server does not serve: 404, code model_not_found, naming the served ids.
+ApiError model_not_found(const std::string& model, const std::vector<std::string>& served);
 
 }  // namespace dsv4::server

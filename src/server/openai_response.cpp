@@ -261,6 +261,12 @@ json models_json(const std::string& model, int64_t created, int64_t n_ctx) {
     return json{{"object", "list"}, {"data", json::array({std::move(m)})}};
 }
 
+json models_json(const std::vector<std::string>& ids, int64_t created, int64_t n_ctx) {
+    json list = json{{"object", "list"}, {"data", json::array()}};
+    for (const std::string& id : ids) list["data"].push_back(models_json(id, created, n_ctx)["data"][0]);
+    return list;
+}
+
 std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 std::string sse_data(const json& j) { return "data: " + dump_json(j) + "\n\n"; }

@@ -133,6 +133,8 @@ nlohmann::ordered_json completion_usage_chunk(const ResponseMeta& meta, const Us
 // ---- misc ------------------------------------------------------------------------------------------------
 
 nlohmann::ordered_json models_json(const std::string& model, int64_t created, int64_t n_ctx);
+// The same list with one entry per served id (the model's name and its aliases).
+nlohmann::ordered_json models_json(const std::vector<std::string>& ids, int64_t created, int64_t n_ctx);
 
 // Serialises for the wire; invalid UTF-8 in strings becomes U+FFFD instead of throwing.
 std::string dump_json(const nlohmann::ordered_json& j);

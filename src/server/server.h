@@ -1,10 +1,12 @@
-// The OpenAI-compatible HTTP server behind `dsv4 serve`: routes, bearer-token auth, body limits, the engine
-// loop thread, and graceful shutdown. HTTP details (cpp-httplib) stay inside server.cpp.
+// The OpenAI-compatible HTTP server behind `dsv4 serve`: routes, bearer-token auth, browser safety (Host,
+// Origin, JSON bodies), the engine loop thread, and graceful shutdown. Connections and their limits belong to
+// the connection front (http_front.h); HTTP parsing and routing (cpp-httplib) stay inside server.cpp.
 #pragma once
 
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "runtime/engine.h"
@@ -17,9 +19,18 @@ struct ServerOptions {
     std::string api_key;                      // empty: no auth; else /v1/* need "Authorization: Bearer KEY"
     bool thinking_default = false;            // thinking mode for chat requests that do not choose
     size_t max_body_bytes = (size_t)8 << 20;  // larger bodies get 413
-    std::string model_name = "dsv4";          // the id /v1/models lists and responses echo
+    // The served model ids: the first is the one responses and /health report; a request's `model` must be
+    // one of them (or absent).
+    std::vector<std::string> model_ids = {"dsv4"};
+    int64_t default_max_tokens = 2048;        // cap for requests that give no max_tokens (0: the context's rest)
     int http_threads = 0;                     // 0: slots + queue + a few spare (every waiting request holds one)
-    int keep_alive_seconds = 2;               // idle keep-alive connections also bound the shutdown time
+    size_t max_connections = 4096;            // beyond: 503 at once (also bounded by the open-file limit)
+    int header_timeout_ms = 10000;            // the request line and headers must arrive within this
+    int body_timeout_ms = 60000;              // ...and then the body within this
+    int keep_alive_seconds = 5;               // idle time between requests on one connection
+    size_t keep_alive_max_requests = 1000;    // requests per connection
+    std::vector<std::string> host_allow;      // Host names accepted besides the loopback ones ("*": any)
+    std::vector<std::string> cors_origins;    // origins granted CORS ("*": any); none by default
     bool verbose = false;                     // one stderr line per request
 };
 

@@ -6,6 +6,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import net from 'node:net';
 import {
   DSML, anonKiB, client, metrics, request, sseEvents, startServer, stopServer, waitFor,
 } from './harness.mjs';
@@ -308,19 +309,19 @@ test('a client that disconnects mid-stream cancels its request', async () => {
 
 test('malformed requests get 4xx OpenAI-style JSON and the server stays healthy', async () => {
   const chat = '/v1/chat/completions';
-  const ok = { model: 'x', messages: user('hi'), max_tokens: 4 };
+  const ok = { model, messages: user('hi'), max_tokens: 4 };
   const cases = [
     ['invalid JSON', 'POST', chat, '{"model": "x", "messages": [', 400],
     ['empty body', 'POST', chat, '', 400],
     ['array body', 'POST', chat, '[1, 2, 3]', 400],
     ['invalid UTF-8', 'POST', chat, Buffer.from([0x7b, 0x22, 0x61, 0x22, 0x3a, 0x22, 0xff, 0xfe, 0x22, 0x7d]), 400],
-    ['no messages', 'POST', chat, { model: 'x' }, 400, 'messages'],
-    ['messages not an array', 'POST', chat, { model: 'x', messages: 'hi' }, 400, 'messages'],
-    ['empty messages', 'POST', chat, { model: 'x', messages: [] }, 400, 'messages'],
-    ['unknown role', 'POST', chat, { model: 'x', messages: [{ role: 'robot', content: 'x' }] }, 400, 'messages[0].role'],
-    ['content a number', 'POST', chat, { model: 'x', messages: [{ role: 'user', content: 5 }] }, 400, 'messages[0].content'],
-    ['image content', 'POST', chat, { model: 'x', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }, 400],
-    ['tool without id', 'POST', chat, { model: 'x', messages: [{ role: 'tool', content: 'r' }] }, 400],
+    ['no messages', 'POST', chat, { model }, 400, 'messages'],
+    ['messages not an array', 'POST', chat, { model, messages: 'hi' }, 400, 'messages'],
+    ['empty messages', 'POST', chat, { model, messages: [] }, 400, 'messages'],
+    ['unknown role', 'POST', chat, { model, messages: [{ role: 'robot', content: 'x' }] }, 400, 'messages[0].role'],
+    ['content a number', 'POST', chat, { model, messages: [{ role: 'user', content: 5 }] }, 400, 'messages[0].content'],
+    ['image content', 'POST', chat, { model, messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }, 400],
+    ['tool without id', 'POST', chat, { model, messages: [{ role: 'tool', content: 'r' }] }, 400],
     ['n > 1', 'POST', chat, { ...ok, n: 2 }, 400, 'n'],
     ['temperature a string', 'POST', chat, { ...ok, temperature: 'hot' }, 400, 'temperature'],
     ['top_p out of range', 'POST', chat, { ...ok, top_p: 5 }, 400, 'top_p'],
@@ -337,10 +338,10 @@ test('malformed requests get 4xx OpenAI-style JSON and the server stays healthy'
     ['bad response_format', 'POST', chat, { ...ok, response_format: { type: 'xml' } }, 400],
     ['bad reasoning_effort', 'POST', chat, { ...ok, reasoning_effort: 'extreme' }, 400, 'reasoning_effort'],
     ['beyond the context', 'POST', chat, { ...ok, max_tokens: CTX * 4 }, 400],
-    ['prompt beyond the context', 'POST', '/v1/completions', { model: 'x', prompt: Array(CTX + 5).fill(100) }, 400],
-    ['completion without prompt', 'POST', '/v1/completions', { model: 'x' }, 400, 'prompt'],
-    ['completion bad token', 'POST', '/v1/completions', { model: 'x', prompt: [1, 99999999] }, 400, 'prompt'],
-    ['completion batch', 'POST', '/v1/completions', { model: 'x', prompt: ['a', 'b'] }, 400, 'prompt'],
+    ['prompt beyond the context', 'POST', '/v1/completions', { model, prompt: Array(CTX + 5).fill(100) }, 400],
+    ['completion without prompt', 'POST', '/v1/completions', { model }, 400, 'prompt'],
+    ['completion bad token', 'POST', '/v1/completions', { model, prompt: [1, 99999999] }, 400, 'prompt'],
+    ['completion batch', 'POST', '/v1/completions', { model, prompt: ['a', 'b'] }, 400, 'prompt'],
     ['body too large', 'POST', chat, JSON.stringify({ ...ok, pad: 'x'.repeat(9 << 20) }), 413],
     ['unknown path', 'POST', '/v1/nothing', ok, 404],
     ['GET on a POST endpoint', 'GET', chat, undefined, 405],
@@ -369,6 +370,31 @@ test('malformed requests get 4xx OpenAI-style JSON and the server stays healthy'
   assert.equal(r.choices[0].message.role, 'assistant');
 });
 
+// A non-streaming request whose client hangs up after `ms`; resolves once the socket is closed.
+function abandon(body, ms = 30) {
+  return new Promise((resolve) => {
+    const payload = JSON.stringify(body);
+    const req = http.request(new URL('/v1/chat/completions', server.base), {
+      method: 'POST', headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(payload) },
+    });
+    req.on('error', () => {});
+    req.on('close', resolve);
+    req.end(payload);
+    setTimeout(() => req.destroy(), ms);
+  });
+}
+
+// Writes raw bytes; resolves when the server closes the connection, or after `ms` by closing it itself.
+function rawExchange(text, ms = 5_000) {
+  return new Promise((resolve) => {
+    const s = net.connect(Number(new URL(server.base).port), '127.0.0.1', () => s.write(text));
+    const timer = setTimeout(() => s.destroy(), ms);
+    s.on('data', () => {});
+    s.on('error', () => {});
+    s.on('close', () => { clearTimeout(timer); resolve(); });
+  });
+}
+
 test('soak: a thousand short requests without memory growth', async () => {
   const pid = server.child.pid;
   const kinds = [
@@ -377,6 +403,13 @@ test('soak: a thousand short requests without memory growth', async () => {
     () => streamChat({ messages: user('soak stream'), max_tokens: 4, stream_options: { include_usage: true } }),
     () => request(server, 'POST', '/v1/chat/completions', { body: '{"broken' }),
     () => openai.chat.completions.create({ model, messages: user('soak tools'), tools, max_tokens: 4 }),
+    // Careless and hostile clients: one that gives up on a non-streaming request, a page's text/plain POST, a
+    // rebound Host, an oversized Content-Length, and a head that stops halfway before the client leaves.
+    () => abandon({ model, messages: user('soak abandoned'), max_tokens: 32 }),
+    () => request(server, 'POST', '/v1/chat/completions', { body: '{}', headers: { 'Content-Type': 'text/plain' } }),
+    () => request(server, 'GET', '/v1/models', { headers: { Host: 'rebound.example' } }),
+    () => rawExchange('POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 999999999\r\n\r\n'),
+    () => rawExchange('POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le', 20),
   ];
   let done = 0;
   async function batch(n) {
@@ -399,6 +432,11 @@ test('soak: a thousand short requests without memory growth', async () => {
   // catches memory taken outside malloc. (VmRSS would also count the mapped model file's pages, which the random
   // model's new token ids fault in.)
   const heap = async () => {
+    // Abandoned requests outlive their clients by up to a poll interval: measure once they are gone.
+    await waitFor(async () => {
+      const q = await metrics(server);
+      return q.dsv4_requests_running === 0 && q.dsv4_queue_depth === 0;
+    }, { timeoutMs: 10_000, what: 'the soak batch to finish in the server' });
     const m = await metrics(server);
     assert.ok('dsv4_heap_allocated_bytes' in m, 'dsv4_heap_allocated_bytes missing from /metrics');
     return Math.round((m.dsv4_heap_allocated_bytes - m.dsv4_prefix_cache_bytes) / 1024);
@@ -424,6 +462,10 @@ test('soak: a thousand short requests without memory growth', async () => {
     const m = await metrics(server);
     return m.dsv4_requests_running === 0 && m.dsv4_queue_depth === 0;
   }, { timeoutMs: 5_000, what: 'no request left running after the soak' });
+  // The hostile clients' connections are all gone again (only this scrape's is open).
+  await waitFor(async () => (await metrics(server)).dsv4_http_connections_open <= 2, {
+    timeoutMs: 15_000, what: 'the soak connections to close',
+  });
 });
 
 test('metrics report requests, tokens, queue and KV use', async () => {

@@ -10,7 +10,7 @@ const KEY = 'sk-test-secret';
 let server;
 
 before(async () => {
-  server = await startServer(['--ctx', '512', '--parallel', '1', '--max-queue', '1', '--api-key', KEY]);
+  server = await startServer(['--ctx', '512', '--parallel', '1', '--max-queue', '1', '--api-key', KEY, '--alias', 'x']);
 });
 
 after(async () => {
@@ -28,6 +28,10 @@ test('bearer-token auth', async () => {
   assert.equal(typeof wrong.json.error.message, 'string');
   await assert.rejects(client(server, 'wrong-key').models.list(), (e) => e.status === 401);
   // The right key works through the SDK; /health and /metrics stay open for probes.
+  // The scheme name is case-insensitive (RFC 9110): curl users and some SDKs send it in lower case.
+  const lower = await request(server, 'GET', '/v1/models', { headers: { Authorization: `bearer ${KEY}` } });
+  assert.equal(lower.status, 200, lower.text);
+  assert.deepEqual(lower.json.data.map((m) => m.id), ['x']);
   const r = await client(server, KEY).chat.completions.create(body());
   assert.equal(r.choices[0].message.role, 'assistant');
   assert.equal((await request(server, 'GET', '/health')).status, 200);

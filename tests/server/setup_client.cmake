@@ -26,7 +26,7 @@ if(need_install)
   execute_process(COMMAND ${NPM} ci --no-audit --no-fund --loglevel=error
                   WORKING_DIRECTORY ${DST} RESULT_VARIABLE rc)
   if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "npm ci failed (${rc}): the server test needs the 'openai' npm package (network or npm cache)")
+    message(FATAL_ERROR "npm ci failed (${rc}): the server tests need the npm packages of tests/server/package.json (openai, @anthropic-ai/sdk, playwright-core; network or npm cache)")
   endif()
   file(COPY_FILE ${SRC}/package-lock.json ${stamp})
 else()

@@ -1,0 +1,15 @@
+# Build step (cmake -P): writes a C++ source that holds the bytes of SRC as a char array named NAME (and
+# NAME_size) in namespace NS, so a static file ships inside the binary. Variables: SRC, OUT, NAME, NS.
+foreach(v SRC OUT NAME NS)
+  if(NOT DEFINED ${v})
+    message(FATAL_ERROR "embed_file.cmake needs -D${v}=...")
+  endif()
+endforeach()
+file(READ ${SRC} hex HEX)
+string(LENGTH "${hex}" n_hex)
+math(EXPR n_bytes "${n_hex} / 2")
+string(REGEX REPLACE "([0-9a-f][0-9a-f])" "'\\\\x\\1'," bytes "${hex}")
+string(REGEX REPLACE "(('\\\\x[0-9a-f][0-9a-f]',){32})" "\\1\n" bytes "${bytes}")
+file(WRITE ${OUT}.tmp "// Generated from ${SRC} by cmake/embed_file.cmake; do not edit.\n#include <cstddef>\nnamespace ${NS} {\nextern const char ${NAME}[];\nextern const size_t ${NAME}_size;\nconst char ${NAME}[] = {\n${bytes}'\\0'};\nconst size_t ${NAME}_size = ${n_bytes};\n}\n")
+file(COPY_FILE ${OUT}.tmp ${OUT} ONLY_IF_DIFFERENT)
+file(REMOVE ${OUT}.tmp)
