@@ -100,11 +100,12 @@ test('abandoned non-streaming requests are cancelled and free their slots', asyn
 test('abandoned non-streaming Messages and Responses requests are cancelled too', async () => {
   const s = await startServer(['--ctx', '4096', '--parallel', '2', '--max-queue', '8', '-v']);
   try {
-    // Both slots, then both clients leave. These APIs have no logit_bias, so EOS is not banned: the requests
-    // are abandoned as soon as they run, long before a 4,000-token answer could end by itself.
+    // Both slots, then both clients leave. These APIs have no logit_bias, so EOS cannot be banned; greedy
+    // decoding of the fixed random model makes each answer the same on every run, so whether it could end by
+    // itself before the clients leave is decided once, not by chance (and a 4,000-token answer is far off).
     const cases = [
-      ['/v1/messages', (i) => ({ max_tokens: 4000, messages: user(`Write a long story ${i}.`) })],
-      ['/v1/responses', (i) => ({ max_output_tokens: 4000, input: `Write a long story ${i}.` })],
+      ['/v1/messages', (i) => ({ max_tokens: 4000, temperature: 0, messages: user(`Write a long story ${i}.`) })],
+      ['/v1/responses', (i) => ({ max_output_tokens: 4000, temperature: 0, input: `Write a long story ${i}.` })],
     ];
     for (const [path, body] of cases) {
       const m0 = await metrics(s);
