@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/step_runner.h"
 #include "model/deepseek4.h"
 
 using namespace dsv4;
@@ -91,10 +92,11 @@ std::vector<float> run(Model& m, const Golden& g, Kind kind, bool quant_sim, int
     const int64_t rows = kind == Kind::kStepwise ? g.S : g.P + g.D;
     const int64_t P = kind == Kind::kStepwise ? 0 : g.P;
     auto cache = m.new_cache(rows + 2, mtp);
+    StepRunner runner(m);  // as `dsv4 logits`: the decode steps through step graphs
     std::vector<float> out, logits, hidden, mlogits;
     auto step = [&](int64_t b, int64_t e) {
         std::span<const int32_t> toks(g.tokens.data() + b, e - b);
-        Status s = m.step(*cache, toks, opt, mtp ? nullptr : &logits, mtp ? &hidden : nullptr);
+        Status s = runner.step(*cache, toks, opt, mtp ? nullptr : &logits, mtp ? &hidden : nullptr);
         EXPECT_TRUE(s.ok()) << s.error();
         if (mtp) {
             s = m.mtp_step(*cache, hidden, std::span<const int32_t>(g.tokens.data() + b + 1, e - b), opt, &mlogits);

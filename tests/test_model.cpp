@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "exec/step_runner.h"
 #include "model/deepseek4.h"
 
 using namespace dsv4;
@@ -35,6 +36,7 @@ protected:
         auto m = Model::load(kModel, *backend_);
         ASSERT_TRUE(m.ok()) << m.error();
         model_ = std::move(*m);
+        runner_ = std::make_unique<StepRunner>(*model_);
     }
     // Logits of every token, fed as chunks of the given sizes (cycled).
     std::vector<float> run(const std::vector<int32_t>& toks, std::vector<int64_t> chunks, bool qsim = true) {
@@ -46,7 +48,7 @@ protected:
         size_t ci = 0;
         for (int64_t b = 0; b < (int64_t)toks.size();) {
             const int64_t e = std::min<int64_t>(toks.size(), b + chunks[ci++ % chunks.size()]);
-            Status s = model_->step(*cache, std::span<const int32_t>(toks.data() + b, e - b), opt, &l);
+            Status s = runner_->step(*cache, std::span<const int32_t>(toks.data() + b, e - b), opt, &l);
             EXPECT_TRUE(s.ok()) << s.error();
             out.insert(out.end(), l.begin(), l.end());
             b = e;
@@ -55,6 +57,7 @@ protected:
     }
     std::unique_ptr<Backend> backend_;
     std::unique_ptr<Model> model_;
+    std::unique_ptr<StepRunner> runner_;  // every step goes through step graphs where StepOptions allow them
 };
 
 TEST_F(ModelTest, IrregularChunksEqualOneShot) {
@@ -76,8 +79,8 @@ TEST_F(ModelTest, BatchedStepEqualsSeparateSteps) {
     for (size_t i = 0; i < seqs.size(); ++i) {
         auto cache = model_->new_cache(200, false);
         std::vector<float> l;
-        ASSERT_TRUE(model_->step(*cache, std::span<const int32_t>(seqs[i].data(), seqs[i].size() - 1), opt, &l).ok());
-        ASSERT_TRUE(model_->step(*cache, std::span<const int32_t>(&seqs[i].back(), 1), opt, &l).ok());
+        ASSERT_TRUE(runner_->step(*cache, std::span<const int32_t>(seqs[i].data(), seqs[i].size() - 1), opt, &l).ok());
+        ASSERT_TRUE(runner_->step(*cache, std::span<const int32_t>(&seqs[i].back(), 1), opt, &l).ok());
         want[i] = l;
     }
     // Batched: the prefills together, then the single decode tokens together.
@@ -89,13 +92,13 @@ TEST_F(ModelTest, BatchedStepEqualsSeparateSteps) {
         items[i].cache = caches[i].get();
         items[i].tokens = std::span<const int32_t>(seqs[i].data(), seqs[i].size() - 1);
     }
-    ASSERT_TRUE(model_->step_batch(items, opt).ok());
+    ASSERT_TRUE(runner_->step_batch(items, opt).ok());
     for (size_t i = 0; i < seqs.size(); ++i) {
         items[i].tokens = std::span<const int32_t>(&seqs[i].back(), 1);
         items[i].logits = &got[i];
         items[i].all_logits = false;
     }
-    ASSERT_TRUE(model_->step_batch(items, opt).ok());
+    ASSERT_TRUE(runner_->step_batch(items, opt).ok());
     for (size_t i = 0; i < seqs.size(); ++i) {
         EXPECT_EQ(caches[i]->pos(), (int64_t)seqs[i].size());
         EXPECT_LT(max_diff(want[i], got[i]), 1e-5) << "sequence " << i;
@@ -110,13 +113,13 @@ TEST_F(ModelTest, SnapshotRestoreIsExact) {
     StepOptions opt;
     opt.all_logits = true;
     std::vector<float> l;
-    ASSERT_TRUE(model_->step(*cache, prefix, opt, &l).ok());
+    ASSERT_TRUE(runner_->step(*cache, prefix, opt, &l).ok());
     const auto snap = cache->snapshot();
     std::vector<float> la, lb;
-    ASSERT_TRUE(model_->step(*cache, a, opt, &la).ok());
+    ASSERT_TRUE(runner_->step(*cache, a, opt, &la).ok());
     ASSERT_TRUE(cache->restore(snap).ok());
     EXPECT_EQ(cache->pos(), 150);
-    ASSERT_TRUE(model_->step(*cache, b, opt, &lb).ok());
+    ASSERT_TRUE(runner_->step(*cache, b, opt, &lb).ok());
     // Fresh runs of prefix+a and prefix+b give the same rows.
     auto fresh = [&](const std::vector<int32_t>& tail) {
         std::vector<int32_t> all = prefix;
@@ -139,20 +142,20 @@ TEST_F(ModelTest, StepGraphReplaysEqualStepsRunAsIssued) {
         opt.graphs = graphs;
         auto cache = model_->new_cache(400, false);
         std::vector<float> l, all;
-        EXPECT_TRUE(model_->step(*cache, prompt, opt, &l).ok());  // more than kMaxGraphTokens: as issued
+        EXPECT_TRUE(runner_->step(*cache, prompt, opt, &l).ok());  // more than kMaxGraphTokens: as issued
         all = l;
         for (int32_t t : gen) {
-            EXPECT_TRUE(model_->step(*cache, std::span<const int32_t>(&t, 1), opt, &l).ok());
+            EXPECT_TRUE(runner_->step(*cache, std::span<const int32_t>(&t, 1), opt, &l).ok());
             all.insert(all.end(), l.begin(), l.end());
         }
         return all;
     };
     const auto plain = decode(false);
-    EXPECT_EQ(model_->graph_stats(), nullptr);
+    EXPECT_EQ(runner_->graph_stats(), nullptr);
     const auto graphed = decode(true);
     ASSERT_EQ(plain.size(), graphed.size());
     for (size_t i = 0; i < plain.size(); ++i) ASSERT_EQ(plain[i], graphed[i]) << "logit " << i;
-    const StepGraphStats* st = model_->graph_stats();
+    const StepGraphStats* st = runner_->graph_stats();
     ASSERT_NE(st, nullptr);
     EXPECT_EQ(st->segments, (int64_t)gen.size());
     // Three kinds of decode step (no entry completes, a ratio-4 entry does, both do): each runs as issued the
@@ -173,7 +176,7 @@ TEST_F(ModelTest, StepGraphsOfABatchedDecodeEqualStepsRunAsIssued) {
         std::vector<float> l, all;
         for (auto& p : prompts) {
             caches.push_back(model_->new_cache(200, false));
-            EXPECT_TRUE(model_->step(*caches.back(), p, opt, &l).ok());
+            EXPECT_TRUE(runner_->step(*caches.back(), p, opt, &l).ok());
         }
         const auto gen = random_tokens(3 * 60, V, 14);
         for (int s = 0; s < 60; ++s) {
@@ -184,7 +187,7 @@ TEST_F(ModelTest, StepGraphsOfABatchedDecodeEqualStepsRunAsIssued) {
                 items[i].tokens = std::span<const int32_t>(&gen[3 * s + i], 1);
                 items[i].logits = &out[i];
             }
-            EXPECT_TRUE(model_->step_batch(items, opt).ok());
+            EXPECT_TRUE(runner_->step_batch(items, opt).ok());
             for (auto& o : out) all.insert(all.end(), o.begin(), o.end());
         }
         return all;
@@ -192,7 +195,7 @@ TEST_F(ModelTest, StepGraphsOfABatchedDecodeEqualStepsRunAsIssued) {
     const auto plain = run(false), graphed = run(true);
     ASSERT_EQ(plain.size(), graphed.size());
     for (size_t i = 0; i < plain.size(); ++i) ASSERT_EQ(plain[i], graphed[i]) << "logit " << i;
-    EXPECT_GT(model_->graph_stats()->replays, 30);
+    EXPECT_GT(runner_->graph_stats()->replays, 30);
 }
 
 TEST_F(ModelTest, StepGraphBranchesDeclareEveryDependency) {
@@ -209,11 +212,11 @@ TEST_F(ModelTest, StepGraphBranchesDeclareEveryDependency) {
         std::vector<float> l, all;
         for (int i = 0; i < 2; ++i) {
             caches.push_back(model_->new_cache(400, false));
-            EXPECT_TRUE(model_->step(*caches.back(), std::span<const int32_t>(prompt.data(), 20 - 7 * i), opt, &l).ok());
+            EXPECT_TRUE(runner_->step(*caches.back(), std::span<const int32_t>(prompt.data(), 20 - 7 * i), opt, &l).ok());
         }
         for (size_t t = 0; t + 1 < gen.size(); t += 2) {
             // One sequence alone, then both in one step (a batch's sequences share the branches).
-            EXPECT_TRUE(model_->step(*caches[0], std::span<const int32_t>(&gen[t], 1), opt, &l).ok());
+            EXPECT_TRUE(runner_->step(*caches[0], std::span<const int32_t>(&gen[t], 1), opt, &l).ok());
             all.insert(all.end(), l.begin(), l.end());
             std::vector<std::vector<float>> out(2);
             std::vector<Model::BatchItem> items(2);
@@ -222,7 +225,7 @@ TEST_F(ModelTest, StepGraphBranchesDeclareEveryDependency) {
                 items[i].tokens = std::span<const int32_t>(&gen[t + 1 - i], 1);
                 items[i].logits = &out[i];
             }
-            EXPECT_TRUE(model_->step_batch(items, opt).ok());
+            EXPECT_TRUE(runner_->step_batch(items, opt).ok());
             for (auto& o : out) all.insert(all.end(), o.begin(), o.end());
         }
         return all;
@@ -230,7 +233,32 @@ TEST_F(ModelTest, StepGraphBranchesDeclareEveryDependency) {
     const auto issued = decode(false), deferred = decode(true);
     ASSERT_EQ(issued.size(), deferred.size());
     for (size_t i = 0; i < issued.size(); ++i) ASSERT_EQ(issued[i], deferred[i]) << "logit " << i;
-    EXPECT_GT(model_->graph_stats()->replays, 100);
+    EXPECT_GT(runner_->graph_stats()->replays, 100);
+}
+
+TEST_F(ModelTest, ModelStepsRunAsIssuedOnlyTheRunnerRecords) {
+    // Model::step is the forward pass alone: it never records, whatever StepOptions::graphs says, and gives the
+    // runner's logits bit for bit.
+    const int64_t V = model_->config().n_vocab;
+    const auto gen = random_tokens(12, V, 31);
+    auto decode = [&](bool direct) {
+        StepOptions opt;
+        auto cache = model_->new_cache(16, false);
+        std::vector<float> l, all;
+        for (int32_t t : gen) {
+            const std::span<const int32_t> tok(&t, 1);
+            EXPECT_TRUE((direct ? model_->step(*cache, tok, opt, &l) : runner_->step(*cache, tok, opt, &l)).ok());
+            all.insert(all.end(), l.begin(), l.end());
+        }
+        return all;
+    };
+    const auto direct = decode(true);
+    EXPECT_EQ(runner_->graph_stats(), nullptr);
+    const auto run = decode(false);
+    ASSERT_NE(runner_->graph_stats(), nullptr);
+    EXPECT_EQ(runner_->graph_stats()->segments, (int64_t)gen.size());
+    ASSERT_EQ(direct.size(), run.size());
+    for (size_t i = 0; i < direct.size(); ++i) ASSERT_EQ(direct[i], run[i]) << "logit " << i;
 }
 
 TEST_F(ModelTest, BadInputIsAnError) {
@@ -238,14 +266,14 @@ TEST_F(ModelTest, BadInputIsAnError) {
     StepOptions opt;
     std::vector<float> l;
     const int32_t bad = (int32_t)model_->config().n_vocab;
-    Status s = model_->step(*cache, std::vector<int32_t>{1, bad}, opt, &l);
+    Status s = runner_->step(*cache, std::vector<int32_t>{1, bad}, opt, &l);
     ASSERT_FALSE(s.ok());
     EXPECT_NE(s.error().find("out of range"), std::string::npos);
     EXPECT_EQ(cache->pos(), 0);
-    s = model_->step(*cache, std::vector<int32_t>(9, 1), opt, &l);
+    s = runner_->step(*cache, std::vector<int32_t>(9, 1), opt, &l);
     ASSERT_FALSE(s.ok());
     EXPECT_NE(s.error().find("context full"), std::string::npos);
-    EXPECT_FALSE(model_->step(*cache, std::vector<int32_t>{}, opt, &l).ok());
+    EXPECT_FALSE(runner_->step(*cache, std::vector<int32_t>{}, opt, &l).ok());
 }
 
 TEST(ModelLoad, MissingFileAndWrongArchitectureFailCleanly) {

@@ -17,6 +17,7 @@
 
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
+#include "exec/step_runner.h"
 #include "model/deepseek4.h"
 #include "model/synth.h"
 
@@ -74,57 +75,11 @@ public:
     void copy(void* dst, const void* src, size_t bytes) override { b_->copy(dst, src, bytes); }
     void fill(float* dst, float value, int64_t n) override { b_->fill(dst, value, n); }
     void synchronize() override { b_->synchronize(); }
-    void embed(float* out, const Weight& w, const int32_t* ids, int64_t n) override { b_->embed(out, w, ids, n); }
-    void matmul(float* y, int64_t ys, const float* x, int64_t xs, const Weight& w, int64_t n) override {
-        b_->matmul(y, ys, x, xs, w, n);
-    }
-    void rms_norm(float* y, const float* x, const float* w, int64_t n, int64_t dim, int64_t stride,
-                  float eps) override {
-        b_->rms_norm(y, x, w, n, dim, stride, eps);
-    }
-    void hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
-                const float* base, int64_t n, const HcParams& p, const HcPostArgs* first) override {
-        b_->hc_pre(x, post, comb, H, fn, scale, base, n, p, first);
-    }
-    void hc_post(const HcPostArgs& a, int64_t n, const HcParams& p) override { b_->hc_post(a, n, p); }
-    void hc_head(float* y, const float* H, const Weight& fn, const float* scale, const float* base, int64_t n,
-                 const HcParams& p) override {
-        b_->hc_head(y, H, fn, scale, base, n, p);
-    }
-    void rope(float* x, int64_t n, int n_heads, int head_dim, int64_t stride, const int32_t* pos,
-              const RopeParams& r, bool inverse) override {
-        b_->rope(x, n, n_heads, head_dim, stride, pos, r, inverse);
-    }
-    void fp8_sim(float* x, int64_t n, int64_t n_dims, int64_t stride, int block) override {
-        b_->fp8_sim(x, n, n_dims, stride, block);
-    }
-    void hadamard(float* x, int64_t n, int dim, bool fp4_sim) override { b_->hadamard(x, n, dim, fp4_sim); }
-    void compressor(const CompressorArgs& a) override { b_->compressor(a); }
-    void indexer_topk(int32_t* idx, const float* q, const float* w, const float* keys, const int32_t* n_visible,
-                      int64_t n, int n_heads, int head_dim, int top_k) override {
-        b_->indexer_topk(idx, q, w, keys, n_visible, n, n_heads, head_dim, top_k);
-    }
-    void attention(const AttentionArgs& a) override { b_->attention(a); }
-    void moe_route(int32_t* ids, float* weights, const float* logits, const float* bias, const int32_t* tid2eid,
-                   const int32_t* tokens, int64_t n, int n_experts, int k, float scale, bool norm) override {
-        b_->moe_route(ids, weights, logits, bias, tid2eid, tokens, n, n_experts, k, scale, norm);
-    }
-    void moe_experts(const MoeArgs& a) override { b_->moe_experts(a); }
-    void swiglu(float* h, const float* g, const float* u, int64_t n, int64_t f, int64_t gu_stride,
-                float clamp) override {
-        b_->swiglu(h, g, u, n, f, gu_stride, clamp);
-    }
-    void add(float* y, const float* a, const float* b, int64_t n) override { b_->add(y, a, b, n); }
-    void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t n,
-                   int64_t cols) override {
-        b_->copy_rows(dst, dst_stride, src, src_stride, n, cols);
-    }
-    void gather_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) override {
-        b_->gather_rows(dst, src, idx, n, cols);
-    }
-    void scatter_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) override {
-        b_->scatter_rows(dst, src, idx, n, cols);
-    }
+    // Every op passed on; the fused ones run as the ops they fuse (Backend's defaults), as on the CPU.
+#define DSV4_OP(name, params, args, rec) \
+    void name params override { b_->name args; }
+#define DSV4_FUSED_OP(name, params, args, rec)
+#include "ops/op_list.h"
 
 private:
     std::unique_ptr<Backend> b_;
@@ -140,11 +95,12 @@ std::vector<float> session_logits(Model& m, bool quant_sim) {
     for (auto& t : toks) t = (int32_t)(rng() % V);
     const int64_t n_prefill = 9;
     auto cache = m.new_cache((int64_t)toks.size() + 1, true);
+    StepRunner runner(m);  // decode steps through step graphs, as the engine runs them
     StepOptions opt;
     opt.quant_sim = quant_sim;
     opt.all_logits = true;
     std::vector<float> out, logits, hidden;
-    Status s = m.step(*cache, std::span<const int32_t>(toks.data(), n_prefill), opt, &logits, &hidden);
+    Status s = runner.step(*cache, std::span<const int32_t>(toks.data(), n_prefill), opt, &logits, &hidden);
     EXPECT_TRUE(s.ok()) << s.error();
     out.insert(out.end(), logits.begin(), logits.end());
     if (m.has_mtp()) {
@@ -154,7 +110,7 @@ std::vector<float> session_logits(Model& m, bool quant_sim) {
         out.insert(out.end(), logits.begin(), logits.end());
     }
     for (int64_t i = n_prefill; i < (int64_t)toks.size(); ++i) {
-        s = m.step(*cache, std::span<const int32_t>(&toks[i], 1), opt, &logits);
+        s = runner.step(*cache, std::span<const int32_t>(&toks[i], 1), opt, &logits);
         EXPECT_TRUE(s.ok()) << s.error();
         out.insert(out.end(), logits.begin(), logits.end());
     }

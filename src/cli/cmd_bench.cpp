@@ -12,10 +12,11 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "exec/profiling_backend.h"
+#include "exec/step_runner.h"
 #include "format/gguf.h"
 #include "model/deepseek4.h"
 #include "model/synth.h"
-#include "ops/profiling_backend.h"
 
 namespace dsv4::cli {
 
@@ -170,6 +171,7 @@ int cmd_bench(int argc, char** argv) {
     profiler.synchronize();
     const double load_s = seconds_since(load_t0);
     Model& m = **model;
+    StepRunner runner(m);  // decode steps replay as step graphs unless --no-graphs (or --profile's ops)
     const auto& cfg = m.config();
     const int64_t max_depth = *std::max_element(depths.begin(), depths.end());
     // --profile decodes n_gen more tokens after the last depth's measurement.
@@ -190,7 +192,7 @@ int cmd_bench(int argc, char** argv) {
     auto t0 = Clock::now();
     for (int64_t b = 0; b < n_prompt; b += chunk) {
         const int64_t e = std::min(n_prompt, b + chunk);
-        Status s = m.step(*cache, std::span<const int32_t>(prompt.data() + b, e - b), opt, e == n_prompt ? &logits : nullptr);
+        Status s = runner.step(*cache, std::span<const int32_t>(prompt.data() + b, e - b), opt, e == n_prompt ? &logits : nullptr);
         if (!s.ok()) return fail(s.error());
     }
     profiler.synchronize();
@@ -219,7 +221,7 @@ int cmd_bench(int argc, char** argv) {
         } else {
             auto fill = random_tokens(depth);
             for (int64_t b = 0; b < depth; b += chunk) {
-                Status s = m.step(*cache, std::span<const int32_t>(fill.data() + b, std::min(depth, b + chunk) - b),
+                Status s = runner.step(*cache, std::span<const int32_t>(fill.data() + b, std::min(depth, b + chunk) - b),
                                   opt, nullptr);
                 if (!s.ok()) return fail(s.error());
             }
@@ -231,7 +233,7 @@ int cmd_bench(int argc, char** argv) {
             profiler.synchronize();
             t0 = Clock::now();
             for (int64_t i = 0; i < n_gen; ++i) {
-                Status s = m.step(*cache, std::span<const int32_t>(&gen[i], 1), opt, &logits);
+                Status s = runner.step(*cache, std::span<const int32_t>(&gen[i], 1), opt, &logits);
                 if (!s.ok()) return fail(s.error());
             }
             profiler.synchronize();
@@ -255,7 +257,7 @@ int cmd_bench(int argc, char** argv) {
         if (peak_gbs > 0) d["fraction_of_peak"] = gbs / peak_gbs;
         out["decode"].push_back(d);
     }
-    if (const StepGraphStats* g = m.graph_stats()) {
+    if (const StepGraphStats* g = runner.graph_stats()) {
         out["step_graphs"] = {{"segments", g->segments}, {"eager", g->eager}, {"captures", g->captures},
                               {"replays", g->replays}};
     }
@@ -264,7 +266,7 @@ int cmd_bench(int argc, char** argv) {
         auto gen = random_tokens(n_gen);
         profiler.set_enabled(true);
         for (int64_t i = 0; i < n_gen; ++i) {
-            Status s = m.step(*cache, std::span<const int32_t>(&gen[i], 1), opt, &logits);
+            Status s = runner.step(*cache, std::span<const int32_t>(&gen[i], 1), opt, &logits);
             if (!s.ok()) return fail(s.error());
         }
         profiler.set_enabled(false);
@@ -278,7 +280,7 @@ int cmd_bench(int argc, char** argv) {
             cache->reset();
             profiler.reset();
             profiler.set_enabled(true);
-            Status s = m.step(*cache, std::span<const int32_t>(prompt.data(), len), opt, nullptr);
+            Status s = runner.step(*cache, std::span<const int32_t>(prompt.data(), len), opt, nullptr);
             profiler.set_enabled(false);
             if (!s.ok()) return fail(s.error());
             prefill_report = profiler.report(1);

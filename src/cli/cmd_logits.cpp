@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "exec/step_runner.h"
 #include "model/deepseek4.h"
 
 namespace dsv4::cli {
@@ -66,6 +67,7 @@ int cmd_logits(int argc, char** argv) {
     auto model = Model::load(model_path, **backend);
     if (!model.ok()) return fail(model.error());
     Model& m = **model;
+    StepRunner runner(m);  // --stepwise decodes through step graphs unless --no-graphs
     const int64_t V = m.config().n_vocab;
     for (int32_t t : *tokens)
         if (t >= V) return fail("token id " + std::to_string(t) + " is out of range for vocabulary " + std::to_string(V));
@@ -88,7 +90,7 @@ int cmd_logits(int argc, char** argv) {
     // Main model rows [begin, end) in one step; with --mtp the MTP block follows on the same rows.
     auto run = [&](int64_t begin, int64_t end) -> Status {
         std::span<const int32_t> toks(tokens->data() + begin, end - begin);
-        DSV4_TRY(m.step(*cache, toks, opt, mtp ? nullptr : &logits, mtp ? &hidden : nullptr));
+        DSV4_TRY(runner.step(*cache, toks, opt, mtp ? nullptr : &logits, mtp ? &hidden : nullptr));
         if (!mtp) {
             std::copy(logits.begin(), logits.end(), out.begin() + begin * V);
             return {};

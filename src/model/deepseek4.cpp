@@ -156,7 +156,7 @@ Status Model::step(KvCache& cache, std::span<const int32_t> tokens, const StepOp
     return step_batch(std::span<BatchItem>(&item, 1), opt);
 }
 
-Status Model::step_batch(std::span<BatchItem> items, const StepOptions& opt) {
+Status Model::step_batch(std::span<BatchItem> items, const StepOptions& opt, Backend& ops) {
     if (items.empty()) return make_error("step: no sequences");
     int64_t N = 0;
     for (const BatchItem& it : items) {
@@ -173,19 +173,7 @@ Status Model::step_batch(std::span<BatchItem> items, const StepOptions& opt) {
         N += n;
     }
     if (N > max_step_tokens()) return make_error("step: too many tokens for one step");
-    StepGraphs* graphs = nullptr;
-    if (opt.graphs && !opt.trace && N <= kMaxGraphTokens && backend_.graph_support()) {
-        if (!graphs_) graphs_ = std::make_unique<StepGraphs>(backend_, *backend_.graph_support());
-        graphs = graphs_.get();
-    }
-    // Declared before the context: the recording ends (its last ops run) after the step's scratch is gone.
-    struct GraphScope {
-        StepGraphs* g;
-        ~GraphScope() {
-            if (g) g->end();
-        }
-    } scope{graphs};
-    Ctx c(graphs ? graphs->begin(opt.defer_branches) : backend_, cfg_, opt);
+    Ctx c(ops, cfg_, opt);
     c.n = N;
     std::vector<int32_t> pos, toks, logit_rows;
     for (BatchItem& it : items) {

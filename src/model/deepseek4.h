@@ -16,7 +16,6 @@
 #include "model/kv_cache.h"
 #include "model/weights.h"
 #include "ops/backend.h"
-#include "ops/step_graphs.h"
 
 namespace dsv4 {
 
@@ -30,9 +29,10 @@ struct StepOptions {
     // [n, hc, D] streams after block `layer`; reported once they are written, which is by the next block's
     // first op, its hc_pre with this block's last hc_post fused in).
     std::function<void(const char* name, int layer, const float* data, int64_t count)> trace;
-    // Steps of at most kMaxGraphTokens tokens are recorded and a step that repeats an earlier one's ops
-    // (decode) replays them as one unit where the backend supports it (CUDA graphs; ops/step_graphs.h).
-    // Off: every op runs as it is called. Steps with a trace always run that way.
+    // Read by whoever runs the steps (exec/step_runner.h; Model itself runs every op as it is called): steps
+    // of at most kMaxGraphTokens tokens are recorded and a step that repeats an earlier one's ops (decode)
+    // replays them as one unit where the backend supports it (CUDA graphs; exec/step_graphs.h). Off: every op
+    // runs as it is called. Steps with a trace always run that way.
     bool graphs = true;
     // Tests: in recorded steps, run each branch's ops (Backend::branch) at its join instead of where they were
     // issued, so a dependency between a branch and the ops beside it that the model does not declare shows up
@@ -74,7 +74,10 @@ public:
         std::vector<float>* logits = nullptr;  // [rows, n_vocab] out, optional
         std::vector<float>* hidden = nullptr;  // [n, hc, D] out, optional
     };
-    Status step_batch(std::span<BatchItem> items, const StepOptions& opt);
+    Status step_batch(std::span<BatchItem> items, const StepOptions& opt) { return step_batch(items, opt, backend_); }
+    // The same forward pass with its ops issued to `ops`: backend() or a backend in front of it (the step
+    // recorder of exec/step_graphs.h). The step's scratch is given back to `ops` before this returns.
+    Status step_batch(std::span<BatchItem> items, const StepOptions& opt, Backend& ops);
 
     // The MTP block on the main model's final streams `hidden` ([n, hc, D], host) at positions
     // cache.mtp_pos() .. +n-1, with `next_tokens` the tokens that follow each position. Writes logits for
@@ -84,9 +87,6 @@ public:
 
     // Largest number of tokens one step may take (bounds scratch memory); callers chunk longer inputs.
     int64_t max_step_tokens() const { return 1 << 16; }
-
-    // How the recorded steps ran (null before the first recorded step).
-    const StepGraphStats* graph_stats() const { return graphs_ ? &graphs_->stats() : nullptr; }
 
     struct Ctx;  // per-step state (step_context.h)
 
@@ -110,7 +110,6 @@ private:
     const float* rope_freqs_window_ = nullptr;      // backend memory, rope_dim/2
     const float* rope_freqs_compressed_ = nullptr;
     std::vector<void*> owned_;
-    std::unique_ptr<StepGraphs> graphs_;  // created at the first step recorded
 };
 
 // RoPE frequencies for a layer: plain base for window-only layers, compress base with YaRN for compressed.

@@ -247,25 +247,9 @@ void fill_row(const SynthTensor& t, const SynthHparams& hp, uint64_t key, bool r
         return;
     }
     for (int64_t i = 0; i < n; ++i) scratch[i] = t.mean + t.std * rng.gaussian();
-    switch (t.type) {
-        case GgmlType::F32: std::memcpy(dst, scratch, (size_t)n * 4); break;
-        case GgmlType::F16:
-            for (int64_t i = 0; i < n; ++i) {
-                uint16_t h = f32_to_f16(scratch[i]);
-                std::memcpy(dst + 2 * i, &h, 2);
-            }
-            break;
-        case GgmlType::BF16:
-            for (int64_t i = 0; i < n; ++i) {
-                uint16_t h = f32_to_bf16(scratch[i]);
-                std::memcpy(dst + 2 * i, &h, 2);
-            }
-            break;
-        default: {
-            size_t wrote = quantize_row(t.type, scratch, dst, n);
-            DSV4_CHECK(wrote == ggml_row_bytes(ggml_traits(t.type), n));
-        }
-    }
+    // The codec of the format (format/quant.h; for F32, F16 and BF16 the plain conversion).
+    const size_t wrote = quantize_row(t.type, scratch, dst, n);
+    DSV4_CHECK(wrote == ggml_row_bytes(ggml_traits(t.type), n));
 }
 
 }  // namespace

@@ -20,6 +20,27 @@ void norm_rope_check(int64_t n, int n_heads, int head_dim, int64_t stride, const
                    "norm_rope: the %d non-RoPE dims are not whole FP8 blocks of %d", head_dim - r.rope_dim, fp8_block);
 }
 
+void Backend::matmul_norm(float* y, int64_t y_stride, const float* x, int64_t x_stride, const float* norm, float eps,
+                          const Weight& w, int64_t n) {
+    const int64_t K = w.cols;
+    float* t = static_cast<float*>(alloc((size_t)(n * K) * sizeof(float)));
+    norm_rows(t, x, x_stride, norm, n, K, eps);
+    matmul(y, y_stride, t, K, w, n);
+    synchronize();
+    free(t);
+}
+
+void Backend::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {
+    for (const MatmulJob& j : jobs) matmul(j.y, j.y_stride, j.x, j.x_stride, *j.w, n);
+}
+
+void Backend::hc_pre_norm(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
+                          const float* base, int64_t n, const HcParams& p, const HcPostArgs* first, const float* norm,
+                          float eps) {
+    hc_pre(x, post, comb, H, fn, scale, base, n, p, first);
+    rms_norm(x, x, norm, n, p.dim, p.dim, eps);
+}
+
 void Backend::norm_rope(float* x, int64_t n, int n_heads, int head_dim, int64_t stride, const float* weight, float eps,
                         const int32_t* pos, const RopeParams& r, int fp8_block) {
     norm_rope_check(n, n_heads, head_dim, stride, pos, r, fp8_block);

@@ -43,7 +43,7 @@ struct Engine::Sequence {
 };
 
 Engine::Engine(Model& model, const Tokenizer& tokenizer, EngineOptions opt)
-    : model_(model), tok_(tokenizer), opt_(opt) {
+    : model_(model), runner_(model), tok_(tokenizer), opt_(opt) {
     DSV4_CHECK(opt_.n_slots > 0 && opt_.n_ctx > 0 && opt_.prefill_chunk > 0);
     opt_.step_token_budget = std::max<int64_t>(opt_.step_token_budget, opt_.n_slots);
     for (int i = 0; i < opt_.n_slots; ++i) caches_.push_back(model_.new_cache(opt_.n_ctx, false));
@@ -287,7 +287,7 @@ bool Engine::step() {
     StepOptions opt;
     opt.quant_sim = opt_.quant_sim;
     const auto t0 = std::chrono::steady_clock::now();
-    Status st = model_.step_batch(items, opt);
+    Status st = runner_.step_batch(items, opt);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     {
         std::lock_guard<std::mutex> lk(mu_);

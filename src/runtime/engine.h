@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "exec/step_runner.h"
 #include "model/deepseek4.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
@@ -115,6 +116,7 @@ private:
     bool sample_and_emit(Sequence& s, const std::vector<float>& logits);
 
     Model& model_;
+    StepRunner runner_;  // the model's decode steps replay as step graphs
     const Tokenizer& tok_;
     EngineOptions opt_;
     std::vector<std::unique_ptr<KvCache>> caches_;

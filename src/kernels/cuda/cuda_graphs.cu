@@ -1,4 +1,4 @@
-// CUDA step graphs: a recorded step (ops/step_graphs.h) is captured from the backend's stream into a CUDA
+// CUDA step graphs: a recorded step (exec/step_graphs.h) is captured from the backend's stream into a CUDA
 // graph and replayed with one launch. Uploads in it copy from pinned staging memory, so a replay reads the
 // values written there for the current step.
 #include <algorithm>

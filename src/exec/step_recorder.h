@@ -58,74 +58,18 @@ public:
         return t_.weight_data(host_bytes, n_bytes);
     }
 
-    void embed(float* out, const Weight& w, const int32_t* ids, int64_t n) override {
-        forward(kEmbed, &Backend::embed, out, w, ids, n);
-    }
-    void matmul(float* y, int64_t y_stride, const float* x, int64_t x_stride, const Weight& w, int64_t n) override {
-        forward(kMatmul, &Backend::matmul, y, y_stride, x, x_stride, w, n);
-    }
-    void matmul_norm(float* y, int64_t y_stride, const float* x, int64_t x_stride, const float* norm, float eps,
-                     const Weight& w, int64_t n) override {
-        forward(kMatmulNorm, &Backend::matmul_norm, y, y_stride, x, x_stride, norm, eps, w, n);
-    }
-    void matmul_batch(std::span<const MatmulJob> jobs, int64_t n) override;
-    void rms_norm(float* y, const float* x, const float* weight, int64_t n, int64_t dim, int64_t stride,
-                  float eps) override {
-        forward(kRmsNorm, &Backend::rms_norm, y, x, weight, n, dim, stride, eps);
-    }
-    void hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
-                const float* base, int64_t n, const HcParams& p, const HcPostArgs* first) override;
-    void hc_pre_norm(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,
-                     const float* base, int64_t n, const HcParams& p, const HcPostArgs* first, const float* norm,
-                     float eps) override;
-    void hc_post(const HcPostArgs& a, int64_t n, const HcParams& p) override {
-        forward(kHcPost, &Backend::hc_post, a, n, p);
-    }
-    void hc_head(float* y, const float* H, const Weight& fn, const float* scale, const float* base, int64_t n,
-                 const HcParams& p) override {
-        forward(kHcHead, &Backend::hc_head, y, H, fn, scale, base, n, p);
-    }
-    void rope(float* x, int64_t n, int n_heads, int head_dim, int64_t stride, const int32_t* pos, const RopeParams& r,
-              bool inverse) override {
-        forward(kRope, &Backend::rope, x, n, n_heads, head_dim, stride, pos, r, inverse);
-    }
-    void fp8_sim(float* x, int64_t n, int64_t n_dims, int64_t stride, int block) override {
-        forward(kFp8Sim, &Backend::fp8_sim, x, n, n_dims, stride, block);
-    }
-    void norm_rope(float* x, int64_t n, int n_heads, int head_dim, int64_t stride, const float* weight, float eps,
-                   const int32_t* pos, const RopeParams& r, int fp8_block) override {
-        forward(kNormRope, &Backend::norm_rope, x, n, n_heads, head_dim, stride, weight, eps, pos, r, fp8_block);
-    }
-    void hadamard(float* x, int64_t n, int dim, bool fp4_sim) override {
-        forward(kHadamard, &Backend::hadamard, x, n, dim, fp4_sim);
-    }
-    void compressor(const CompressorArgs& a) override { forward(kCompressor, &Backend::compressor, a); }
-    void indexer_topk(int32_t* idx, const float* q, const float* w, const float* keys, const int32_t* n_visible,
-                      int64_t n, int n_heads, int head_dim, int top_k) override {
-        forward(kIndexerTopk, &Backend::indexer_topk, idx, q, w, keys, n_visible, n, n_heads, head_dim, top_k);
-    }
-    void attention(const AttentionArgs& a) override { forward(kAttention, &Backend::attention, a); }
-    void moe_route(int32_t* ids, float* weights, const float* logits, const float* bias, const int32_t* tid2eid,
-                   const int32_t* tokens, int64_t n, int n_experts, int k, float scale, bool norm) override {
-        forward(kMoeRoute, &Backend::moe_route, ids, weights, logits, bias, tid2eid, tokens, n, n_experts, k, scale,
-                norm);
-    }
-    void moe_experts(const MoeArgs& a) override { forward(kMoeExperts, &Backend::moe_experts, a); }
-    void swiglu(float* h, const float* g, const float* u, int64_t n, int64_t f, int64_t gu_stride,
-                float clamp) override {
-        forward(kSwiglu, &Backend::swiglu, h, g, u, n, f, gu_stride, clamp);
-    }
-    void add(float* y, const float* a, const float* b, int64_t n) override { forward(kAdd, &Backend::add, y, a, b, n); }
-    void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t n,
-                   int64_t cols) override {
-        forward(kCopyRows, &Backend::copy_rows, dst, dst_stride, src, src_stride, n, cols);
-    }
-    void gather_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) override {
-        forward(kGatherRows, &Backend::gather_rows, dst, src, idx, n, cols);
-    }
-    void scatter_rows(float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) override {
-        forward(kScatterRows, &Backend::scatter_rows, dst, src, idx, n, cols);
-    }
+    // Every op of ops/op_list.h: `copied` ones recorded as called (forward()), `custom` ones by their own
+    // bodies in step_recorder.cpp, which copy what the arguments point at.
+#define DSV4_RECORD_ARGS(...) __VA_ARGS__
+#define DSV4_RECORD_copied(name, params, args) \
+    void name params override { forward(k_##name, &Backend::name, DSV4_RECORD_ARGS args); }
+#define DSV4_RECORD_custom(name, params, args) void name params override;
+#define DSV4_OP(name, params, args, rec) DSV4_RECORD_##rec(name, params, args)
+#define DSV4_FUSED_OP(name, params, args, rec) DSV4_RECORD_##rec(name, params, args)
+#include "ops/op_list.h"
+#undef DSV4_RECORD_ARGS
+#undef DSV4_RECORD_copied
+#undef DSV4_RECORD_custom
 
 private:
     // Op codes of the key.
@@ -133,32 +77,13 @@ private:
         kUpload = 1,
         kCopy,
         kFill,
-        kEmbed,
-        kMatmul,
-        kMatmulBatch,
-        kRmsNorm,
-        kHcPre,
-        kHcPost,
-        kHcHead,
-        kRope,
-        kFp8Sim,
-        kNormRope,
-        kHadamard,
-        kCompressor,
-        kIndexerTopk,
-        kAttention,
-        kMoeRoute,
-        kMoeExperts,
-        kSwiglu,
-        kAdd,
-        kCopyRows,
-        kGatherRows,
-        kScatterRows,
         kBranch,
         kEndBranch,
         kJoin,
-        kHcPreNorm,
-        kMatmulNorm,
+        // k_embed, k_matmul, ...: one per op of the list.
+#define DSV4_OP(name, params, args, rec) k_##name,
+#define DSV4_FUSED_OP(name, params, args, rec) k_##name,
+#include "ops/op_list.h"
     };
 
     // The key: an op code, then each argument's bytes (structs field by field, so padding never enters).

@@ -8,43 +8,18 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "ops/backend.h"
+#include "ops/graph_support.h"
 
 namespace dsv4 {
 
 // Steps of at most this many tokens are recorded (decode, small batches); larger ones run as issued.
 constexpr int64_t kMaxGraphTokens = 8;
-
-// What a backend offers for replays.
-class GraphSupport {
-public:
-    virtual ~GraphSupport() = default;
-    // Host memory the device reads when a replay runs: recorded uploads copy from here.
-    virtual void* alloc_staging(size_t bytes) = 0;
-    virtual void free_staging(void* p) = 0;
-    // Capture what `issue` sends to the backend as a replayable unit without running it; null when the
-    // backend cannot (the ops then did not run).
-    virtual void* capture(const std::function<void()>& issue) = 0;
-    virtual void launch(void* graph) = 0;
-    virtual void destroy(void* graph) = 0;  // only when no launch of it is in flight
-};
-
-// A GraphSupport for host backends: a "graph" is the recorded op list itself, replayed call by call. It
-// checks the recording machinery on the CPU: a replay runs the first recording's ops, not the current ones.
-class StoredOpsSupport final : public GraphSupport {
-public:
-    void* alloc_staging(size_t bytes) override;
-    void free_staging(void* p) override;
-    void* capture(const std::function<void()>& issue) override;
-    void launch(void* graph) override;
-    void destroy(void* graph) override;
-};
 
 struct StepGraphStats {
     int64_t segments = 0;  // recorded runs (a step is one, or more when it downloads in the middle)

@@ -1,11 +1,11 @@
 // The recording Backend of StepGraphs: each op appends its code and arguments to the key and a closure
 // calling the same op on the target to the op list (forward(), step_recorder.h).
-#include "ops/step_recorder.h"
+#include "exec/step_recorder.h"
 
 #include <algorithm>
 
 #include "core/check.h"
-#include "ops/step_graphs.h"
+#include "exec/step_graphs.h"
 
 namespace dsv4 {
 
@@ -222,7 +222,7 @@ void StepRecorder::hc_pre(float* x, float* post, float* comb, const float* H, co
     // The fused hc_post's arguments are keyed (after a flag, so a plain call never keys like a fused one) and
     // held by the closure: the caller's struct is gone when the op runs.
     const bool fused = first != nullptr;
-    key(kHcPre, x, post, comb, H, fn, scale, base, n, p, fused);
+    key(k_hc_pre, x, post, comb, H, fn, scale, base, n, p, fused);
     const HcPostArgs f = fused ? *first : HcPostArgs{};
     if (fused) put(f);
     record([=](Backend& b) { b.hc_pre(x, post, comb, H, fn, scale, base, n, p, fused ? &f : nullptr); });
@@ -232,7 +232,7 @@ void StepRecorder::hc_pre_norm(float* x, float* post, float* comb, const float* 
                                const float* scale, const float* base, int64_t n, const HcParams& p,
                                const HcPostArgs* first, const float* norm, float eps) {
     const bool fused = first != nullptr;  // as hc_pre
-    key(kHcPreNorm, x, post, comb, H, fn, scale, base, n, p, fused, norm, eps);
+    key(k_hc_pre_norm, x, post, comb, H, fn, scale, base, n, p, fused, norm, eps);
     const HcPostArgs f = fused ? *first : HcPostArgs{};
     if (fused) put(f);
     record([=](Backend& b) {
@@ -248,7 +248,7 @@ void StepRecorder::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {
     };
     auto batch = std::make_shared<Batch>();
     batch->weights.reserve(jobs.size());
-    key(kMatmulBatch, n, jobs.size());
+    key(k_matmul_batch, n, jobs.size());
     for (const MatmulJob& j : jobs) {
         key(0, j.y, j.y_stride, j.x, j.x_stride, *j.w);
         batch->weights.push_back(*j.w);

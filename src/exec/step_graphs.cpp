@@ -1,12 +1,11 @@
 // StepGraphs: record a step, key it by its ops' arguments, run it eagerly the first time a key is seen and
 // as a captured graph from the second time on.
-#include "ops/step_graphs.h"
+#include "exec/step_graphs.h"
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "core/check.h"
-#include "ops/step_recorder.h"
+#include "exec/step_recorder.h"
 
 namespace dsv4 {
 
@@ -15,20 +14,6 @@ namespace {
 constexpr size_t kMaxEntries = 32;  // keys remembered (each may hold a graph)
 
 }  // namespace
-
-void* StoredOpsSupport::alloc_staging(size_t bytes) {
-    void* p = std::malloc(std::max<size_t>(bytes, 1));
-    DSV4_CHECK_MSG(p != nullptr, "out of host memory allocating %zu bytes of step staging", bytes);
-    return p;
-}
-
-void StoredOpsSupport::free_staging(void* p) { std::free(p); }
-
-void* StoredOpsSupport::capture(const std::function<void()>& issue) { return new std::function<void()>(issue); }
-
-void StoredOpsSupport::launch(void* graph) { (*static_cast<std::function<void()>*>(graph))(); }
-
-void StoredOpsSupport::destroy(void* graph) { delete static_cast<std::function<void()>*>(graph); }
 
 StepGraphs::StepGraphs(Backend& target, GraphSupport& support)
     : target_(target), support_(support), recorder_(std::make_unique<StepRecorder>(*this, target)) {}

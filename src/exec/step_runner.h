@@ -1,0 +1,40 @@
+// Runs a Model's steps, through step graphs where they pay off: Model::step_batch is the forward pass only,
+// and this is the one place that decides whether a step is recorded (StepOptions::graphs, trace,
+// kMaxGraphTokens, the backend's GraphSupport) and that owns the graph cache of that model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "exec/step_graphs.h"
+#include "model/deepseek4.h"
+
+namespace dsv4 {
+
+class StepRunner {
+public:
+    explicit StepRunner(Model& model) : model_(model) {}
+    StepRunner(const StepRunner&) = delete;
+    StepRunner& operator=(const StepRunner&) = delete;
+
+    Model& model() { return model_; }
+
+    // Model::step and Model::step_batch with the same results; a step of at most kMaxGraphTokens tokens is
+    // recorded and replayed as one unit when it repeats an earlier one (unless opt.graphs is off, opt has a
+    // trace, or the backend cannot replay).
+    Status step(KvCache& cache, std::span<const int32_t> tokens, const StepOptions& opt, std::vector<float>* logits,
+                std::vector<float>* hidden = nullptr);
+    Status step_batch(std::span<Model::BatchItem> items, const StepOptions& opt);
+
+    // How the recorded steps ran (null before the first recorded step).
+    const StepGraphStats* graph_stats() const { return graphs_ ? &graphs_->stats() : nullptr; }
+
+private:
+    Model& model_;
+    std::unique_ptr<StepGraphs> graphs_;  // created at the first step recorded
+};
+
+}  // namespace dsv4
