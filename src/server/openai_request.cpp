@@ -26,6 +26,12 @@ ApiError bad_request(std::string message, std::string param, std::string code) {
     return e;
 }
 
+const ojson* find_field(const ojson& obj, std::string_view key) {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return nullptr;
+    return &*it;
+}
+
 nlohmann::ordered_json error_json(const ApiError& error) {
     ojson e = {{"message", error.message}, {"type", error.type}};
     e["param"] = error.param.empty() ? ojson(nullptr) : ojson(error.param);
@@ -35,19 +41,6 @@ nlohmann::ordered_json error_json(const ApiError& error) {
 
 namespace {
 
-using MaybeError = std::optional<ApiError>;
-
-#define API_TRY(expr)                                            \
-    do {                                                         \
-        if (MaybeError api_try_e_ = (expr)) return std::move(*api_try_e_); \
-    } while (0)
-
-// The value of `key`, or null when it is absent or JSON null (OpenAI treats both as "not given").
-const ojson* find_field(const ojson& obj, std::string_view key) {
-    auto it = obj.find(key);
-    if (it == obj.end() || it->is_null()) return nullptr;
-    return &*it;
-}
 
 const char* json_kind(const ojson& v) {
     switch (v.type()) {
@@ -170,37 +163,37 @@ MaybeError read_logit_bias(const ojson& body, const RequestLimits& limits, Sampl
 
 // Fields shared by chat and text completions.
 MaybeError read_generation(const ojson& body, const RequestLimits& limits, GenerationParams& g) {
-    API_TRY(read_string(body, "model", g.model));
+    DSV4_API_TRY(read_string(body, "model", g.model));
     SamplingParams& s = g.sampling;
-    API_TRY(read_float(body, "temperature", s.temperature, 0.0, 2.0));
-    API_TRY(read_float(body, "top_p", s.top_p, 0.0, 1.0, /*lo_open=*/true));
-    API_TRY(read_float(body, "min_p", s.min_p, 0.0, 1.0));
-    API_TRY(read_float(body, "presence_penalty", s.presence_penalty, -2.0, 2.0));
-    API_TRY(read_float(body, "frequency_penalty", s.frequency_penalty, -2.0, 2.0));
-    API_TRY(read_float(body, "repetition_penalty", s.repetition_penalty, 0.0, 10.0, /*lo_open=*/true));
+    DSV4_API_TRY(read_float(body, "temperature", s.temperature, 0.0, 2.0));
+    DSV4_API_TRY(read_float(body, "top_p", s.top_p, 0.0, 1.0, /*lo_open=*/true));
+    DSV4_API_TRY(read_float(body, "min_p", s.min_p, 0.0, 1.0));
+    DSV4_API_TRY(read_float(body, "presence_penalty", s.presence_penalty, -2.0, 2.0));
+    DSV4_API_TRY(read_float(body, "frequency_penalty", s.frequency_penalty, -2.0, 2.0));
+    DSV4_API_TRY(read_float(body, "repetition_penalty", s.repetition_penalty, 0.0, 10.0, /*lo_open=*/true));
     int64_t top_k = 0;
     // -1 is vLLM's spelling of "off".
-    API_TRY(read_int(body, "top_k", top_k, -1, std::numeric_limits<int32_t>::max()));
+    DSV4_API_TRY(read_int(body, "top_k", top_k, -1, std::numeric_limits<int32_t>::max()));
     s.top_k = top_k < 0 ? 0 : static_cast<int32_t>(top_k);
     if (find_field(body, "seed")) {
         int64_t seed = 0;
-        API_TRY(read_int(body, "seed", seed, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
+        DSV4_API_TRY(read_int(body, "seed", seed, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
         s.seed = static_cast<uint64_t>(seed);
         g.seed_given = true;
     }
-    API_TRY(read_logit_bias(body, limits, s));
+    DSV4_API_TRY(read_logit_bias(body, limits, s));
 
     int64_t n = 1;
-    API_TRY(read_int(body, "n", n, 1, std::numeric_limits<int32_t>::max()));
+    DSV4_API_TRY(read_int(body, "n", n, 1, std::numeric_limits<int32_t>::max()));
     if (n != 1) return bad_request("n > 1 is not supported: send one request per choice", "n", "unsupported_value");
 
     const int64_t kMaxTokens = std::numeric_limits<int32_t>::max();
-    API_TRY(read_int(body, "max_tokens", g.max_tokens, 1, kMaxTokens));
+    DSV4_API_TRY(read_int(body, "max_tokens", g.max_tokens, 1, kMaxTokens));
     // The newer name wins when both are given (OpenAI deprecated max_tokens for it).
-    API_TRY(read_int(body, "max_completion_tokens", g.max_tokens, 1, kMaxTokens));
-    API_TRY(read_stop(body, limits, g.stop));
+    DSV4_API_TRY(read_int(body, "max_completion_tokens", g.max_tokens, 1, kMaxTokens));
+    DSV4_API_TRY(read_stop(body, limits, g.stop));
 
-    API_TRY(read_bool(body, "stream", g.stream));
+    DSV4_API_TRY(read_bool(body, "stream", g.stream));
     if (const ojson* so = find_field(body, "stream_options")) {
         if (!g.stream) {
             return bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options",
@@ -213,7 +206,7 @@ MaybeError read_generation(const ojson& body, const RequestLimits& limits, Gener
         }
     }
     std::string user;
-    API_TRY(read_string(body, "user", user));
+    DSV4_API_TRY(read_string(body, "user", user));
     return {};
 }
 
@@ -309,13 +302,13 @@ MaybeError normalize_message(const ojson& msg, size_t index, ojson& out) {
     out = ojson{{"role", role}};
     std::string content;
     if (role == "system" || role == "user" || role == "developer") {
-        API_TRY(content_text(msg, cparam, /*allow_null=*/false, content));
+        DSV4_API_TRY(content_text(msg, cparam, /*allow_null=*/false, content));
         if (role == "developer" && content.empty()) {
             return bad_request("'" + cparam + "' must not be empty for a developer message", cparam);
         }
         out["content"] = content;
     } else if (role == "assistant") {
-        API_TRY(content_text(msg, cparam, /*allow_null=*/true, content));
+        DSV4_API_TRY(content_text(msg, cparam, /*allow_null=*/true, content));
         out["content"] = content;
         if (const ojson* rc = find_field(msg, "reasoning_content")) {
             if (!rc->is_string()) return wrong_type(param + ".reasoning_content", "a string", *rc);
@@ -323,11 +316,11 @@ MaybeError normalize_message(const ojson& msg, size_t index, ojson& out) {
         }
         if (const ojson* calls = find_field(msg, "tool_calls")) {
             ojson norm;
-            API_TRY(normalize_tool_calls(*calls, param + ".tool_calls", norm));
+            DSV4_API_TRY(normalize_tool_calls(*calls, param + ".tool_calls", norm));
             if (!norm.empty()) out["tool_calls"] = std::move(norm);
         }
     } else if (role == "tool") {
-        API_TRY(content_text(msg, cparam, /*allow_null=*/false, content));
+        DSV4_API_TRY(content_text(msg, cparam, /*allow_null=*/false, content));
         out["content"] = content;
         const ojson* id = find_field(msg, "tool_call_id");
         if (!id || !id->is_string()) {
@@ -396,7 +389,7 @@ MaybeError check_tools(const ojson& tools, std::set<std::string>& names) {
         if (const ojson* d = find_field(*fn, "description"); d && !d->is_string()) {
             return wrong_type(param + ".function.description", "a string", *d);
         }
-        if (const ojson* p = find_field(*fn, "parameters")) API_TRY(check_schema(*p, param + ".function.parameters"));
+        if (const ojson* p = find_field(*fn, "parameters")) DSV4_API_TRY(check_schema(*p, param + ".function.parameters"));
         if (const ojson* s = find_field(*fn, "strict"); s && !s->is_boolean()) {
             return wrong_type(param + ".function.strict", "a boolean", *s);
         }
@@ -459,7 +452,7 @@ MaybeError read_response_format(const ojson& body, ojson& out) {
             return bad_request("'response_format.json_schema.name' must be 1-64 characters of a-z, A-Z, 0-9, '_', '-' or '.'",
                                "response_format.json_schema.name");
         }
-        if (const ojson* s = find_field(*js, "schema")) API_TRY(check_schema(*s, "response_format.json_schema.schema"));
+        if (const ojson* s = find_field(*js, "schema")) DSV4_API_TRY(check_schema(*s, "response_format.json_schema.schema"));
     } else if (t != "json_object") {
         return bad_request("'response_format.type' must be text, json_object or json_schema, got '" + t + "'",
                            "response_format.type", "invalid_value");
@@ -512,10 +505,10 @@ ApiResult<ojson> parse_json_body(std::string_view body) {
 
 ApiResult<ChatRequest> parse_chat_request(const ojson& body, const RequestLimits& limits) {
     ChatRequest r;
-    API_TRY(read_generation(body, limits, r.gen));
-    API_TRY(read_bool(body, "logprobs", r.gen.logprobs));
+    DSV4_API_TRY(read_generation(body, limits, r.gen));
+    DSV4_API_TRY(read_bool(body, "logprobs", r.gen.logprobs));
     int64_t top = 0;
-    API_TRY(read_int(body, "top_logprobs", top, 0, 20));
+    DSV4_API_TRY(read_int(body, "top_logprobs", top, 0, 20));
     if (top > 0 && !r.gen.logprobs) {
         return bad_request("'top_logprobs' needs 'logprobs' set to true", "top_logprobs", "invalid_value");
     }
@@ -529,23 +522,23 @@ ApiResult<ChatRequest> parse_chat_request(const ojson& body, const RequestLimits
     ojson norm = ojson::array();
     for (size_t i = 0; i < messages->size(); ++i) {
         ojson m;
-        API_TRY(normalize_message((*messages)[i], i, m));
+        DSV4_API_TRY(normalize_message((*messages)[i], i, m));
         norm.push_back(std::move(m));
     }
 
     std::set<std::string> names;
     ojson tools;
     if (const ojson* t = find_field(body, "tools")) {
-        API_TRY(check_tools(*t, names));
+        DSV4_API_TRY(check_tools(*t, names));
         tools = *t;
     }
-    API_TRY(read_tool_choice(body, names, r));
+    DSV4_API_TRY(read_tool_choice(body, names, r));
     if (const ojson* p = find_field(body, "parallel_tool_calls"); p && !p->is_boolean()) {
         return wrong_type("parallel_tool_calls", "a boolean", *p);
     }
     ojson response_format;
-    API_TRY(read_response_format(body, response_format));
-    API_TRY(read_thinking(body, limits, r.chat));
+    DSV4_API_TRY(read_response_format(body, response_format));
+    DSV4_API_TRY(read_thinking(body, limits, r.chat));
 
     // tool_choice none: the model is not told about the tools at all.
     if (r.tool_choice == ToolChoice::none) tools = ojson();
@@ -568,21 +561,21 @@ ApiResult<ChatRequest> parse_chat_request(const ojson& body, const RequestLimits
 ApiResult<CompletionRequest> parse_completion_request(const ojson& body, const RequestLimits& limits) {
     CompletionRequest r;
     r.gen.max_tokens = 16;  // OpenAI's documented default for /v1/completions
-    API_TRY(read_generation(body, limits, r.gen));
+    DSV4_API_TRY(read_generation(body, limits, r.gen));
     if (const ojson* lp = find_field(body, "logprobs")) {
         int64_t n = 0;
-        API_TRY(read_int(body, "logprobs", n, 0, 20));
+        DSV4_API_TRY(read_int(body, "logprobs", n, 0, 20));
         (void)lp;
         r.gen.logprobs = true;
         r.gen.top_logprobs = static_cast<int>(n);
         r.gen.sampling.top_logprobs = r.gen.top_logprobs;
     }
-    API_TRY(read_bool(body, "echo", r.echo));
+    DSV4_API_TRY(read_bool(body, "echo", r.echo));
     if (const ojson* s = find_field(body, "suffix"); s && !(s->is_string() && s->get_ref<const std::string&>().empty())) {
         return bad_request("'suffix' is not supported", "suffix", "unsupported_value");
     }
     int64_t best_of = 1;
-    API_TRY(read_int(body, "best_of", best_of, 1, 1));
+    DSV4_API_TRY(read_int(body, "best_of", best_of, 1, 1));
 
     const ojson* p = find_field(body, "prompt");
     if (!p) return bad_request("'prompt' is required", "prompt", "missing_required_parameter");

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -27,6 +28,15 @@ struct ApiError {
 };
 
 ApiError bad_request(std::string message, std::string param = {}, std::string code = {});
+
+// Shared by the request parsers of every API (OpenAI, Anthropic, Responses): a check's result (an error or
+// nothing), the early return on an error, and a field read as "not given" when it is absent or JSON null.
+using MaybeError = std::optional<ApiError>;
+#define DSV4_API_TRY(expr)                                                 \
+    do {                                                                   \
+        if (::dsv4::server::MaybeError api_try_e_ = (expr)) return std::move(*api_try_e_); \
+    } while (0)
+const nlohmann::ordered_json* find_field(const nlohmann::ordered_json& obj, std::string_view key);
 // {"error": {"message": ..., "type": ..., "param": ... | null, "code": ... | null}}
 nlohmann::ordered_json error_json(const ApiError& error);
 

@@ -13,19 +13,6 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-using MaybeError = std::optional<ApiError>;
-
-#define RESPONSES_TRY(expr)                                          \
-    do {                                                             \
-        if (MaybeError responses_e_ = (expr)) return std::move(*responses_e_); \
-    } while (0)
-
-const ojson* field(const ojson& obj, const char* key) {
-    auto it = obj.find(key);
-    if (it == obj.end() || it->is_null()) return nullptr;
-    return &*it;
-}
-
 ApiError invalid(const std::string& param, const std::string& message, const char* code = "invalid_value") {
     return bad_request("'" + param + "' " + message, param, code);
 }
@@ -39,13 +26,13 @@ MaybeError content_text(const ojson& c, const std::string& param, std::string& o
     if (!c.is_array()) return invalid(param, "must be a string or an array of content parts", "invalid_type");
     for (size_t i = 0; i < c.size(); ++i) {
         const std::string p = param + "[" + std::to_string(i) + "]";
-        const ojson* type = c[i].is_object() ? field(c[i], "type") : nullptr;
+        const ojson* type = c[i].is_object() ? find_field(c[i], "type") : nullptr;
         if (!type || !type->is_string()) return invalid(p + ".type", "must be a string", "invalid_type");
         const std::string t = type->get<std::string>();
         if (t != "input_text" && t != "output_text" && t != "text" && t != "summary_text" && t != "reasoning_text") {
             return invalid(p + ".type", "is '" + t + "'; only text parts are supported", "unsupported_value");
         }
-        const ojson* text = field(c[i], "text");
+        const ojson* text = find_field(c[i], "text");
         if (!text || !text->is_string()) return invalid(p + ".text", "must be a string", "invalid_type");
         if (i > 0) out += '\n';
         out += text->get<std::string>();
@@ -73,18 +60,18 @@ struct InputBuilder {
 MaybeError input_item(const ojson& item, const std::string& p, InputBuilder& b) {
     if (!item.is_object()) return invalid(p, "must be an object", "invalid_type");
     std::string type = "message";
-    if (const ojson* t = field(item, "type")) {
+    if (const ojson* t = find_field(item, "type")) {
         if (!t->is_string()) return invalid(p + ".type", "must be a string", "invalid_type");
         type = t->get<std::string>();
     }
     if (type == "message") {
-        const ojson* role = field(item, "role");
+        const ojson* role = find_field(item, "role");
         if (!role || !role->is_string()) return invalid(p + ".role", "must be user, assistant, system or developer");
         const std::string r = role->get<std::string>();
-        const ojson* c = field(item, "content");
+        const ojson* c = find_field(item, "content");
         if (!c) return invalid(p + ".content", "is required", "missing_required_parameter");
         std::string text;
-        RESPONSES_TRY(content_text(*c, p + ".content", text));
+        DSV4_API_TRY(content_text(*c, p + ".content", text));
         if (r == "assistant") {
             ojson& m = b.assistant();
             m["content"] = m["content"].get<std::string>() + text;
@@ -94,9 +81,9 @@ MaybeError input_item(const ojson& item, const std::string& p, InputBuilder& b) 
             return invalid(p + ".role", "is '" + r + "'; expected user, assistant, system or developer");
         }
     } else if (type == "function_call") {
-        const ojson* id = field(item, "call_id");
-        const ojson* name = field(item, "name");
-        const ojson* args = field(item, "arguments");
+        const ojson* id = find_field(item, "call_id");
+        const ojson* name = find_field(item, "name");
+        const ojson* args = find_field(item, "arguments");
         if (!id || !id->is_string()) return invalid(p + ".call_id", "must be a string", "invalid_type");
         if (!name || !name->is_string()) return invalid(p + ".name", "must be a string", "invalid_type");
         if (args && !args->is_string()) return invalid(p + ".arguments", "must be a string of JSON", "invalid_type");
@@ -106,20 +93,20 @@ MaybeError input_item(const ojson& item, const std::string& p, InputBuilder& b) 
                                    {"type", "function"},
                                    {"function", {{"name", *name}, {"arguments", args ? *args : ojson("{}")}}}});
     } else if (type == "function_call_output") {
-        const ojson* id = field(item, "call_id");
-        const ojson* out = field(item, "output");
+        const ojson* id = find_field(item, "call_id");
+        const ojson* out = find_field(item, "output");
         if (!id || !id->is_string()) return invalid(p + ".call_id", "must be a string", "invalid_type");
         if (!out) return invalid(p + ".output", "is required", "missing_required_parameter");
         std::string text;
-        RESPONSES_TRY(content_text(*out, p + ".output", text));
+        DSV4_API_TRY(content_text(*out, p + ".output", text));
         b.messages.push_back({{"role", "tool"}, {"tool_call_id", *id}, {"content", text}});
     } else if (type == "reasoning") {
         // The model's own reasoning text comes back in `content` (reasoning_text); summaries stand in for it.
         std::string text;
-        if (const ojson* c = field(item, "content"); c && !c->empty()) {
-            RESPONSES_TRY(content_text(*c, p + ".content", text));
-        } else if (const ojson* s = field(item, "summary")) {
-            RESPONSES_TRY(content_text(*s, p + ".summary", text));
+        if (const ojson* c = find_field(item, "content"); c && !c->empty()) {
+            DSV4_API_TRY(content_text(*c, p + ".content", text));
+        } else if (const ojson* s = find_field(item, "summary")) {
+            DSV4_API_TRY(content_text(*s, p + ".summary", text));
         }
         b.pending_reasoning += text;
     } else {
@@ -138,13 +125,13 @@ MaybeError translate_tools(const ojson& tools, ojson& out) {
         const std::string p = "tools[" + std::to_string(i) + "]";
         const ojson& t = tools[i];
         if (!t.is_object()) return invalid(p, "must be an object", "invalid_type");
-        const ojson* type = field(t, "type");
+        const ojson* type = find_field(t, "type");
         if (!type || *type != "function") {
             return invalid(p + ".type", "must be \"function\" (built-in tools are not supported)", "unsupported_value");
         }
         ojson fn = ojson::object();
         for (const char* key : {"name", "description", "parameters", "strict"}) {
-            if (const ojson* v = field(t, key)) fn[key] = *v;
+            if (const ojson* v = find_field(t, key)) fn[key] = *v;
         }
         out.push_back({{"type", "function"}, {"function", std::move(fn)}});
     }
@@ -156,8 +143,8 @@ MaybeError translate_tool_choice(const ojson& tc, ojson& out) {
         out = tc;
         return {};
     }
-    const ojson* type = tc.is_object() ? field(tc, "type") : nullptr;
-    const ojson* name = tc.is_object() ? field(tc, "name") : nullptr;
+    const ojson* type = tc.is_object() ? find_field(tc, "type") : nullptr;
+    const ojson* name = tc.is_object() ? find_field(tc, "name") : nullptr;
     if (!type || *type != "function" || !name || !name->is_string()) {
         return invalid("tool_choice", "must be none, auto, required or {\"type\": \"function\", \"name\": ...}");
     }
@@ -167,14 +154,14 @@ MaybeError translate_tool_choice(const ojson& tc, ojson& out) {
 
 MaybeError translate_text_format(const ojson& text, ojson& oa) {
     if (!text.is_object()) return invalid("text", "must be an object", "invalid_type");
-    const ojson* f = field(text, "format");
+    const ojson* f = find_field(text, "format");
     if (!f) return {};
-    const ojson* type = f->is_object() ? field(*f, "type") : nullptr;
+    const ojson* type = f->is_object() ? find_field(*f, "type") : nullptr;
     if (!type || !type->is_string()) return invalid("text.format.type", "must be text, json_object or json_schema");
     if (*type == "json_schema") {
         ojson js = ojson::object();
         for (const char* key : {"name", "schema", "strict", "description"}) {
-            if (const ojson* v = field(*f, key)) js[key] = *v;
+            if (const ojson* v = find_field(*f, key)) js[key] = *v;
         }
         oa["response_format"] = {{"type", "json_schema"}, {"json_schema", std::move(js)}};
     } else {
@@ -188,8 +175,8 @@ MaybeError translate_text_format(const ojson& text, ojson& oa) {
 ApiResult<ResponsesRequest> parse_responses_request(const ojson& body, const RequestLimits& limits) {
     ResponsesRequest r;
     ojson oa = ojson::object();
-    if (const ojson* m = field(body, "model")) oa["model"] = *m;
-    if (const ojson* p = field(body, "previous_response_id")) {
+    if (const ojson* m = find_field(body, "model")) oa["model"] = *m;
+    if (const ojson* p = find_field(body, "previous_response_id")) {
         (void)p;
         return invalid("previous_response_id", "is not supported: this server stores no responses; send the whole "
                                                "conversation in 'input'",
@@ -197,18 +184,18 @@ ApiResult<ResponsesRequest> parse_responses_request(const ojson& body, const Req
     }
 
     InputBuilder b;
-    if (const ojson* ins = field(body, "instructions")) {
+    if (const ojson* ins = find_field(body, "instructions")) {
         if (!ins->is_string()) return invalid("instructions", "must be a string", "invalid_type");
         b.messages.push_back({{"role", "system"}, {"content", *ins}});
     }
-    const ojson* input = field(body, "input");
+    const ojson* input = find_field(body, "input");
     if (!input) return invalid("input", "is required", "missing_required_parameter");
     if (input->is_string()) {
         b.messages.push_back({{"role", "user"}, {"content", *input}});
     } else if (input->is_array()) {
         if (input->empty()) return invalid("input", "must hold at least one item");
         for (size_t i = 0; i < input->size(); ++i) {
-            RESPONSES_TRY(input_item((*input)[i], "input[" + std::to_string(i) + "]", b));
+            DSV4_API_TRY(input_item((*input)[i], "input[" + std::to_string(i) + "]", b));
         }
     } else {
         return invalid("input", "must be a string or an array of input items", "invalid_type");
@@ -218,28 +205,28 @@ ApiResult<ResponsesRequest> parse_responses_request(const ojson& body, const Req
     }
     oa["messages"] = std::move(b.messages);
 
-    if (const ojson* v = field(body, "max_output_tokens")) oa["max_tokens"] = *v;
+    if (const ojson* v = find_field(body, "max_output_tokens")) oa["max_tokens"] = *v;
     for (const char* key : {"temperature", "top_p", "stream", "parallel_tool_calls"}) {
-        if (const ojson* v = field(body, key)) oa[key] = *v;
+        if (const ojson* v = find_field(body, key)) oa[key] = *v;
     }
-    if (const ojson* tools = field(body, "tools")) {
+    if (const ojson* tools = find_field(body, "tools")) {
         ojson t;
-        RESPONSES_TRY(translate_tools(*tools, t));
+        DSV4_API_TRY(translate_tools(*tools, t));
         if (!t.empty()) oa["tools"] = std::move(t);
     }
-    if (const ojson* tc = field(body, "tool_choice")) {
+    if (const ojson* tc = find_field(body, "tool_choice")) {
         ojson t;
-        RESPONSES_TRY(translate_tool_choice(*tc, t));
+        DSV4_API_TRY(translate_tool_choice(*tc, t));
         oa["tool_choice"] = std::move(t);
     }
-    if (const ojson* reasoning = field(body, "reasoning")) {
+    if (const ojson* reasoning = find_field(body, "reasoning")) {
         if (!reasoning->is_object()) return invalid("reasoning", "must be an object", "invalid_type");
-        const ojson* effort = field(*reasoning, "effort");
+        const ojson* effort = find_field(*reasoning, "effort");
         if (effort && !effort->is_string()) return invalid("reasoning.effort", "must be a string", "invalid_type");
         oa["reasoning_effort"] = effort ? *effort : ojson("high");
     }
-    if (const ojson* text = field(body, "text")) RESPONSES_TRY(translate_text_format(*text, oa));
-    if (const ojson* md = field(body, "metadata"); md && !md->is_object()) {
+    if (const ojson* text = find_field(body, "text")) DSV4_API_TRY(translate_text_format(*text, oa));
+    if (const ojson* md = find_field(body, "metadata"); md && !md->is_object()) {
         return invalid("metadata", "must be an object", "invalid_type");
     }
 
@@ -247,18 +234,18 @@ ApiResult<ResponsesRequest> parse_responses_request(const ojson& body, const Req
     if (!chat.ok()) return chat.error();
     r.chat = std::move(*chat);
 
-    const ojson* instructions = field(body, "instructions");
+    const ojson* instructions = find_field(body, "instructions");
     r.echo["instructions"] = instructions ? *instructions : ojson(nullptr);
     r.echo["max_output_tokens"] = oa.contains("max_tokens") ? oa["max_tokens"] : ojson(nullptr);
-    const ojson* parallel = field(body, "parallel_tool_calls");
+    const ojson* parallel = find_field(body, "parallel_tool_calls");
     r.echo["parallel_tool_calls"] = parallel ? *parallel : ojson(true);
     r.echo["temperature"] = oa.contains("temperature") ? oa["temperature"] : ojson(1.0);
-    const ojson* tool_choice = field(body, "tool_choice");
+    const ojson* tool_choice = find_field(body, "tool_choice");
     r.echo["tool_choice"] = tool_choice ? *tool_choice : ojson("auto");
-    const ojson* tools = field(body, "tools");
+    const ojson* tools = find_field(body, "tools");
     r.echo["tools"] = tools ? *tools : ojson::array();
     r.echo["top_p"] = oa.contains("top_p") ? oa["top_p"] : ojson(1.0);
-    const ojson* metadata = field(body, "metadata");
+    const ojson* metadata = find_field(body, "metadata");
     r.echo["metadata"] = metadata ? *metadata : ojson::object();
     return r;
 }
