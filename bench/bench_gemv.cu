@@ -306,8 +306,7 @@ int main(int argc, char** argv) {
             o.no_rotate = true;
         else if (a == "--force" && i + 1 < argc) {
             const std::string f = argv[++i];
-            const size_t eq = f.find('=');
-            if (eq == std::string::npos || !set_kernel_force(cuda_options.force, f.substr(0, eq), f.substr(eq + 1))) {
+            if (!set_kernel_force(cuda_options.force, f)) {
                 std::fprintf(stderr, "bench_gemv: --force %s: not OP=KERNEL with a kernel of cuda_kernels.h\n", f.c_str());
                 return 2;
             }

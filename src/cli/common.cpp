@@ -80,11 +80,9 @@ Result<std::unique_ptr<Backend>> make_backend(const DeviceOptions& d) {
         CudaOptions o;
         o.gemm = gemm == "f32" ? GemmPrecision::F32 : GemmPrecision::BF16;
         o.skip_ops = d.skip_ops;
-        for (const std::string& k : d.kernels) {
-            const size_t eq = k.find('=');
-            if (eq == std::string::npos || !set_kernel_force(o.force, k.substr(0, eq), k.substr(eq + 1)))
+        for (const std::string& k : d.kernels)
+            if (!set_kernel_force(o.force, k))
                 return make_error("--kernel " + k + ": not OP=KERNEL with a known op and kernel (docs/cuda.md)");
-        }
         return make_cuda_backend(0, o);
     }
 #else

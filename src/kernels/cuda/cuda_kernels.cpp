@@ -77,4 +77,10 @@ bool set_kernel_force(KernelForce& f, std::string_view op, std::string_view kern
     return false;
 }
 
+bool set_kernel_force(KernelForce& f, std::string_view op_eq_kernel) {
+    const size_t eq = op_eq_kernel.find('=');
+    return eq != std::string_view::npos &&
+           set_kernel_force(f, op_eq_kernel.substr(0, eq), op_eq_kernel.substr(eq + 1));
+}
+
 }  // namespace dsv4

@@ -63,5 +63,7 @@ std::vector<std::string> kernel_choice_ops();
 std::vector<std::string> kernel_names(std::string_view op);
 // Sets (kernel non-empty) or clears (empty) op's forced kernel; false when op or kernel is unknown.
 bool set_kernel_force(KernelForce& f, std::string_view op, std::string_view kernel);
+// The same from "OP=KERNEL" (the form of `dsv4 bench --kernel` and `bench_gemv --force`).
+bool set_kernel_force(KernelForce& f, std::string_view op_eq_kernel);
 
 }  // namespace dsv4
