@@ -33,7 +33,7 @@ struct GemvSrc {
 // same input, or the groups of a grouped projection): the row groups of job j are [group0, group0 + its
 // groups) of one index space, so small matrices fill the GPU together instead of each paying a launch and a
 // mostly idle grid.
-constexpr int kMaxJobs = 16;
+constexpr int kMaxJobs = kGemvMaxJobs;
 struct GemvJob {
     const uint8_t* w;
     size_t row_bytes;
@@ -239,7 +239,7 @@ void launch(const MatmulParams* ps, int count, bool use_digits, const QuantTable
 }  // namespace
 
 bool gemv_pipelined_serves(const MatmulParams* ps, int count) {
-    if (count < 1 || count > kMaxJobs || ps[0].n < 1 || ps[0].n > 8) return false;
+    if (count < 1 || count > kMaxJobs || ps[0].n < 1 || ps[0].n > kGemvMaxRows) return false;
     for (int j = 0; j < count; ++j)
         if (ps[j].offsets || ps[j].M == 0) return false;
     bool ok = false;

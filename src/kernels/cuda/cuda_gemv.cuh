@@ -11,6 +11,11 @@ namespace dsv4::cuda {
 // aligned).
 void launch_quantize_digits(gemv::XDigits* out, const float* x, int64_t x_stride, int64_t n, int64_t K, cudaStream_t s);
 
+// The decode GEMVs' limits: jobs per batch launch (matmul_batch groups its jobs by this many) and activation
+// rows per call.
+constexpr int kGemvMaxJobs = 16;
+constexpr int64_t kGemvMaxRows = 8;
+
 // The pipelined decode GEMV (cuda_gemv.cu): a batch of 1..16 plain matmuls of one weight type over the same
 // n <= 8 activation rows as one launch. serves: whether it takes the batch (its formats, whole blocks, the
 // codec's alignment, 16-byte aligned activation rows). With use_digits (formats with a digit codec: Q8_0,

@@ -26,7 +26,7 @@ namespace {
 using namespace gemv;
 using namespace xreg;
 
-constexpr int kMaxJobs = 16;
+constexpr int kMaxJobs = kGemvMaxJobs;
 
 // S: the ring's depth.
 template <int H, int S>

@@ -22,7 +22,6 @@ namespace {
 constexpr int kGemvRows = 8;     // weight rows per block (one warp each)
 constexpr int kGemvTokens = 8;   // activation rows per pass
 constexpr int kTileM = 64, kTileN = 64, kTileK = 32;
-constexpr size_t kMaxBatchJobs = 16;  // the batch kernels' job limit
 
 __device__ __forceinline__ void row_range(const MatmulParams& p, int e, int64_t* r0, int64_t* r1) {
     if (p.offsets) {
@@ -293,7 +292,7 @@ void CudaBackend::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {
         if (done[a]) continue;
         std::vector<MatmulParams> ps;
         std::vector<size_t> which;
-        for (size_t b = a; b < jobs.size() && ps.size() < kMaxBatchJobs; ++b) {
+        for (size_t b = a; b < jobs.size() && ps.size() < (size_t)kGemvMaxJobs; ++b) {
             if (done[b] || jobs[b].w->type != jobs[a].w->type || jobs[b].w->rows == 0) continue;
             const Weight& w = *jobs[b].w;
             check_weight_shape(w);

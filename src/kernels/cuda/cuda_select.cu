@@ -12,9 +12,8 @@ namespace dsv4::cuda {
 
 namespace {
 
-// Activation rows the GEMVs serve (more: tiles), and grouped rows in all below which the warp GEMV beats the
-// tiles for grouped (expert) products, whose rows per expert are few and known only on the device.
-constexpr int64_t kGemvRows = 8;
+// Grouped rows in all up to which the warp GEMV beats the tiles for grouped (expert) products, whose rows per
+// expert are few and known only on the device (plain products: up to the GEMVs' kGemvMaxRows).
 constexpr int64_t kGroupedGemvRows = 64;
 
 // The least weight bytes of a launch the register GEMV takes. Smaller launches stay on the pipelined GEMV:
@@ -60,7 +59,7 @@ std::optional<MatmulKernel> select_matmul(const CudaBackend& b, const MatmulCall
     if (serves(MatmulKernel::gemv_digits)) return MatmulKernel::gemv_digits;
     if (serves(MatmulKernel::gemv_f32)) return MatmulKernel::gemv_f32;
     if (c.count > 1 || c.with_norm) return std::nullopt;
-    return p.n <= (p.offsets ? kGroupedGemvRows : kGemvRows) ? MatmulKernel::gemv_warp : MatmulKernel::tiled;
+    return p.n <= (p.offsets ? kGroupedGemvRows : kGemvMaxRows) ? MatmulKernel::gemv_warp : MatmulKernel::tiled;
 }
 
 bool moe_kernel_serves(const CudaBackend& b, MoeKernel k, const MoeArgs& a) {
