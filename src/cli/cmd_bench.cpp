@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "cli/bench_counts.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "exec/profiling_backend.h"
@@ -25,28 +26,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-size_t weight_bytes(const Weight& w) { return w.valid() ? (size_t)w.rows * w.row_bytes * w.n_experts : 0; }
-
-// Bytes of weights one decoded token reads: every dense matrix once, n_expert_used of the routed experts
-// per layer, and the LM head; norms and other small vectors are negligible and left out.
-double decode_weight_bytes(const Model& m) {
-    const auto& c = m.config();
-    const auto& w = m.weights();
-    double total = weight_bytes(w.output) + (double)c.n_embd * ggml_traits(w.token_embd.type).block_bytes /
-                                                ggml_traits(w.token_embd.type).block_elems;
-    total += weight_bytes(w.output_hc_fn);
-    for (int il = 0; il < c.n_layer; ++il) {
-        const LayerWeights& L = w.layers[il];
-        for (const Weight* x : {&L.hc_attn_fn, &L.hc_ffn_fn, &L.q_a, &L.q_b, &L.kv, &L.out_a, &L.out_b, &L.index_q_b,
-                                &L.index_proj, &L.compressor.kv, &L.compressor.gate, &L.index_compressor.kv,
-                                &L.index_compressor.gate, &L.gate_inp, &L.gate_shexp, &L.up_shexp, &L.down_shexp})
-            total += weight_bytes(*x);
-        const double frac = (double)c.n_expert_used / c.n_expert;
-        total += frac * (weight_bytes(L.gate_exps) + weight_bytes(L.up_exps) + weight_bytes(L.down_exps));
-    }
-    return total;
-}
 
 // --skip-fill: every layer's window ring and the entries a cache of `depth` tokens holds get random values in
 // [-1, 1] (finite, distinct: the indexer's top-k sees no ties), then the position is set to `depth`.
@@ -93,7 +72,7 @@ int cmd_bench(int argc, char** argv) {
     uint64_t seed = 0;
     int64_t n_prompt = 128, n_gen = 32, chunk = 256, repeat = 1;
     bool json = false, exact = false, profile = false, synth_quantize = false;
-    double peak_gbs = 0;
+    double peak_gbs = 0, peak_tflops = 0;
     DeviceOptions dev;
     app.add_option("-m,--model", model_path, "model GGUF");
     app.add_option("--synth", synth_preset_name, "benchmark a random-weight model of this preset (tiny, flash, pro)");
@@ -114,6 +93,9 @@ int cmd_bench(int argc, char** argv) {
     app.add_option("--ctx", ctx_list, "comma-separated context depths at which to measure decode (e.g. 0,4096)");
     app.add_option("--prefill-chunk", chunk, "tokens per prefill step")->capture_default_str()->check(positive_number());
     app.add_option("--peak-gbs", peak_gbs, "memory bandwidth peak in GB/s to report the achieved fraction against");
+    app.add_option("--peak-tflops", peak_tflops,
+                   "arithmetic peak in TFLOP/s of the prefill's path (e.g. the bf16 tensor cores') to report the "
+                   "achieved fraction against");
     app.add_flag("--exact", exact, "exact mode (no FP8/FP4 rounding simulation)");
     app.add_flag("--profile", profile,
                  "after the measurements, decode --gen tokens more with every op timed one at a time and print "
@@ -142,6 +124,7 @@ int cmd_bench(int argc, char** argv) {
     }
     if (depths.empty()) depths.push_back(0);
 
+    dev.exact = exact;
     auto real_backend = make_backend(dev);
     if (!real_backend.ok()) return fail(real_backend.error());
     // The model runs on a profiling wrapper that passes calls straight through until --profile turns it on.
@@ -199,6 +182,7 @@ int cmd_bench(int argc, char** argv) {
     const double prefill_s = seconds_since(t0);
 
     const double bytes_per_token = decode_weight_bytes(m);
+    const double tflops = prefill_flops(m, n_prompt, chunk) / prefill_s / 1e12;
     nlohmann::ordered_json out;
     out["model"] = synth_preset_name.empty() ? model_path : "synth:" + synth_preset_name;
     if (!synth_preset_name.empty()) {
@@ -207,11 +191,15 @@ int cmd_bench(int argc, char** argv) {
                              std::string(ggml_type_name(types.dense));
     }
     out["device"] = profiler.name();
+    const std::string gemm = std::string(profiler.name()) == "cuda" ? gemm_precision_name(dev).value() : "f32";
+    out["prefill_gemm"] = gemm;
     out["layers"] = cfg.n_layer;
     out["weight_bytes_per_decoded_token"] = bytes_per_token;
     out["weight_bytes"] = m.weights().bytes_matrices;
     out["load_seconds"] = load_s;
-    out["prefill"] = {{"tokens", n_prompt}, {"seconds", prefill_s}, {"tokens_per_s", n_prompt / prefill_s}};
+    out["prefill"] = {{"tokens", n_prompt}, {"chunk", chunk}, {"seconds", prefill_s},
+                      {"tokens_per_s", n_prompt / prefill_s}, {"tflop_per_s", tflops}};
+    if (peak_tflops > 0) out["prefill"]["fraction_of_peak"] = tflops / peak_tflops;
     out["decode"] = nlohmann::ordered_json::array();
     for (int64_t depth : depths) {
         // Bring the cache to `depth` tokens (untimed), then time single-token decode steps.
@@ -294,14 +282,17 @@ int cmd_bench(int argc, char** argv) {
         std::printf("%s\n", out.dump(2).c_str());
         return 0;
     }
-    std::printf("model    %s (%d layers) on %s\n", out["model"].get<std::string>().c_str(), cfg.n_layer,
-                profiler.name());
+    std::printf("model    %s (%d layers) on %s, prefill matmuls in %s\n", out["model"].get<std::string>().c_str(),
+                cfg.n_layer, profiler.name(), gemm.c_str());
     const std::string origin =
         synth_preset_name.empty() ? "" : ", generated in memory: " + out["synth_types"].get<std::string>();
     std::printf("load     %.2f GB of weight matrices in %.1f s (%.2f GB/s)%s\n", m.weights().bytes_matrices / 1e9,
                 load_s, m.weights().bytes_matrices / 1e9 / load_s, origin.c_str());
     std::printf("weights  %.1f MB read per decoded token\n", bytes_per_token / 1e6);
-    std::printf("prefill  %lld tokens in %.3f s: %.1f tokens/s\n", (long long)n_prompt, prefill_s, n_prompt / prefill_s);
+    std::printf("prefill  %lld tokens in %.3f s: %.1f tokens/s, %.4g TFLOP/s", (long long)n_prompt, prefill_s,
+                n_prompt / prefill_s, tflops);
+    if (peak_tflops > 0) std::printf(" (%.1f%% of %.0f TFLOP/s)", 100 * tflops / peak_tflops, peak_tflops);
+    std::printf("\n");
     for (const auto& d : out["decode"]) {
         std::printf("decode   ctx %-7lld %lld tokens in %.3f s: %.2f tokens/s, %.2f GB/s of weights",
                     (long long)d["context"].get<int64_t>(), (long long)d["tokens"].get<int64_t>(),

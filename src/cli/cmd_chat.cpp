@@ -42,6 +42,7 @@ int cmd_chat(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     }
+    dev.exact = no_quant_sim;
     auto loaded = load_model_and_tokenizer(model_path, dev);
     if (!loaded.ok()) return fail(loaded.error());
     const Tokenizer& tok = *loaded->tokenizer;

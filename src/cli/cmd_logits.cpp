@@ -62,6 +62,8 @@ int cmd_logits(int argc, char** argv) {
     auto tokens = read_tokens(tokens_path);
     if (!tokens.ok()) return fail(tokens.error());
     if (tokens->empty()) return fail("the token list is empty");
+    dev.gemm_auto = "f32";  // the reference check: f32 unless --gemm bf16 asks for the tensor cores
+    dev.exact = quant_sim == "off";
     auto backend = make_backend(dev);
     if (!backend.ok()) return fail(backend.error());
     auto model = Model::load(model_path, **backend);

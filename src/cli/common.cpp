@@ -41,10 +41,11 @@ void add_device_options(CLI::App& app, DeviceOptions& d) {
     app.add_option("-t,--threads", d.threads, "CPU threads (default: all cores)");
     app.add_option(
            "--gemm", d.gemm,
-           "CUDA only: matmul precision. bf16 runs prefill-sized matmuls, experts and attention on the "
-           "tensor cores with bf16 inputs, as the official model does; f32 is exact and reproduces the f32 reference "
-           "to ~1e-6. Default: $DSV4_GEMM if set, else f32. The CPU backend ignores it (always f32)")
-        ->check(CLI::IsMember({"f32", "bf16"}));
+           "CUDA only: matmul precision of prefill chunks and batches of 16 or more rows. bf16 runs their "
+           "matmuls, experts and attention on the tensor cores with bf16 inputs, as the official model does; f32 "
+           "is exact and reproduces the f32 reference to ~1e-6. Decode steps of fewer rows run the exact kernels "
+           "either way. auto (default): f32 in exact mode and for `logits`, else bf16. The CPU ignores it")
+        ->capture_default_str()->check(CLI::IsMember({"auto", "f32", "bf16"}));
 }
 
 void add_kernel_options(CLI::App& app, DeviceOptions& d) {
@@ -64,12 +65,9 @@ void add_no_graphs_flag(CLI::App& app, bool& no_graphs) {
 }
 
 Result<std::string> gemm_precision_name(const DeviceOptions& d) {
-    if (!d.gemm.empty()) return d.gemm;
-    const char* env = std::getenv("DSV4_GEMM");
-    if (env == nullptr || *env == '\0') return std::string("f32");
-    const std::string v = env;
-    if (v != "f32" && v != "bf16") return make_error("DSV4_GEMM must be f32 or bf16, not '" + v + "'");
-    return v;
+    const std::string g = d.gemm == "auto" || d.gemm.empty() ? (d.exact ? "f32" : d.gemm_auto) : d.gemm;
+    if (g != "f32" && g != "bf16") return make_error("--gemm must be auto, f32 or bf16, not '" + g + "'");
+    return g;
 }
 
 Result<std::unique_ptr<Backend>> make_backend(const DeviceOptions& d) {
@@ -86,7 +84,7 @@ Result<std::unique_ptr<Backend>> make_backend(const DeviceOptions& d) {
         return make_cuda_backend(0, o);
     }
 #else
-    (void)gemm;  // checked above so a bad $DSV4_GEMM fails the same way in every build
+    (void)gemm;  // checked above so a bad value fails the same way in every build
     if (d.device == "cuda") return make_error("this dsv4 was built without CUDA (configure with -DDSV4_CUDA=ON)");
 #endif
     if (!d.skip_ops.empty() || !d.kernels.empty()) return make_error("--skip-ops and --kernel apply to CUDA only");

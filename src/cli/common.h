@@ -27,7 +27,11 @@ CLI::Validator non_negative_number();
 struct DeviceOptions {
     std::string device = "auto";  // auto | cpu | cuda
     int threads = 0;              // CPU threads (0 = all cores)
-    std::string gemm;             // CUDA matmul precision: f32 | bf16 | "" (= $DSV4_GEMM, else f32)
+    std::string gemm = "auto";    // CUDA matmul precision: auto | f32 | bf16 (gemm_precision_name)
+    // What "auto" means: bf16 for the commands that serve users (prefill-sized matmuls on the tensor cores,
+    // decode steps on the exact GEMV kernels either way); `logits`, the reference check, sets "f32".
+    std::string gemm_auto = "bf16";
+    bool exact = false;  // the command runs in exact mode (--exact, --quant-sim off): "auto" is f32
     std::vector<std::string> skip_ops;  // CUDA what-if timing: ops that launch nothing (CudaOptions::skip_ops)
     std::vector<std::string> kernels;   // CUDA kernels forced per op, as OP=KERNEL (CudaOptions::force)
 };
@@ -39,8 +43,8 @@ void add_kernel_options(CLI::App& app, DeviceOptions& d);
 void add_no_graphs_flag(CLI::App& app, bool& no_graphs);
 // The backend the options ask for: "auto" picks CUDA when built with it and a GPU is present, else CPU.
 Result<std::unique_ptr<Backend>> make_backend(const DeviceOptions& d);
-// The CUDA matmul precision the options ask for: --gemm, else $DSV4_GEMM, else "f32"; an error for an
-// unknown value in the environment. Checked on every backend, applied only by CUDA.
+// The CUDA matmul precision the options ask for: --gemm f32 or bf16 as given; auto is f32 in exact mode and
+// gemm_auto otherwise. Applied only by CUDA (the CPU always computes in f32).
 Result<std::string> gemm_precision_name(const DeviceOptions& d);
 
 }  // namespace dsv4::cli

@@ -5,9 +5,10 @@
 // (what the tensor-core kernels want); the zeros add nothing to the sums.
 //
 // Dense matmuls decode the weight a slab of rows at a time, so the scratch stays bounded whatever the matrix
-// (the LM head is 129280 x 4096). The MoE reads the per-expert row counts on the host once per call: an
-// expert with kTcMinRows rows or more gets its own GEMMs (gate and up stacked into one), the others run
-// together through the f32 grouped kernels, as in the f32 mode, on a compacted grouping of their rows.
+// (the LM head is 129280 x 4096). The MoE runs the grouped kernels of cuda_moe_tc.cu, which decode the weights
+// as they load them; for formats those do not take it reads the per-expert row counts on the host once per
+// call: an expert with kTcMinRows rows or more gets its own GEMMs (gate and up stacked into one), the others
+// run together through the f32 grouped kernels, as in the f32 mode, on a compacted grouping of their rows.
 // Nothing is cached across calls: the scratch comes from the backend's caching allocator.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -250,11 +251,27 @@ void moe_experts_tc(CudaBackend& b, const MoeArgs& a, const int32_t* offsets, co
     const int64_t D = a.gate.cols, F = a.gate.rows;
     const int E = (int)a.gate.n_experts;
     DSV4_CHECK(a.up.n_experts == E && a.down.n_experts == E);
+    cudaStream_t st = b.stream();
+    const int64_t Dp = pad8(D), Fp = pad8(F);
+    CudaBackend::Scratch s(b);
+    const int64_t rows = a.n * a.k, max_tiles = moe_tc_max_tiles(rows, E);
+    if (moe_tc_kernels_fit(b, a) && max_tiles <= 65535) {  // (the tiles are the grid's y)
+        // Every expert with rows in two launches, the weights decoded as they are loaded (cuda_moe_tc.cu); the
+        // tiles are cut on the device, so nothing here waits for the grouping.
+        MoeTcTile* tiles = s.get<MoeTcTile>(max_tiles);
+        moe_tc_build_tiles(b, offsets, E, tiles, (int)max_tiles);
+        bf16* xb = s.get<bf16>(rows * Dp);
+        bf16* hb = s.get<bf16>(rows * Fp);
+        launch_rows_to_bf16(xb, Dp, a.x, D, x_rows, rows, D, st);
+        moe_tc_gate_up(b, a, tiles, (int)max_tiles, xb, Dp, hb, Fp, pair_of_row);
+        moe_tc_down(b, a, tiles, (int)max_tiles, hb, Fp, y);
+        return;
+    }
+
+    // Other formats: each expert with kTcMinRows rows or more is decoded to bf16 for cuBLAS, the others run
+    // through the f32 grouped kernels; this reads the per-expert offsets on the host.
     std::vector<int32_t> off((size_t)E + 1);
     b.download(off.data(), offsets, off.size() * sizeof(int32_t));
-
-    // Split the experts: big ones (kTcMinRows rows or more) in ascending id, and the compacted grouping of
-    // the small ones' rows.
     std::vector<int> big;
     std::vector<int32_t> small_off((size_t)E + 1, 0), small_map;
     int64_t max_rows = 0;
@@ -269,29 +286,8 @@ void moe_experts_tc(CudaBackend& b, const MoeArgs& a, const int32_t* offsets, co
             small_off[e + 1] += r1 - r0;
         }
     }
-    CudaBackend::Scratch s(b);
     if (!small_map.empty()) moe_small_experts_f32(b, a, small_off, small_map, x_rows, pair_of_row, y, s);
     if (big.empty()) return;
-
-    cudaStream_t st = b.stream();
-    const int64_t Dp = pad8(D), Fp = pad8(F);
-    if (moe_tc_kernels_fit(b, a)) {
-        // Every big expert in two launches, the weights decoded as they are loaded (cuda_moe_tc.cu).
-        std::vector<MoeTcTile> tiles;
-        for (int e : big)
-            for (int32_t r = off[e]; r < off[e + 1]; r += kMoeTcTileRows)
-                tiles.push_back({e, r, std::min<int32_t>(kMoeTcTileRows, off[e + 1] - r)});
-        DSV4_CHECK(tiles.size() <= (size_t)INT_MAX);
-        MoeTcTile* tiles_d = s.get<MoeTcTile>((int64_t)tiles.size());
-        b.upload(tiles_d, tiles.data(), tiles.size() * sizeof(MoeTcTile));
-        const int64_t rows = off[E];
-        bf16* xb = s.get<bf16>(rows * Dp);
-        bf16* hb = s.get<bf16>(rows * Fp);
-        launch_rows_to_bf16(xb, Dp, a.x, D, x_rows, rows, D, st);
-        moe_tc_gate_up(b, a, tiles_d, (int)tiles.size(), xb, Dp, hb, Fp, pair_of_row);
-        moe_tc_down(b, a, tiles_d, (int)tiles.size(), hb, Fp, y);
-        return;
-    }
     bf16* xb = s.get<bf16>(max_rows * Dp);  // the expert's rows of x
     bf16* wgu = s.get<bf16>(2 * F * Dp);    // gate rows, then up rows: one GEMM gives both
     bf16* wd = s.get<bf16>(D * Fp);

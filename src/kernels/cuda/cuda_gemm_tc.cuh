@@ -28,9 +28,10 @@ void matmul_tc(CudaBackend& b, float* y, int64_t y_stride, const float* x, int64
 bool moe_tc_wanted(const CudaBackend& b, const MoeArgs& a);
 // The expert pass of moe_experts from the device grouping it built (offsets [E+1]; per grouped row its
 // token x_rows and its (token, slot) pair pair_of_row): y [n*k, D] = each grouped row's expert output,
-// already times its routing weight, for moe_experts' ordered per-token sum. Experts with kTcMinRows rows or
-// more run as bf16 GEMMs; the others through the f32 grouped kernels. Reads the E+1 offsets on the host
-// (one synchronization per call).
+// already times its routing weight, for moe_experts' ordered per-token sum. Block formats run every expert
+// through the grouped tensor-core kernels of cuda_moe_tc.cu without the host waiting; other formats read the
+// E+1 offsets on the host (one synchronization per call), run experts with kTcMinRows rows or more as bf16
+// GEMMs and the others through the f32 grouped kernels.
 void moe_experts_tc(CudaBackend& b, const MoeArgs& a, const int32_t* offsets, const int32_t* x_rows,
                     const int32_t* pair_of_row, float* y);
 

@@ -67,7 +67,10 @@ struct MoeTcLayout {
     static constexpr size_t kSmem = kRawBytes + kXBytes + kWBytes + kShiftBytes;
 };
 
-// Block (blockIdx.x: tile, blockIdx.y: 64 outputs). GATE_UP: w0 = gate, w1 = up (N = F outputs, K = D), out h
+// Block (blockIdx.x: 64 outputs, blockIdx.y: tile). The output slices of one tile are consecutive blocks, so
+// they run together and read the tile's activation rows from L2: with the tile as x, each slice came a whole
+// grid row later and the 64 (gate/up: 32) re-reads of every activation row went to DRAM (Nsight Compute on
+// V4-Flash shapes: ~7.5 GB of DRAM traffic per launch beside 0.7-1.1 GB of weights, an L2 hit rate of 21%). GATE_UP: w0 = gate, w1 = up (N = F outputs, K = D), out h
 // (bf16, ldo); otherwise w0 = down (N = D, K = F), out y (f32, ldo). x: bf16 rows (ldx >= K, zero past K).
 //
 // Pipeline, per k-step ks after one barrier: copy (cp.async) the activations of step ks + 2 and, at a stage's
@@ -90,8 +93,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem_words + 2 * kWRows * kSlotWords);  // [3][kBM][kBK]
     __nv_bfloat16* ws = xs + kXBufs * kBM * kBK;                                                 // [2][kWRows][kBK]
     int* shifts = reinterpret_cast<int*>(ws + 2 * kWRows * kBK);  // [2][kWRows]: offset of a row's stage in its slot
-    const MoeTcTile tile = tiles[blockIdx.x];
-    const int64_t n0 = (int64_t)blockIdx.y * kBN;
+    const MoeTcTile tile = tiles[blockIdx.y];
+    if (tile.rows <= 0) return;  // past the tiles the grouping needed (the grid is sized for the most)
+    const int64_t n0 = (int64_t)blockIdx.x * kBN;
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
     const int wm = warp / 2, wn = warp % 2;
 
@@ -272,6 +276,27 @@ void launch_moe_tc(CudaBackend& b, dim3 grid, const MoeTcTile* tiles, const __nv
     CUDA_CHECK_LAUNCH();
 }
 
+// One block: thread e counts expert e's tiles (and e + blockDim.x ...), thread 0 takes the exclusive prefix
+// sum in shared memory, then each thread writes its experts' tiles and the last ones blank the rest.
+__global__ void moe_tc_tiles_kernel(const int32_t* offsets, int E, MoeTcTile* tiles, int max_tiles) {
+    extern __shared__ int first[];  // [E + 1]: each expert's first tile
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        first[e + 1] = (offsets[e + 1] - offsets[e] + kMoeTcTileRows - 1) / kMoeTcTileRows;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        first[0] = 0;
+        for (int e = 0; e < E; ++e) first[e + 1] += first[e];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        const int32_t r1 = offsets[e + 1];
+        int t = first[e];
+        for (int32_t r = offsets[e]; r < r1; r += kMoeTcTileRows, ++t)
+            tiles[t] = {e, r, min(kMoeTcTileRows, r1 - r)};
+    }
+    for (int t = first[E] + threadIdx.x; t < max_tiles; t += blockDim.x) tiles[t] = {0, 0, 0};
+}
+
 Stack stack_of(const Weight& w) {
     return {w.data, w.row_bytes, (size_t)w.rows * w.row_bytes};
 }
@@ -291,6 +316,11 @@ bool stageable(const CudaBackend& b, GgmlType t) {
 
 }  // namespace
 
+void moe_tc_build_tiles(CudaBackend& b, const int32_t* offsets, int E, MoeTcTile* tiles, int max_tiles) {
+    moe_tc_tiles_kernel<<<1, 256, (size_t)(E + 1) * sizeof(int), b.stream()>>>(offsets, E, tiles, max_tiles);
+    CUDA_CHECK_LAUNCH();
+}
+
 bool moe_tc_kernels_fit(const CudaBackend& b, const MoeArgs& a) {
     return a.gate.type == a.up.type && a.down.cols == a.gate.rows && a.down.rows == a.gate.cols &&
            stageable<true>(b, a.gate.type) && stageable<false>(b, a.down.type);
@@ -299,7 +329,8 @@ bool moe_tc_kernels_fit(const CudaBackend& b, const MoeArgs& a) {
 void moe_tc_gate_up(CudaBackend& b, const MoeArgs& a, const MoeTcTile* tiles, int n_tiles, const __nv_bfloat16* xb,
                     int64_t ldx, __nv_bfloat16* h, int64_t ldh, const int32_t* pair_of_row) {
     const int64_t D = a.gate.cols, F = a.gate.rows;
-    const dim3 grid((unsigned)n_tiles, ceil_div(F, kBN));
+    DSV4_CHECK_MSG(n_tiles <= 65535, "moe_experts: %d expert tiles exceed the grid's y limit", n_tiles);
+    const dim3 grid(ceil_div(F, kBN), (unsigned)n_tiles);
     dispatch_weight_type(a.gate.type, [&](auto tag) {
         constexpr GgmlType T = decltype(tag)::type;
         if constexpr (Dq<T>::kElems >= 32 && kStageK % Dq<T>::kElems == 0)
@@ -311,7 +342,8 @@ void moe_tc_gate_up(CudaBackend& b, const MoeArgs& a, const MoeTcTile* tiles, in
 void moe_tc_down(CudaBackend& b, const MoeArgs& a, const MoeTcTile* tiles, int n_tiles, const __nv_bfloat16* hb,
                  int64_t ldh, float* y) {
     const int64_t D = a.down.rows, F = a.down.cols;
-    const dim3 grid((unsigned)n_tiles, ceil_div(D, kBN));
+    DSV4_CHECK_MSG(n_tiles <= 65535, "moe_experts: %d expert tiles exceed the grid's y limit", n_tiles);
+    const dim3 grid(ceil_div(D, kBN), (unsigned)n_tiles);
     dispatch_weight_type(a.down.type, [&](auto tag) {
         constexpr GgmlType T = decltype(tag)::type;
         if constexpr (Dq<T>::kElems >= 32 && kStageK % Dq<T>::kElems == 0)

@@ -12,12 +12,19 @@ namespace dsv4::cuda {
 
 class CudaBackend;
 
-// Up to kMoeTcTileRows consecutive grouped rows [row0, row0 + rows) of one expert.
+// Up to kMoeTcTileRows consecutive grouped rows [row0, row0 + rows) of one expert; rows = 0: no tile (the
+// kernels' blocks for it return at once).
 struct MoeTcTile {
     int32_t expert, row0, rows;
 };
 // Rows of a tile.
 constexpr int kMoeTcTileRows = 128;
+
+// Tiles that `pairs` grouped rows over E experts can need at most: sum_e ceil(rows_e / kMoeTcTileRows).
+inline int64_t moe_tc_max_tiles(int64_t pairs, int64_t E) { return pairs / kMoeTcTileRows + E; }
+// tiles [max_tiles] = every expert's rows (offsets [E+1] on the device) cut into tiles, in ascending expert id,
+// then empty tiles: built on the device, so the host never waits for the grouping.
+void moe_tc_build_tiles(CudaBackend& b, const int32_t* offsets, int E, MoeTcTile* tiles, int max_tiles);
 
 // True when a's stacks suit the kernels: gate and up of one block format (and down of one) whose blocks tile
 // 256 values, down [D, F], and their shared memory fits b's device.
