@@ -4,7 +4,6 @@
 // (`dflash`) file is recognised and refused as such.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -18,6 +17,7 @@
 #include "format/gguf_writer.h"
 #include "model/deepseek4.h"
 #include "model/mtp_sidecar.h"
+#include "util/test_files.h"
 
 namespace fs = std::filesystem;
 using namespace dsv4;
@@ -26,22 +26,10 @@ namespace {
 
 const std::string kGolden = std::string(DSV4_SHARED_DIR) + "/golden/flash-mini/";
 
-struct CmdResult {
-    int status = -1;
-    std::string out;  // stdout and stderr
-};
+using test::CmdResult;
+using test::GgufCopy;
 
-CmdResult run(const std::string& args) {
-    CmdResult r;
-    std::FILE* pipe = ::popen((std::string(DSV4_BIN) + " " + args + " 2>&1").c_str(), "r");
-    if (!pipe) return r;
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
-    const int st = ::pclose(pipe);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return r;
-}
+CmdResult run(const std::string& args) { return test::run_dsv4(args); }
 
 std::vector<char> read_bytes(const fs::path& p) {
     std::ifstream in(p, std::ios::binary);
@@ -52,28 +40,8 @@ bool is_mtp_tensor(const std::string& name, int mtp_block) {
     return name.rfind("blk." + std::to_string(mtp_block) + ".", 0) == 0;
 }
 
-// A copy of `src` with the metadata edited by `meta` and the tensors `keep` selects (renamed by `rename`,
-// reshaped by `reshape` when given).
-struct CopySpec {
-    std::function<void(GgufWriter&)> meta;
-    std::function<bool(const std::string&)> keep;
-    std::function<std::string(const std::string&)> rename;
-    std::string drop_key;
-};
-
-void write_copy(const GgufFile& src, const fs::path& out, const CopySpec& spec) {
-    GgufWriter w;
-    for (const auto& [k, v] : src.metadata())
-        if (k != spec.drop_key) w.copy_value(k, v);
-    if (spec.meta) spec.meta(w);
-    for (const GgufTensor& t : src.tensors()) {
-        if (!spec.keep(t.name)) continue;
-        std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
-        std::vector<uint8_t> bytes(t.data, t.data + t.n_bytes);
-        const std::string name = spec.rename ? spec.rename(t.name) : t.name;
-        ASSERT_TRUE(w.add_tensor_data(name, t.type, ne, std::move(bytes)).ok()) << name;
-    }
-    const Status s = w.write(out.string());
+void write_copy(const GgufFile& src, const fs::path& out, const GgufCopy& edit) {
+    const Status s = test::write_gguf_copy(src, out, edit);
     ASSERT_TRUE(s.ok()) << s.error();
 }
 
@@ -94,7 +62,7 @@ protected:
         ASSERT_GE(mtp_block_index(*golden_), 0);
         // The main file: every tensor but the MTP block's, and metadata saying it has none (as a
         // conversion that ships the block separately writes it).
-        CopySpec main_spec;
+        GgufCopy main_spec;
         main_spec.meta = [&](GgufWriter& w) {
             w.set_u32("deepseek4.block_count", (uint32_t)n_layer_);
             w.set_u32("deepseek4.nextn_predict_layers", 0);
@@ -108,8 +76,8 @@ protected:
         if (!dir_.empty()) fs::remove_all(dir_);
     }
 
-    CopySpec sidecar_spec() const {
-        CopySpec s;
+    GgufCopy sidecar_spec() const {
+        GgufCopy s;
         s.keep = [this](const std::string& n) { return is_mtp_tensor(n, n_layer_); };
         return s;
     }
@@ -181,7 +149,7 @@ TEST_F(MtpSidecar, MismatchedSidecarIsRefusedNamingTheKeyOrTensor) {
     auto backend = make_cpu_backend(2);
     struct Case {
         const char* what;
-        CopySpec spec;
+        GgufCopy spec;
         std::string want;
     };
     std::vector<Case> cases;
@@ -189,19 +157,19 @@ TEST_F(MtpSidecar, MismatchedSidecarIsRefusedNamingTheKeyOrTensor) {
         auto ff = golden_->get_u32("deepseek4.expert_feed_forward_length");
         ASSERT_TRUE(ff.ok()) << ff.error();
         const uint32_t wide = *ff + 32;
-        CopySpec s = sidecar_spec();
+        GgufCopy s = sidecar_spec();
         s.meta = [wide](GgufWriter& w) { w.set_u32("deepseek4.expert_feed_forward_length", wide); };
         bad_ff_ = "key 'deepseek4.expert_feed_forward_length' is " + std::to_string(wide);
         cases.push_back({"expert width", s, bad_ff_});
     }
     {
-        CopySpec s = sidecar_spec();
+        GgufCopy s = sidecar_spec();
         s.meta = [](GgufWriter& w) { w.set_f32("deepseek4.hyper_connection.epsilon", 1e-3f); };
         cases.push_back({"hc epsilon", s, "key 'deepseek4.hyper_connection.epsilon'"});
     }
     {
         // Another model's sidecar: its block sits after a different layer count.
-        CopySpec s = sidecar_spec();
+        GgufCopy s = sidecar_spec();
         const int il = n_layer_;
         s.rename = [il](const std::string& n) {
             return "blk." + std::to_string(il + 1) + n.substr(("blk." + std::to_string(il)).size());
@@ -210,14 +178,14 @@ TEST_F(MtpSidecar, MismatchedSidecarIsRefusedNamingTheKeyOrTensor) {
     }
     {
         // A tensor missing from the block.
-        CopySpec s = sidecar_spec();
+        GgufCopy s = sidecar_spec();
         const std::string gone = "blk." + std::to_string(n_layer_) + ".nextn.hnorm.weight";
         s.keep = [this, gone](const std::string& n) { return is_mtp_tensor(n, n_layer_) && n != gone; };
         cases.push_back({"missing tensor", s, "missing tensor '" + gone + "'"});
     }
     {
         // A tensor of another shape: the sidecar's expert tensors reshaped as if for 2x the experts.
-        CopySpec s = sidecar_spec();
+        GgufCopy s = sidecar_spec();
         const std::string gate = "blk." + std::to_string(n_layer_) + ".ffn_gate_inp.weight";
         s.keep = [this, gate](const std::string& n) { return is_mtp_tensor(n, n_layer_) && n != gate; };
         const GgufTensor* t = golden_->tensor(gate);
@@ -232,12 +200,12 @@ TEST_F(MtpSidecar, MismatchedSidecarIsRefusedNamingTheKeyOrTensor) {
         cases.push_back({"shape", s, "tensor '" + gate + "' has shape"});
     }
     {
-        CopySpec s = sidecar_spec();
+        GgufCopy s = sidecar_spec();
         s.keep = [](const std::string&) { return false; };
         cases.push_back({"no block", s, "holds no MTP block"});
     }
     {
-        CopySpec s = sidecar_spec();
+        GgufCopy s = sidecar_spec();
         s.meta = [](GgufWriter& w) { w.set_str("general.architecture", "llama"); };
         cases.push_back({"architecture", s, "general.architecture is 'llama'"});
     }

@@ -197,6 +197,10 @@ bool print_verdict(const GgufFile& f, const std::string& path, const ModelOption
         std::printf("; this dsv4 cannot read its data\n");
         return false;
     }
+    if (f.tensors().empty()) {
+        std::printf("  no: the file holds no tensors (a vocabulary or metadata-only file)\n");
+        return false;
+    }
     if (const int il = mtp_block_index(f); il >= 0 && !f.tensor("token_embd.weight") && dflash_refusal(f).empty()) {
         std::printf("  no: an MTP sidecar (its MTP block is blk.%d.nextn.*, without the main model's tensors); "
                     "give it as -m MAIN.gguf --mtp FILE\n", il);
@@ -205,7 +209,8 @@ bool print_verdict(const GgufFile& f, const std::string& path, const ModelOption
     std::vector<std::string> notes;
     ModelLoadOptions lo = model_load_options(mo);
     lo.note = [&](const std::string& line) { notes.push_back(line); };
-    auto model = Model::load(path, *make_cpu_backend(1), lo);
+    const std::unique_ptr<Backend> cpu = make_cpu_backend(1);  // outlives the model, which frees into it
+    auto model = Model::load(path, *cpu, lo);
     if (!model.ok()) {
         std::printf("  no: %s\n", model.error().c_str());
         return false;
@@ -264,6 +269,7 @@ int cmd_inspect(int argc, char** argv) {
     print_tensors(f, !no_tensors);
     std::fflush(stdout);
     const bool runs = print_verdict(f, path, mo);
+    std::fflush(stdout);
     for (const GgufTensor& t : f.tensors())
         if (!t.type_known) {
             std::fprintf(stderr, "dsv4 inspect: tensor '%s' has unknown ggml type %u\n", t.name.c_str(), t.type_id);
