@@ -123,6 +123,12 @@ TEST_F(MtpSidecar, SplitFileGivesTheSameLogitsBitForBit) {
     std::string log;
     EXPECT_EQ(logits(split + " --mtp", &log), mtp_single) << "discovered sidecar";
     EXPECT_NE(log.find("MTP block from '" + sidecar_path() + "'"), std::string::npos) << log;
+    // inspect says which block the model would use.
+    const CmdResult r = run("inspect --no-tensors --check " + main_path().string());
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("MTP block: from '" + sidecar_path() + "'"), std::string::npos) << r.out;
+    const CmdResult sc = run("inspect --no-tensors " + sidecar_path());
+    EXPECT_NE(sc.out.find("no: an MTP sidecar"), std::string::npos) << sc.out;
 }
 
 TEST_F(MtpSidecar, LoadsInProcessAndKeepsTheSidecar) {

@@ -235,7 +235,7 @@ int cmd_inspect(int argc, char** argv) {
     bool no_tensors = false, check = false;
     ModelOptions mo;
     app.add_option("file", path, "GGUF file (for a split model, the *-00001-of-*.gguf part)")->required();
-    app.add_option("--mtp", mo.mtp, kMtpHelp);
+    app.add_option("--mtp", mo.mtp, kMtpHelp)->option_text("FILE");
     app.add_flag("--check", check, "exit with status 2 when the engine cannot run the file");
     auto* tensor_opt = app.add_option("--tensor", tensor_name, "Show only this tensor (with --dequant: dump it)");
     app.add_option("--dequant", dequant_path, "Write the --tensor as little-endian f32, row-major, to this file")

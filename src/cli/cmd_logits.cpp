@@ -52,7 +52,8 @@ int cmd_logits(int argc, char** argv) {
     auto* mtp_opt = app.add_option("--mtp", mo.mtp,
                                    std::string("write the MTP block's logits (row t: hidden at t, token t+1). With FILE: ") +
                                        kMtpHelp)
-                        ->expected(0, 1);
+                        ->expected(0, 1)
+                        ->option_text("[FILE]");
     app.add_option("--quant-sim", quant_sim, "model's FP8/FP4 rounding: on, or off for exact mode")
         ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
     app.add_option("--prefill-chunk", chunk, "tokens per prefill step")->capture_default_str()->check(positive_number());

@@ -42,7 +42,7 @@ const char* const kMtpHelp =
 void add_model_options(CLI::App& app, ModelOptions& m, bool required) {
     auto* o = app.add_option("-m,--model", m.path, "model GGUF");
     if (required) o->required();
-    app.add_option("--mtp", m.mtp, kMtpHelp);
+    app.add_option("--mtp", m.mtp, kMtpHelp)->option_text("FILE");
 }
 
 ModelLoadOptions model_load_options(const ModelOptions& m) {
