@@ -3,10 +3,12 @@
 // give finite logits, and a prefill gives what token-by-token decoding gives, on hash-routed and
 // score-routed layers alike; a hash table naming an expert beyond the count is refused naming the tensor.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <random>
 
@@ -102,6 +104,29 @@ INSTANTIATE_TEST_SUITE_P(Reap, ExpertCounts,
                              return "e" + std::to_string(info.param.n_expert) + "_top" +
                                     std::to_string(info.param.n_expert_used);
                          });
+
+// The same through a file on disk, as a REAP-pruned top-4 GGUF is loaded: the logits of the in-memory model.
+TEST(ExpertCountsFile, PrunedTop4FileLoadsLikeTheModelInMemory) {
+    const SynthHparams hp = hparams({40, 4, 3});
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("dsv4_reap_" + std::to_string(::getpid()) + ".gguf")).string();
+    const Status w = synth_write(hp, SynthTypes{}, write_options(), path);
+    ASSERT_TRUE(w.ok()) << w.error();
+    auto backend = make_cpu_backend(2);
+    auto from_file = Model::load(path, *backend);
+    ASSERT_TRUE(from_file.ok()) << from_file.error();
+    EXPECT_EQ((*from_file)->config().n_expert, 40);
+    EXPECT_EQ((*from_file)->config().n_expert_used, 4);
+    auto in_memory = synth_model(hp, SynthTypes{}, write_options(), *backend);
+    ASSERT_TRUE(in_memory.ok()) << in_memory.error();
+    std::vector<int32_t> toks(24);
+    for (size_t i = 0; i < toks.size(); ++i) toks[i] = (int32_t)((i * 37 + 5) % hp.n_vocab);
+    const std::vector<float> a = logits(**from_file, toks, 8), b = logits(**in_memory, toks, 8);
+    ASSERT_FALSE(a.empty());
+    EXPECT_EQ(a, b);
+    (*from_file).reset();  // unmaps the file
+    std::filesystem::remove(path);
+}
 
 // The synth model's tensors, with one entry of one hash table replaced.
 class EditedTable final : public TensorSource {
