@@ -101,8 +101,11 @@ INSTANTIATE_TEST_SUITE_P(Reap, ExpertCounts,
                          ::testing::Values(Counts{24, 4, 3}, Counts{40, 6, 3}, Counts{7, 7, 3}, Counts{1, 1, 2},
                                            Counts{256, 4, 2}),
                          [](const auto& info) {
-                             return "e" + std::to_string(info.param.n_expert) + "_top" +
-                                    std::to_string(info.param.n_expert_used);
+                             std::string name = "e";  // appended step by step: GCC 12 warns on "e" + string
+                             name += std::to_string(info.param.n_expert);
+                             name += "_top";
+                             name += std::to_string(info.param.n_expert_used);
+                             return name;
                          });
 
 // The same through a file on disk, as a REAP-pruned top-4 GGUF is loaded: the logits of the in-memory model.
