@@ -20,6 +20,7 @@
 
 #include "format/gguf.h"
 #include "format/quant.h"
+#include "model/deepseek4.h"
 #include "model/hf_convert.h"
 
 namespace fs = std::filesystem;
@@ -235,6 +236,19 @@ TEST(Convert, TypeOptionsAndSeparateMtp) {
     }
     EXPECT_EQ(main->tensors().size() + mtp->tensors().size(), want->tensors().size());
     EXPECT_GT(n_mtp, 0u);
+    // The MTP file is a sidecar the loader attaches: named, or found beside the main file.
+    auto cpu = make_cpu_backend(2);
+    ModelLoadOptions lo;
+    lo.mtp_path = o.mtp_path;
+    auto named = Model::load(out.string(), *cpu, lo);
+    ASSERT_TRUE(named.ok()) << named.error();
+    EXPECT_TRUE((*named)->has_mtp());
+    ModelLoadOptions find;
+    find.find_mtp = true;
+    auto found = Model::load(out.string(), *cpu, find);
+    ASSERT_TRUE(found.ok()) << found.error();
+    ASSERT_NE((*found)->mtp_file(), nullptr);
+    EXPECT_EQ((*found)->mtp_file()->path(), o.mtp_path);
 }
 
 TEST(Convert, DamagedCheckpointsFailCleanly) {

@@ -67,14 +67,15 @@ std::vector<int64_t> parse_list(const std::string& s) {
 
 int cmd_bench(int argc, char** argv) {
     CLI::App app{"Measure prefill and decode speed (tokens/s) and the achieved weight-read bandwidth"};
-    std::string model_path, synth_preset_name, experts_type, dense_type, ctx_list = "0";
+    ModelOptions mo;
+    std::string synth_preset_name, experts_type, dense_type, ctx_list = "0";
     int layers = 0;
     uint64_t seed = 0;
     int64_t n_prompt = 128, n_gen = 32, chunk = 256, repeat = 1;
     bool json = false, exact = false, profile = false, synth_quantize = false;
     double peak_gbs = 0, peak_tflops = 0;
     DeviceOptions dev;
-    app.add_option("-m,--model", model_path, "model GGUF");
+    add_model_options(app, mo, false);
     app.add_option("--synth", synth_preset_name, "benchmark a random-weight model of this preset (tiny, flash, pro)");
     app.add_option("--layers", layers, "main layers of the --synth model");
     app.add_option("--seed", seed, "weight seed of the --synth model");
@@ -115,7 +116,8 @@ int cmd_bench(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     }
-    if (model_path.empty() == synth_preset_name.empty()) return fail("give exactly one of -m MODEL or --synth PRESET");
+    if (mo.path.empty() == synth_preset_name.empty()) return fail("give exactly one of -m MODEL or --synth PRESET");
+    if (!mo.mtp.empty() && mo.path.empty()) return fail("--mtp attaches a sidecar to -m MODEL, not to --synth");
     std::vector<int64_t> depths;
     try {
         depths = parse_list(ctx_list);
@@ -133,7 +135,7 @@ int cmd_bench(int argc, char** argv) {
     const auto load_t0 = Clock::now();
     SynthTypes types;
     auto load = [&]() -> Result<std::unique_ptr<Model>> {
-        if (synth_preset_name.empty()) return Model::load(model_path, profiler);
+        if (synth_preset_name.empty()) return Model::load(mo.path, profiler, model_load_options(mo));
         DSV4_ASSIGN_OR_RETURN(SynthHparams hp, synth_preset(synth_preset_name, layers));
         if (!experts_type.empty()) {
             DSV4_ASSIGN_OR_RETURN(types.expert_down, synth_type_named(experts_type, "--experts-type"));
@@ -184,7 +186,7 @@ int cmd_bench(int argc, char** argv) {
     const double bytes_per_token = decode_weight_bytes(m);
     const double tflops = prefill_flops(m, n_prompt, chunk) / prefill_s / 1e12;
     nlohmann::ordered_json out;
-    out["model"] = synth_preset_name.empty() ? model_path : "synth:" + synth_preset_name;
+    out["model"] = synth_preset_name.empty() ? mo.path : "synth:" + synth_preset_name;
     if (!synth_preset_name.empty()) {
         out["synth_types"] = "experts " + std::string(ggml_type_name(types.expert_gate_up)) + "/" +
                              std::string(ggml_type_name(types.expert_down)) + ", dense " +

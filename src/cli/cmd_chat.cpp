@@ -24,12 +24,13 @@ void on_sigint(int) { g_interrupted.store(true); }
 
 int cmd_chat(int argc, char** argv) {
     CLI::App app{"Interactive chat with the model (/reset clears the conversation, /exit quits)"};
-    std::string model_path, system_prompt;
+    ModelOptions mo;
+    std::string system_prompt;
     int64_t n_predict = 1024, n_ctx = 8192;
     bool thinking = false, no_quant_sim = false;
     SamplingOptions so;
     DeviceOptions dev;
-    app.add_option("-m,--model", model_path, "model GGUF")->required();
+    add_model_options(app, mo);
     app.add_option("-s,--system", system_prompt, "system prompt");
     app.add_option("-n,--n-predict", n_predict, "tokens per answer at most")->capture_default_str()->check(positive_number());
     app.add_option("-c,--ctx", n_ctx, "context size in tokens")->capture_default_str()->check(positive_number());
@@ -43,7 +44,7 @@ int cmd_chat(int argc, char** argv) {
         return app.exit(e);
     }
     dev.exact = no_quant_sim;
-    auto loaded = load_model_and_tokenizer(model_path, dev);
+    auto loaded = load_model_and_tokenizer(mo, dev);
     if (!loaded.ok()) return fail(loaded.error());
     const Tokenizer& tok = *loaded->tokenizer;
 
@@ -67,7 +68,7 @@ int cmd_chat(int argc, char** argv) {
     if (!system_prompt.empty()) history.push_back({{"role", "system"}, {"content", system_prompt}});
     const size_t base = history.size();
     std::fprintf(stderr, "dsv4 chat: %s. Type a message; /reset clears, /exit quits, Ctrl-C stops an answer.\n",
-                 model_path.c_str());
+                 mo.path.c_str());
     SamplingParams sp = to_sampling_params(so);
     for (;;) {
         std::fputs("\n> ", stdout);

@@ -1,6 +1,11 @@
 // `dsv4 inspect FILE.gguf`: print what a GGUF file holds (header, metadata, the DeepSeek-V4 config derived
-// from it, the tensor table and per-type totals) and optionally dump one tensor dequantized to raw f32.
+// from it, the tensor table and per-type totals), then whether the engine can run it and if not why (the
+// load's own error: unknown architecture, missing tensor, wrong shape or type, unknown type id), and the
+// MTP block it would use; optionally dump one tensor dequantized to raw f32.
 // Vocab-only and loose tensor files inspect fine: a missing model config is reported, not fatal.
+// Exit status: 1 when the file cannot be read in full (damaged, or a tensor of an unknown type id whose
+// size and data cannot be known); otherwise 0, also for files the engine cannot run (inspect describes
+// files; the verdict line says whether it runs), unless --check asks for 2 in that case.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -14,13 +19,21 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "format/gguf.h"
 #include "format/quant.h"
 #include "model/config.h"
+#include "model/deepseek4.h"
+#include "model/mtp_sidecar.h"
 #include "model/quant_recipe.h"
 
 namespace dsv4::cli {
 namespace {
+
+// The tensor's type name, or "type<id>" for an id the engine does not know.
+std::string type_label(const GgufTensor& t) {
+    return t.type_known ? std::string(ggml_type_name(t.type)) : "type" + std::to_string(t.type_id);
+}
 
 std::string human_bytes(uint64_t n) {
     const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -60,8 +73,8 @@ void print_config(const GgufFile& f) {
 }
 
 void print_tensor_row(const GgufTensor& t, bool show_split) {
-    std::printf("  %-48s %-8s %-24s %14zu", t.name.c_str(), std::string(ggml_type_name(t.type)).c_str(),
-                t.shape_str().c_str(), t.n_bytes);
+    std::printf("  %-48s %-8s %-24s %14s", t.name.c_str(), type_label(t).c_str(), t.shape_str().c_str(),
+                t.type_known ? std::to_string(t.n_bytes).c_str() : "?");
     if (show_split) std::printf("  part %u", t.split + 1);
     std::printf("\n");
 }
@@ -75,7 +88,7 @@ void print_mix(const GgufFile& f, uint64_t total_bytes) {
     std::map<std::string, Entry> roles;
     for (const GgufTensor& t : f.tensors()) {
         Entry& e = roles[tensor_role(t.name)];
-        auto& [count, bytes] = e.types[std::string(ggml_type_name(t.type))];
+        auto& [count, bytes] = e.types[type_label(t)];
         ++count;
         bytes += t.n_bytes;
         e.bytes += t.n_bytes;
@@ -104,7 +117,7 @@ void print_tensors(const GgufFile& f, bool table) {
     for (const GgufTensor& t : tensors) {
         total_bytes += t.n_bytes;
         total_elems += t.n_elems();
-        Sum& s = by_type[std::string(ggml_type_name(t.type))];
+        Sum& s = by_type[type_label(t)];
         ++s.count;
         s.bytes += t.n_bytes;
     }
@@ -128,7 +141,9 @@ void print_tensors(const GgufFile& f, bool table) {
     print_mix(f, total_bytes);
 }
 
-bool can_dequantize(GgmlType t) {
+bool can_dequantize(const GgufTensor& tensor) {
+    if (!tensor.type_known || !tensor.data) return false;
+    const GgmlType t = tensor.type;
     return ggml_traits(t).is_float_weight || t == GgmlType::I8 || t == GgmlType::I16 || t == GgmlType::I32;
 }
 
@@ -136,9 +151,9 @@ bool can_dequantize(GgmlType t) {
 // values is the r-th row of blocks in the file, so dequantizing rows in file order gives that layout.
 int dump_tensor(const GgufFile& f, const GgufTensor& t, const std::string& out_path) {
     static_assert(std::endian::native == std::endian::little, "the f32 dump is written in host byte order");
-    if (!can_dequantize(t.type)) {
-        std::fprintf(stderr, "dsv4 inspect: tensor '%s' has type %s, which has no float form\n", t.name.c_str(),
-                     std::string(ggml_type_name(t.type)).c_str());
+    if (!can_dequantize(t)) {
+        std::fprintf(stderr, "dsv4 inspect: tensor '%s' has type %s, which has no float form here\n", t.name.c_str(),
+                     type_label(t).c_str());
         return 1;
     }
     std::FILE* out = std::fopen(out_path.c_str(), "wb");
@@ -166,20 +181,72 @@ int dump_tensor(const GgufFile& f, const GgufTensor& t, const std::string& out_p
     return 0;
 }
 
+// Whether the engine can run the file: the tensors of unknown type first (the strict reader refuses them),
+// then a load onto a one-thread CPU backend, which checks the config, every tensor's presence, shape and
+// type and the routing tables' ids without touching the matrices (the CPU computes on the mapped bytes).
+// Prints the MTP block it would use. Returns whether it can run.
+bool print_verdict(const GgufFile& f, const std::string& path, const ModelOptions& mo) {
+    std::printf("\nrunnable:\n");
+    size_t n_unknown = 0;
+    const GgufTensor* first_unknown = nullptr;
+    for (const GgufTensor& t : f.tensors())
+        if (!t.type_known && n_unknown++ == 0) first_unknown = &t;
+    if (first_unknown) {
+        std::printf("  no: tensor '%s' has unknown ggml type %u", first_unknown->name.c_str(), first_unknown->type_id);
+        if (n_unknown > 1) std::printf(" (and %zu more tensors of unknown types)", n_unknown - 1);
+        std::printf("; this dsv4 cannot read its data\n");
+        return false;
+    }
+    if (f.tensors().empty()) {
+        std::printf("  no: the file holds no tensors (a vocabulary or metadata-only file)\n");
+        return false;
+    }
+    if (const int il = mtp_block_index(f); il >= 0 && !f.tensor("token_embd.weight") && dflash_refusal(f).empty()) {
+        std::printf("  no: an MTP sidecar (its MTP block is blk.%d.nextn.*, without the main model's tensors); "
+                    "give it as -m MAIN.gguf --mtp FILE\n", il);
+        return false;
+    }
+    std::vector<std::string> notes;
+    ModelLoadOptions lo = model_load_options(mo);
+    lo.note = [&](const std::string& line) { notes.push_back(line); };
+    const std::unique_ptr<Backend> cpu = make_cpu_backend(1);  // outlives the model, which frees into it
+    auto model = Model::load(path, *cpu, lo);
+    if (!model.ok()) {
+        std::printf("  no: %s\n", model.error().c_str());
+        return false;
+    }
+    std::printf("  yes: every tensor the config needs is present with its shape\n");
+    for (const std::string& n : notes) std::printf("  %s\n", n.c_str());
+    const Model& m = **model;
+    if (!m.has_mtp())
+        std::printf("  MTP block: none\n");
+    else if (!m.mtp_file())
+        std::printf("  MTP block: blk.%d.nextn.* in this file\n", m.config().n_layer);
+    else
+        std::printf("  MTP block: from '%s'\n", m.mtp_file()->path().c_str());
+    return true;
+}
+
 }  // namespace
 
 int cmd_inspect(int argc, char** argv) {
     CLI::App app{"Print a GGUF file's header, metadata, DeepSeek-V4 config and tensors", argv[0]};
     std::string path, tensor_name, dequant_path;
-    bool no_tensors = false;
+    bool no_tensors = false, check = false;
+    ModelOptions mo;
     app.add_option("file", path, "GGUF file (for a split model, the *-00001-of-*.gguf part)")->required();
+    app.add_option("--mtp", mo.mtp, kMtpHelp)->option_text("FILE");
+    app.add_flag("--check", check, "exit with status 2 when the engine cannot run the file");
     auto* tensor_opt = app.add_option("--tensor", tensor_name, "Show only this tensor (with --dequant: dump it)");
     app.add_option("--dequant", dequant_path, "Write the --tensor as little-endian f32, row-major, to this file")
         ->needs(tensor_opt);
     app.add_flag("--no-tensors", no_tensors, "Leave out the per-tensor table (totals are still printed)");
     CLI11_PARSE(app, argc, argv);
 
-    auto file = GgufFile::open(path);
+    mo.path = path;
+    GgufOpenOptions oo;
+    oo.keep_unknown_types = true;  // show the rest of such a file; the verdict names the tensor
+    auto file = GgufFile::open(path, oo);
     if (!file.ok()) {
         std::fprintf(stderr, "dsv4 inspect: %s\n", file.error().c_str());
         return 1;
@@ -200,7 +267,15 @@ int cmd_inspect(int argc, char** argv) {
     print_metadata(f);
     print_config(f);
     print_tensors(f, !no_tensors);
-    return 0;
+    std::fflush(stdout);
+    const bool runs = print_verdict(f, path, mo);
+    std::fflush(stdout);
+    for (const GgufTensor& t : f.tensors())
+        if (!t.type_known) {
+            std::fprintf(stderr, "dsv4 inspect: tensor '%s' has unknown ggml type %u\n", t.name.c_str(), t.type_id);
+            return 1;
+        }
+    return !runs && check ? 2 : 0;
 }
 
 }  // namespace dsv4::cli

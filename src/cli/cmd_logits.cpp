@@ -38,16 +38,22 @@ Result<std::vector<int32_t>> read_tokens(const std::string& path) {
 
 int cmd_logits(int argc, char** argv) {
     CLI::App app{"Run tokens through the model and write little-endian float32 logits [rows, vocab]"};
-    std::string model_path, tokens_path, out_path, quant_sim = "on";
+    ModelOptions mo;
+    std::string tokens_path, out_path, quant_sim = "on";
     int64_t prefill = -1, chunk = 256;
     bool stepwise = false, mtp = false, no_graphs = false;
     DeviceOptions dev;
-    app.add_option("-m,--model", model_path, "model GGUF")->required();
+    app.add_option("-m,--model", mo.path, "model GGUF")->required();
     app.add_option("--tokens", tokens_path, "JSON array of token ids")->required();
     app.add_option("-o,--output", out_path, "output file (float32)")->required();
     app.add_option("--prefill", prefill, "tokens processed as one prefill (default: all)");
     app.add_flag("--stepwise", stepwise, "feed every token alone from position 0");
-    app.add_flag("--mtp", mtp, "write the MTP block's logits (row t: hidden at t, token t+1)");
+    // --mtp alone: the MTP block of the model (its own, or a sidecar found beside it); --mtp FILE: that sidecar's.
+    auto* mtp_opt = app.add_option("--mtp", mo.mtp,
+                                   std::string("write the MTP block's logits (row t: hidden at t, token t+1). With FILE: ") +
+                                       kMtpHelp)
+                        ->expected(0, 1)
+                        ->option_text("[FILE]");
     app.add_option("--quant-sim", quant_sim, "model's FP8/FP4 rounding: on, or off for exact mode")
         ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
     app.add_option("--prefill-chunk", chunk, "tokens per prefill step")->capture_default_str()->check(positive_number());
@@ -62,18 +68,20 @@ int cmd_logits(int argc, char** argv) {
     auto tokens = read_tokens(tokens_path);
     if (!tokens.ok()) return fail(tokens.error());
     if (tokens->empty()) return fail("the token list is empty");
+    mtp = mtp_opt->count() > 0;
     dev.gemm_auto = "f32";  // the reference check: f32 unless --gemm bf16 asks for the tensor cores
     dev.exact = quant_sim == "off";
     auto backend = make_backend(dev);
     if (!backend.ok()) return fail(backend.error());
-    auto model = Model::load(model_path, **backend);
+    auto model = Model::load(mo.path, **backend, model_load_options(mo));
     if (!model.ok()) return fail(model.error());
     Model& m = **model;
     StepRunner runner(m);  // --stepwise decodes through step graphs unless --no-graphs
     const int64_t V = m.config().n_vocab;
     for (int32_t t : *tokens)
         if (t >= V) return fail("token id " + std::to_string(t) + " is out of range for vocabulary " + std::to_string(V));
-    if (mtp && !m.has_mtp()) return fail("the model file has no MTP block (--mtp)");
+    if (mtp && !m.has_mtp())
+        return fail("'" + mo.path + "' has no MTP block and no MTP sidecar was attached (--mtp FILE names one)");
 
     const int64_t T = (int64_t)tokens->size();
     const int64_t rows_main = mtp ? T - 1 : T;  // with --mtp the last token is only an MTP input

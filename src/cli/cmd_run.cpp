@@ -10,12 +10,13 @@ namespace dsv4::cli {
 
 int cmd_run(int argc, char** argv) {
     CLI::App app{"Generate a completion for one prompt, streamed to stdout; speeds go to stderr"};
-    std::string model_path, prompt;
+    ModelOptions mo;
+    std::string prompt;
     int64_t n_predict = 256, n_ctx = 4096;
     bool raw = false, thinking = false, no_quant_sim = false;
     SamplingOptions so;
     DeviceOptions dev;
-    app.add_option("-m,--model", model_path, "model GGUF")->required();
+    add_model_options(app, mo);
     app.add_option("-p,--prompt", prompt, "the prompt (a user message, or raw text with --raw)")->required();
     app.add_option("-n,--n-predict", n_predict, "tokens to generate at most")->capture_default_str()->check(positive_number());
     app.add_option("-c,--ctx", n_ctx, "context size in tokens")->capture_default_str()->check(positive_number());
@@ -30,7 +31,7 @@ int cmd_run(int argc, char** argv) {
         return app.exit(e);
     }
     dev.exact = no_quant_sim;
-    auto loaded = load_model_and_tokenizer(model_path, dev);
+    auto loaded = load_model_and_tokenizer(mo, dev);
     if (!loaded.ok()) return fail(loaded.error());
     const Tokenizer& tok = *loaded->tokenizer;
 

@@ -43,14 +43,15 @@ std::string model_name(const Model& m, const std::string& path) {
 
 int cmd_serve(int argc, char** argv) {
     CLI::App app{"Serve the OpenAI-compatible HTTP API (chat/completions, completions, models, health, metrics)"};
-    std::string model_path, thinking = "off", prefix_cache = "on";
+    ModelOptions mo;
+    std::string thinking = "off", prefix_cache = "on";
     std::vector<std::string> aliases;
     server::ServerOptions so;
     EngineOptions eo;
     eo.max_queue = 64;
     int64_t ctx = 0;
     DeviceOptions dev;
-    app.add_option("-m,--model", model_path, "model GGUF")->required();
+    add_model_options(app, mo);
     app.add_option("--host", so.host, "address to listen on")->capture_default_str();
     app.add_option("--port", so.port, "port to listen on (0: any free port)")
         ->capture_default_str()
@@ -130,7 +131,7 @@ int cmd_serve(int argc, char** argv) {
 
     auto backend = make_backend(dev);
     if (!backend.ok()) return fail(backend.error());
-    auto model = Model::load(model_path, **backend);
+    auto model = Model::load(mo.path, **backend, model_load_options(mo));
     if (!model.ok()) return fail(model.error());
     auto tok = Tokenizer::from_gguf((*model)->file());
     if (!tok.ok()) return fail("the model file has no usable tokenizer: " + tok.error());
@@ -141,7 +142,7 @@ int cmd_serve(int argc, char** argv) {
         std::fprintf(stderr, "dsv4 serve: warning: --ctx %lld is beyond the model's training context %lld\n",
                      (long long)eo.n_ctx, (long long)n_ctx_train);
     }
-    so.model_ids = aliases.empty() ? std::vector<std::string>{model_name(**model, model_path)} : aliases;
+    so.model_ids = aliases.empty() ? std::vector<std::string>{model_name(**model, mo.path)} : aliases;
 
     Engine engine(**model, **tok, eo);
     server::Server srv(engine, so);
@@ -168,7 +169,7 @@ int cmd_serve(int argc, char** argv) {
     });
 
     std::printf("dsv4 serve: model '%s' (%s), %d slots x %lld tokens on %s\n", so.model_ids.front().c_str(),
-                model_path.c_str(), eo.n_slots, (long long)eo.n_ctx, (*backend)->name());
+                mo.path.c_str(), eo.n_slots, (long long)eo.n_ctx, (*backend)->name());
     const bool v6 = so.host.find(':') != std::string::npos;
     std::printf("dsv4 serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", so.host.c_str(), v6 ? "]" : "", *port);
     std::fflush(stdout);

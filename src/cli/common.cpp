@@ -35,6 +35,24 @@ CLI::Validator number_at_least_zero(bool positive) {
 CLI::Validator positive_number() { return number_at_least_zero(true); }
 CLI::Validator non_negative_number() { return number_at_least_zero(false); }
 
+const char* const kMtpHelp =
+    "MTP sidecar GGUF whose MTP block is attached to the model (its dimensions must match); default: a "
+    "*mtp*.gguf file beside the model, when the model holds no MTP block itself";
+
+void add_model_options(CLI::App& app, ModelOptions& m, bool required) {
+    auto* o = app.add_option("-m,--model", m.path, "model GGUF");
+    if (required) o->required();
+    app.add_option("--mtp", m.mtp, kMtpHelp)->option_text("FILE");
+}
+
+ModelLoadOptions model_load_options(const ModelOptions& m) {
+    ModelLoadOptions o;
+    o.mtp_path = m.mtp;
+    o.find_mtp = m.mtp.empty();
+    o.note = [](const std::string& line) { std::fprintf(stderr, "dsv4: %s\n", line.c_str()); };
+    return o;
+}
+
 void add_device_options(CLI::App& app, DeviceOptions& d) {
     app.add_option("--device", d.device, "compute device: auto, cpu or cuda")
         ->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));

@@ -1,4 +1,5 @@
-// Shared pieces of the subcommands: error exit, and the --device/--threads/--gemm options with backend creation.
+// Shared pieces of the subcommands: error exit, the -m/--mtp model options, and the --device/--threads/--gemm
+// options with backend creation.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "model/deepseek4.h"
 #include "ops/backend.h"
 
 namespace dsv4::cli {
@@ -23,6 +25,18 @@ inline int fail(const std::string& message) {
 // floating-point bounds in full (a 300-digit number).
 CLI::Validator positive_number();
 CLI::Validator non_negative_number();
+
+// -m MODEL and --mtp FILE (an MTP sidecar; without it a sibling *mtp*.gguf is looked for).
+struct ModelOptions {
+    std::string path;
+    std::string mtp;
+};
+// Adds -m (required unless `required` is false) and --mtp FILE.
+void add_model_options(CLI::App& app, ModelOptions& m, bool required = true);
+// Load options for `m`: the sidecar it names, else discovery beside the model; notes go to stderr.
+ModelLoadOptions model_load_options(const ModelOptions& m);
+// The --mtp help text (shared with `dsv4 logits`, whose --mtp also selects the MTP block's logits).
+extern const char* const kMtpHelp;
 
 struct DeviceOptions {
     std::string device = "auto";  // auto | cpu | cuda

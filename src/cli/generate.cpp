@@ -5,10 +5,11 @@
 
 namespace dsv4::cli {
 
-Result<Loaded> load_model_and_tokenizer(const std::string& path, const DeviceOptions& dev) {
+Result<Loaded> load_model_and_tokenizer(const ModelOptions& m, const DeviceOptions& dev) {
     Loaded l;
+    const std::string& path = m.path;
     DSV4_ASSIGN_OR_RETURN(l.backend, make_backend(dev));
-    DSV4_ASSIGN_OR_RETURN(l.model, Model::load(path, *l.backend));
+    DSV4_ASSIGN_OR_RETURN(l.model, Model::load(path, *l.backend, model_load_options(m)));
     auto tok = Tokenizer::from_gguf(l.model->file());
     if (!tok.ok()) return make_error("'" + path + "' has no usable tokenizer: " + tok.error());
     l.tokenizer = std::move(*tok);

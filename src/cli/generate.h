@@ -20,7 +20,7 @@ struct Loaded {
     std::unique_ptr<Model> model;
     std::unique_ptr<Tokenizer> tokenizer;
 };
-Result<Loaded> load_model_and_tokenizer(const std::string& path, const DeviceOptions& dev);
+Result<Loaded> load_model_and_tokenizer(const ModelOptions& model, const DeviceOptions& dev);
 
 struct SamplingOptions {
     float temperature = 0.6f;

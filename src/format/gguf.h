@@ -53,11 +53,22 @@ struct GgufTensor {
     size_t n_bytes = 0;
     uint64_t file_offset = 0;       // absolute offset in its file
     uint32_t split = 0;             // which split file holds it
+    // False only in a file opened with GgufOpenOptions::keep_unknown_types whose type id (type_id) the engine
+    // does not know: then `type` means nothing, n_bytes is 0 and data is null (its size cannot be known).
+    bool type_known = true;
+    uint32_t type_id = 0;           // the id as stored in the file
 
     int64_t n_elems() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
     // Row size in bytes of ne[0] values.
     size_t row_bytes() const;
     std::string shape_str() const;  // e.g. "[4096, 1024]"
+};
+
+// How tolerant GgufFile::open is. The defaults are for loading a model.
+struct GgufOpenOptions {
+    // Keep tensors with a type id the engine does not know (GgufTensor::type_known false) instead of
+    // refusing the file, so `dsv4 inspect` can still show everything else. Their data ranges go unchecked.
+    bool keep_unknown_types = false;
 };
 
 class MappedFile;
@@ -67,7 +78,7 @@ class GgufFile {
 public:
     // Open a file. If it is the first of a split set (`split.count` > 1, name *-00001-of-0000N.gguf), the other
     // parts are opened from the same folder and their tensors merged into one table.
-    static Result<std::unique_ptr<GgufFile>> open(const std::string& path);
+    static Result<std::unique_ptr<GgufFile>> open(const std::string& path, const GgufOpenOptions& options = {});
     // Parse from memory the caller keeps alive (tests, fuzzing). No split handling.
     static Result<std::unique_ptr<GgufFile>> parse(const uint8_t* data, size_t size, std::string name = "<memory>");
     // Parse a header without its data section (GgufWriter::header: metadata and tensor infos), which the file
@@ -110,7 +121,7 @@ private:
     Status adopt_first(GgufPart&& part);
     // Append one split part's tensors to the merged table (names must stay unique).
     Status merge_tensors(std::vector<GgufTensor>&& tensors, const std::string& part_name);
-    Status open_splits(uint32_t count);
+    Status open_splits(uint32_t count, const GgufOpenOptions& options);
 
     std::string path_;
     uint32_t version_ = 0;

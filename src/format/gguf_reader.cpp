@@ -164,8 +164,10 @@ namespace {
 class PartParser {
 public:
     // with_data false: the bytes end after the tensor infos (GgufWriter::header); tensors get no data pointer.
-    PartParser(const uint8_t* data, size_t size, const std::string& name, uint32_t split, bool with_data)
-        : cur_(data, size), data_(data), size_(size), name_(name), split_(split), with_data_(with_data) {}
+    PartParser(const uint8_t* data, size_t size, const std::string& name, uint32_t split, bool with_data,
+               bool keep_unknown)
+        : cur_(data, size), data_(data), size_(size), name_(name), split_(split), with_data_(with_data),
+          keep_unknown_(keep_unknown) {}
 
     Result<GgufPart> parse() {
         GgufPart part;
@@ -326,6 +328,12 @@ private:
         uint32_t type_id = 0;
         if (!cur_.read(type_id)) return fail(at() + "truncated in the type of " + tn);
         const auto traits = ggml_type_from_id(type_id);
+        t.type_id = type_id;
+        if (!traits && keep_unknown_) {
+            t.type_known = false;
+            if (!cur_.read(t.file_offset)) return fail(at() + "truncated in the data offset of " + tn);
+            return {};
+        }
         if (!traits) return fail(tn + " has unknown ggml type " + std::to_string(type_id));
         t.type = traits->type;
         if (!cur_.read(t.file_offset)) return fail(at() + "truncated in the data offset of " + tn);
@@ -357,6 +365,10 @@ private:
             if (rel % part.alignment != 0)
                 return fail("tensor " + quoted(t.name) + " data offset " + std::to_string(rel) +
                             " is not a multiple of the alignment " + std::to_string(part.alignment));
+            if (!t.type_known) {  // size unknown: nothing to check the offset against
+                t.file_offset = part.data_offset + rel;
+                continue;
+            }
             if (with_data_ && (rel > data_bytes || t.n_bytes > data_bytes - rel))
                 return fail("tensor " + quoted(t.name) + " data (" + std::to_string(t.n_bytes) + " bytes at offset " +
                             std::to_string(rel) + " of the data section) runs past the end of the file (" +
@@ -386,11 +398,12 @@ private:
     const std::string& name_;
     uint32_t split_;
     bool with_data_;
+    bool keep_unknown_;
 };
 
 Result<GgufPart> parse_part(const uint8_t* data, size_t size, const std::string& name, uint32_t split,
-                            bool with_data = true) {
-    return PartParser(data, size, name, split, with_data).parse();
+                            bool with_data = true, bool keep_unknown = false) {
+    return PartParser(data, size, name, split, with_data, keep_unknown).parse();
 }
 
 // For a first split part named <prefix>-00001-of-<NNNNN>.gguf, the names of all parts; nullopt-like error
@@ -563,11 +576,12 @@ Result<std::unique_ptr<GgufFile>> GgufFile::parse_header(std::vector<uint8_t> by
     return f;
 }
 
-Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
+Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path, const GgufOpenOptions& options) {
     std::unique_ptr<GgufFile> f(new GgufFile());
     f->path_ = path;
     DSV4_ASSIGN_OR_RETURN(auto map, MappedFile::open(path));
-    DSV4_ASSIGN_OR_RETURN(GgufPart part, parse_part(map->data(), map->size(), path, 0));
+    DSV4_ASSIGN_OR_RETURN(GgufPart part,
+                          parse_part(map->data(), map->size(), path, 0, true, options.keep_unknown_types));
     f->maps_.push_back(std::move(map));
     DSV4_TRY(f->adopt_first(std::move(part)));
 
@@ -579,11 +593,11 @@ Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
     if (const GgufValue* no = f->find("split.no"); no && (!is_integer(no->type) || no->i64 < 0 || no->u64 != 0))
         return make_error(path + ": this is split part " + gguf_value_str(*no) + " (zero-based) of " +
                           gguf_value_str(*count) + "; open the first part (*-00001-of-*.gguf) instead");
-    if (count->u64 > 1) DSV4_TRY(f->open_splits((uint32_t)count->u64));
+    if (count->u64 > 1) DSV4_TRY(f->open_splits((uint32_t)count->u64, options));
     return f;
 }
 
-Status GgufFile::open_splits(uint32_t count) {
+Status GgufFile::open_splits(uint32_t count, const GgufOpenOptions& options) {
     DSV4_ASSIGN_OR_RETURN(std::vector<std::string> paths, split_part_paths(path_, count));
     for (uint32_t i = 1; i < count; ++i) {
         const std::string& p = paths[i];
@@ -591,7 +605,8 @@ Status GgufFile::open_splits(uint32_t count) {
         if (!map.ok())
             return make_error("split model '" + path_ + "' needs part " + std::to_string(i + 1) + " of " +
                               std::to_string(count) + ": " + map.error());
-        DSV4_ASSIGN_OR_RETURN(GgufPart part, parse_part((*map)->data(), (*map)->size(), p, i));
+        DSV4_ASSIGN_OR_RETURN(GgufPart part,
+                              parse_part((*map)->data(), (*map)->size(), p, i, true, options.keep_unknown_types));
         DSV4_ASSIGN_OR_RETURN(uint64_t no, split_key(part, "split.no", p));
         DSV4_ASSIGN_OR_RETURN(uint64_t n, split_key(part, "split.count", p));
         if (no != i || n != count)

@@ -196,7 +196,8 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
     DSV4_TRY(positive("hyper_connection.count", c.hc));
     DSV4_TRY(positive("hyper_connection.sinkhorn_iterations", c.hc_sinkhorn_iters));
     if (c.n_expert_used > c.n_expert)
-        return make_error("key '" + key("expert_used_count") + "' exceeds expert_count");
+        return make_error("key '" + key("expert_used_count") + "' (" + std::to_string(c.n_expert_used) +
+                          ") exceeds expert_count (" + std::to_string(c.n_expert) + ")");
     if (c.n_expert_shared != 1)
         return make_error("key '" + key("expert_shared_count") + "' is " + std::to_string(c.n_expert_shared) +
                           "; one shared expert is supported");

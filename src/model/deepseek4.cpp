@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "format/gguf.h"
+#include "model/mtp_sidecar.h"
 #include "model/step_context.h"
 
 namespace dsv4 {
@@ -36,9 +37,44 @@ std::vector<float> rope_freqs(const ModelConfig& cfg, bool compressed) {
     return f;
 }
 
-Result<std::unique_ptr<Model>> Model::load(const std::string& path, Backend& backend) {
+Result<std::unique_ptr<Model>> Model::load(const std::string& path, Backend& backend, const ModelLoadOptions& o) {
     DSV4_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::open(path));
-    return load(std::move(f), nullptr, backend);
+    if (std::string r = dflash_refusal(*f); !r.empty()) return make_error(r);
+    DSV4_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, load(std::move(f), nullptr, backend));
+    auto note = [&](const std::string& line) {
+        if (o.note) o.note(line);
+    };
+    if (!o.mtp_path.empty()) {
+        if (m->has_mtp())
+            return make_error("--mtp " + o.mtp_path + ": '" + path + "' already holds an MTP block (blk." +
+                              std::to_string(m->cfg_.n_layer) + ".nextn.*)");
+        DSV4_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> side, GgufFile::open(o.mtp_path));
+        DSV4_TRY(m->attach_mtp(std::move(side)));
+        note("MTP block from '" + o.mtp_path + "'");
+    } else if (o.find_mtp && !m->has_mtp()) {
+        const std::vector<std::string> found = mtp_sidecar_candidates(path);
+        if (found.size() > 1) {
+            std::string list;
+            for (const std::string& p : found) list += (list.empty() ? "" : ", ") + p;
+            note("several MTP sidecars beside '" + path + "' (" + list + "); none attached, choose one with --mtp FILE");
+        } else if (found.size() == 1) {
+            auto side = GgufFile::open(found[0]);
+            Status s = side.ok() ? m->attach_mtp(std::move(*side)) : Status(make_error(side.error()));
+            if (s.ok())
+                note("MTP block from '" + found[0] + "' (found beside the model; --mtp FILE picks another)");
+            else
+                note("not attaching '" + found[0] + "' found beside the model: " + s.error());
+        }
+    }
+    return m;
+}
+
+Status Model::attach_mtp(std::unique_ptr<GgufFile> side) {
+    DSV4_ASSIGN_OR_RETURN(const ModelConfig side_cfg, mtp_sidecar_config(*side, cfg_));
+    Status s = load_mtp_weights(*side, side_cfg, backend_, w_);
+    if (!s.ok()) return make_error("MTP file '" + side->path() + "': " + s.error());
+    mtp_file_ = std::move(side);
+    return {};
 }
 
 Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<GgufFile> f, std::unique_ptr<TensorSource> source,

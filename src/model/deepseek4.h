@@ -40,9 +40,23 @@ struct StepOptions {
     bool defer_branches = false;
 };
 
+// Where the MTP block comes from when the main file has none (model/mtp_sidecar.h).
+struct ModelLoadOptions {
+    // An MTP sidecar GGUF to attach (error if the main file already holds an MTP block, or the sidecar does
+    // not match it).
+    std::string mtp_path;
+    // Without mtp_path, and when the main file holds no MTP block: attach a sibling `*mtp*.gguf` found
+    // beside it. A candidate that cannot be attached (a DSpark head, another model's block) is reported
+    // through `note` and left out; the load goes on without MTP.
+    bool find_mtp = false;
+    // One line per thing worth telling the user (which sidecar was attached, which was left out and why).
+    std::function<void(const std::string&)> note;
+};
+
 class Model {
 public:
-    static Result<std::unique_ptr<Model>> load(const std::string& path, Backend& backend);
+    static Result<std::unique_ptr<Model>> load(const std::string& path, Backend& backend,
+                                               const ModelLoadOptions& options = {});
     // A model described by `file` (metadata and tensor table; a header-only file is fine) whose tensor bytes
     // come from `source` (e.g. a random-weight generator, model/synth.h). The model keeps both: on a host
     // backend the weights are the bytes the source kept.
@@ -54,6 +68,8 @@ public:
     const GgufFile& file() const { return *file_; }
     Backend& backend() { return backend_; }
     bool has_mtp() const { return w_.has_mtp; }
+    // The MTP sidecar the block was taken from, or null when it is the main file's own (or there is none).
+    const GgufFile* mtp_file() const { return mtp_file_.get(); }
     const ModelWeights& weights() const { return w_; }
 
     std::unique_ptr<KvCache> new_cache(int64_t capacity, bool with_mtp = false);
@@ -92,6 +108,8 @@ public:
 
 private:
     Model(Backend& b) : backend_(b) {}
+    // Bind the MTP block of a sidecar; the model keeps the file (its weights point into it).
+    Status attach_mtp(std::unique_ptr<GgufFile> side);
     struct BlockCarry;
     HcPostArgs block_forward(Ctx& c, int il, const LayerWeights& L, float* H, float* H2, const HcPostArgs* first,
                              const BlockCarry& carry);
@@ -105,6 +123,7 @@ private:
     Backend& backend_;
     std::unique_ptr<GgufFile> file_;
     std::unique_ptr<TensorSource> source_;  // null when the weights are the file's own bytes
+    std::unique_ptr<GgufFile> mtp_file_;    // the MTP sidecar, when the block comes from one
     ModelConfig cfg_;
     ModelWeights w_;
     const float* rope_freqs_window_ = nullptr;      // backend memory, rope_dim/2

@@ -180,8 +180,11 @@ Status load_layer(Binder& b, const ModelConfig& c, int il, int ratio, bool hash,
     DSV4_ASSIGN_OR_RETURN(L.gate_shexp, b.matrix(p + "ffn_gate_shexp.weight", Fs, D));
     DSV4_ASSIGN_OR_RETURN(L.up_shexp, b.matrix(p + "ffn_up_shexp.weight", Fs, D));
     DSV4_ASSIGN_OR_RETURN(L.down_shexp, b.matrix(p + "ffn_down_shexp.weight", D, Fs));
-    L.clamp_exp = c.swiglu_clamp_exp.at(il);
-    L.clamp_shexp = c.swiglu_clamp_shexp.at(il);
+    if (il >= (int)c.swiglu_clamp_exp.size() || il >= (int)c.swiglu_clamp_shexp.size())
+        return make_error("key 'deepseek4.swiglu_clamp_exp' has no entry for block " + std::to_string(il) +
+                          " (key 'deepseek4.block_count' leaves it out)");
+    L.clamp_exp = c.swiglu_clamp_exp[il];
+    L.clamp_shexp = c.swiglu_clamp_shexp[il];
     return {};
 }
 
@@ -254,6 +257,28 @@ Result<ModelWeights> load_weights(const GgufFile& f, ModelConfig& c, Backend& ba
         if (!s.ok()) return fail(std::move(s).take_error());
     }
     return w;
+}
+
+Status load_mtp_weights(const GgufFile& side, const ModelConfig& side_cfg, Backend& backend, ModelWeights& w) {
+    if (w.has_mtp) return make_error("the model already has an MTP block");
+    FileTensors file_bytes;
+    Binder b(side, backend, file_bytes, w);
+    const size_t owned_before = w.owned.size();
+    const size_t bytes_before = w.bytes_matrices;
+    const std::string np = "blk." + std::to_string(side_cfg.n_layer) + ".nextn.";
+    Status s = b.has(np + "e_proj.weight") || b.has(np + "eh_proj.weight")
+                   ? load_mtp(b, side_cfg, w.mtp)
+                   : Status(make_error("missing tensor '" + np + "e_proj.weight' (or a fused '" + np +
+                                       "eh_proj.weight')"));
+    if (!s.ok()) {
+        for (size_t i = owned_before; i < w.owned.size(); ++i) backend.free(w.owned[i]);
+        w.owned.resize(owned_before);
+        w.bytes_matrices = bytes_before;
+        w.mtp = MtpWeights{};
+        return s;
+    }
+    w.has_mtp = true;
+    return {};
 }
 
 void free_weights(ModelWeights& w, Backend& backend) {

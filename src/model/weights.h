@@ -99,6 +99,10 @@ struct ModelWeights {
 Result<ModelWeights> load_weights(const GgufFile& f, ModelConfig& cfg, Backend& backend);
 // The same with the tensor bytes taken from `source` (f holds the names, types and shapes).
 Result<ModelWeights> load_weights(const GgufFile& f, ModelConfig& cfg, Backend& backend, TensorSource& source);
+// Bind the MTP block of a sidecar file into `w` (which has none), with side_cfg from mtp_sidecar_config
+// (model/mtp_sidecar.h): the same names and shape checks as a block inside the main file. The tensors
+// point into `side`, which must outlive `w`. On error `w` is left as it was.
+Status load_mtp_weights(const GgufFile& side, const ModelConfig& side_cfg, Backend& backend, ModelWeights& w);
 void free_weights(ModelWeights& w, Backend& backend);
 
 }  // namespace dsv4
