@@ -470,7 +470,7 @@ bool GenerationRoutes::pump_text(TextState& st, httplib::DataSink& sink) {
         text += apply(st, ev);
         if (st.echo_pending && st.prompt_pending == 0) out += echo_chunk(st);
     }
-    if (!text.empty() || !st.lp.empty()) {
+    if (!st.echo_pending && (!text.empty() || !st.lp.empty())) {  // prompt scores wait for the echo
         out += sse_data(completion_chunk(job.meta, text, nullptr, st.logprobs ? st.lp.to_json() : json(nullptr),
                                          st.include_usage));
         st.lp.clear();
