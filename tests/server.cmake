@@ -24,6 +24,13 @@ if(TARGET test_server_agent_apis)
   target_sources(test_server_agent_apis PRIVATE ${_server_sources})
   target_link_libraries(test_server_agent_apis PRIVATE PkgConfig::HTTPLIB)
 endif()
+# Prompt scoring (echo + logprobs, max_tokens 0) drives the completions handler without a listener.
+if(TARGET test_server_scoring)
+  file(GLOB _server_sources ${CMAKE_SOURCE_DIR}/src/server/*.cpp)
+  list(FILTER _server_sources EXCLUDE REGEX "/(server|chat_page)\\.cpp$")
+  target_sources(test_server_scoring PRIVATE ${_server_sources})
+  target_link_libraries(test_server_scoring PRIVATE PkgConfig::HTTPLIB)
+endif()
 
 set(DSV4_SERVER_VOCAB ${DSV4_SHARED_DIR}/fixtures/tokenizer/deepseek_v3/vocab.gguf)
 find_program(DSV4_NODE NAMES node)

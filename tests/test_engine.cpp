@@ -1,6 +1,7 @@
 // The generation engine on a synthetic tiny model with the real DeepSeek vocabulary: greedy output is the
 // same with and without the prefix cache (also for multi-turn conversations that extend an earlier turn),
-// requests batched together give the same output as alone, cancel and limits behave.
+// requests batched together give the same output as alone, cancel and limits behave, and prompt scores are
+// the same alone and batched.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -185,6 +186,91 @@ TEST_F(EngineTest, StopStringsEndGeneration) {
     EXPECT_EQ(b.last.reason, GenerationEnd::stop);
     EXPECT_EQ(b.text.find(stop), std::string::npos);
     EXPECT_EQ(a.text.substr(0, b.text.size()), b.text);
+}
+
+TEST_F(EngineTest, PromptScoresAreTheSameAloneAndBatched) {
+    // A request that scores its prompt gets one event per prompt token after the first, in order, before its
+    // generated tokens; the scores do not depend on the chunking, the prefix cache or the requests it is
+    // batched with, and its generated tokens are those of the same request without scoring.
+    const std::vector<int32_t> prompt =
+        tok_->encode("Scoring a prompt takes the logits of every row of its prefill, chunk after chunk, and "
+                     "reports each token's logprob from the row of the token before it. The first token has "
+                     "no row before it, so it gets no score, and the last row predicts the first generated one.",
+                     false);
+    ASSERT_GT(prompt.size(), 40u);  // several chunks of 48 cut at blocks of 16
+    struct Scored {
+        std::vector<int32_t> prompt_tokens, generated;
+        std::vector<float> logprobs;
+        std::vector<std::vector<TokenLogprob>> top;
+        bool generated_before_prompt_done = false;
+        TokenEvent last;
+    };
+    auto request = [&](int64_t max_tokens) {
+        GenerationRequest r = greedy(prompt, max_tokens);
+        r.prompt_logprobs = true;
+        r.sampling.top_logprobs = 3;
+        return r;
+    };
+    auto submit_scored = [&](Engine& e, GenerationRequest r, Scored& out) {
+        auto id = e.submit(std::move(r), [&out, n = prompt.size()](const TokenEvent& ev) {
+            if (ev.prompt) {
+                out.prompt_tokens.push_back(ev.token);
+                out.logprobs.push_back(ev.logprob);
+                out.top.push_back(ev.top);
+            } else if (ev.token >= 0) {
+                if (out.prompt_tokens.size() + 1 != n) out.generated_before_prompt_done = true;
+                out.generated.push_back(ev.token);
+            }
+            if (ev.finished) out.last = ev;
+        });
+        ASSERT_TRUE(id.ok()) << id.error();
+    };
+    Scored alone;
+    {
+        Engine e(*model_, *tok_, options(false));
+        submit_scored(e, request(4), alone);
+        e.run_until_idle();
+    }
+    ASSERT_EQ(alone.prompt_tokens, std::vector<int32_t>(prompt.begin() + 1, prompt.end()));
+    EXPECT_FALSE(alone.generated_before_prompt_done);
+    EXPECT_EQ(alone.last.reason, GenerationEnd::length);
+    for (size_t i = 0; i < alone.top.size(); ++i) {
+        ASSERT_EQ(alone.top[i].size(), 3u);
+        EXPECT_LE(alone.logprobs[i], alone.top[i][0].logprob) << i;  // the best alternative is at least as likely
+        EXPECT_LE(alone.top[i][0].logprob, 0.0f);
+    }
+    Out plain;
+    {
+        Engine e(*model_, *tok_, options(false));
+        plain = generate(e, greedy(prompt, 4));
+    }
+    EXPECT_EQ(alone.generated, plain.tokens);
+
+    // Batched with two plain requests, with the prefix cache on and already holding the prompt's blocks.
+    Engine e(*model_, *tok_, options(true));
+    generate(e, greedy(prompt, 2));
+    Scored batched, only;
+    Out other1, other2;
+    submit(e, greedy(tok_->encode("Another request decodes meanwhile", false), 8), other1);
+    submit_scored(e, request(4), batched);
+    submit(e, greedy(prompt, 3), other2);
+    submit_scored(e, request(0), only);  // max_tokens 0: scores only
+    e.run_until_idle();
+    EXPECT_EQ(batched.prompt_tokens, alone.prompt_tokens);
+    EXPECT_EQ(batched.generated, alone.generated);
+    EXPECT_EQ(batched.last.cached_tokens, 0);  // scored prompts are computed, not restored
+    EXPECT_GT(other2.last.cached_tokens, 0);
+    EXPECT_EQ(only.prompt_tokens, alone.prompt_tokens);
+    EXPECT_TRUE(only.generated.empty());
+    EXPECT_EQ(only.last.reason, GenerationEnd::length);
+    EXPECT_EQ(only.last.completion_tokens, 0);
+    // The CPU computes each row the same whatever else is in the step; 1e-5 leaves room for the sampler's
+    // float exp (runtime/sampler_select.h) and nothing more.
+    for (size_t i = 0; i < alone.logprobs.size(); ++i) {
+        EXPECT_NEAR(batched.logprobs[i], alone.logprobs[i], 1e-5) << i;
+        EXPECT_NEAR(only.logprobs[i], alone.logprobs[i], 1e-5) << i;
+        for (size_t k = 0; k < 3; ++k) EXPECT_EQ(batched.top[i][k].token, alone.top[i][k].token) << i;
+    }
 }
 
 }  // namespace

@@ -1,12 +1,9 @@
 // `dsv4 logits`: run a token list through the model and write float32 logits, the interface the golden
 // acceptance check (shared/tools/golden_check.py) drives.
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -14,27 +11,6 @@
 #include "model/deepseek4.h"
 
 namespace dsv4::cli {
-
-namespace {
-
-Result<std::vector<int32_t>> read_tokens(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) return make_error("cannot open tokens file '" + path + "'");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
-    if (j.is_discarded() || !j.is_array()) return make_error("tokens file '" + path + "' is not a JSON array");
-    std::vector<int32_t> ids;
-    for (const auto& v : j) {
-        if (!v.is_number_integer()) return make_error("tokens file '" + path + "' holds a non-integer entry");
-        const int64_t x = v.get<int64_t>();
-        if (x < 0 || x > INT32_MAX) return make_error("token id " + std::to_string(x) + " is out of range");
-        ids.push_back((int32_t)x);
-    }
-    return ids;
-}
-
-}  // namespace
 
 int cmd_logits(int argc, char** argv) {
     CLI::App app{"Run tokens through the model and write little-endian float32 logits [rows, vocab]"};

@@ -5,6 +5,7 @@
 namespace dsv4::cli {
 
 int cmd_logits(int argc, char** argv);
+int cmd_perplexity(int argc, char** argv);  // cmd_perplexity.cpp
 int cmd_run(int argc, char** argv);
 int cmd_chat(int argc, char** argv);
 int cmd_bench(int argc, char** argv);

@@ -2,7 +2,12 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "core/thread_pool.h"
 #if defined(DSV4_HAVE_CUDA)
@@ -107,6 +112,23 @@ Result<std::unique_ptr<Backend>> make_backend(const DeviceOptions& d) {
 #endif
     if (!d.skip_ops.empty() || !d.kernels.empty()) return make_error("--skip-ops and --kernel apply to CUDA only");
     return make_cpu_backend(threads);
+}
+
+Result<std::vector<int32_t>> read_tokens(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) return make_error("cannot open tokens file '" + path + "'");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+    if (j.is_discarded() || !j.is_array()) return make_error("tokens file '" + path + "' is not a JSON array");
+    std::vector<int32_t> ids;
+    for (const auto& v : j) {
+        if (!v.is_number_integer()) return make_error("tokens file '" + path + "' holds a non-integer entry");
+        const int64_t x = v.get<int64_t>();
+        if (x < 0 || x > INT32_MAX) return make_error("token id " + std::to_string(x) + " is out of range");
+        ids.push_back((int32_t)x);
+    }
+    return ids;
 }
 
 }  // namespace dsv4::cli

@@ -1,9 +1,10 @@
-// Shared pieces of the subcommands: error exit, the -m/--mtp model options, and the --device/--threads/--gemm
-// options with backend creation.
+// Shared pieces of the subcommands: error exit, the -m/--mtp model options, the --tokens file reader, and the
+// --device/--threads/--gemm options with backend creation.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -20,6 +21,10 @@ inline int fail(const std::string& message) {
     std::fprintf(stderr, "dsv4: %s\n", message.c_str());
     return 1;
 }
+
+// A JSON array of token ids (the --tokens file of `logits` and `perplexity`); ids are checked to be
+// non-negative int32 values, not against a vocabulary.
+Result<std::vector<int32_t>> read_tokens(const std::string& path);
 
 // Range checks that say what is wanted in words: CLI11's PositiveNumber and NonNegativeNumber print their
 // floating-point bounds in full (a 300-digit number).

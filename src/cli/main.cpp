@@ -25,6 +25,7 @@ const Command kCommands[] = {
     {"detokenize", dsv4::cli::cmd_detokenize, "print the text of a JSON array of token ids on stdin"},
     {"inspect", dsv4::cli::cmd_inspect, "print a GGUF file's metadata, model config and tensors"},
     {"logits", dsv4::cli::cmd_logits, "run token ids through the model and write float32 logits"},
+    {"perplexity", dsv4::cli::cmd_perplexity, "perplexity of a text file (or token ids) in sliding windows"},
     {"prompt", dsv4::cli::cmd_prompt, "render a chat message list (JSON) as the DeepSeek-V4 prompt text"},
     {"run", dsv4::cli::cmd_run, "generate a completion for one prompt (streamed)"},
     {"chat", dsv4::cli::cmd_chat, "interactive multi-turn chat"},

@@ -58,7 +58,7 @@ Result<uint64_t> Engine::submit(GenerationRequest req, Callback on_event) {
     if (req.prompt.empty()) return make_error("the prompt is empty");
     DSV4_TRY(tok_.check_ids(req.prompt));
     DSV4_TRY(validate_sampling_params(req.sampling));
-    if (req.max_tokens < 1) return make_error("max_tokens must be at least 1");
+    if (req.max_tokens < 0) return make_error("max_tokens must not be negative");
     const int64_t need = (int64_t)req.prompt.size() + req.max_tokens;
     if (need > opt_.n_ctx)
         return make_error("the prompt (" + std::to_string(req.prompt.size()) + " tokens) plus max_tokens (" +
@@ -160,13 +160,18 @@ void Engine::admit() {
             s = std::move(queue_.front());
             queue_.pop_front();
         }
+        if (s->req.max_tokens == 0 && !s->req.prompt_logprobs) {
+            // Nothing to generate and nothing to score: done before any step.
+            finish(*s, GenerationEnd::length);
+            continue;
+        }
         cache_busy_[slot] = true;
         s->slot = slot;
         s->cache = caches_[slot].get();
         s->cache->reset();
         s->sampler.emplace(s->req.sampling);
         s->stop.emplace(s->req.stop, s->req.max_tokens);
-        if (prefix_) {
+        if (prefix_ && !s->req.prompt_logprobs) {
             // Keep at least one prompt token to compute, so the first sampled token has logits.
             const KvCache::Snapshot* snap = prefix_->lookup(s->tokens, s->n_prompt - 1);
             if (snap && s->cache->restore(*snap).ok()) {
@@ -184,7 +189,30 @@ void Engine::admit() {
     }
 }
 
-bool Engine::sample_and_emit(Sequence& s, const std::vector<float>& logits) {
+bool Engine::emit_prompt_scores(Sequence& s, int64_t begin, int64_t n, const std::vector<float>& logits) {
+    const size_t V = logits.size() / static_cast<size_t>(n);
+    // Row r holds the distribution of the token at begin + r + 1; the chunk's last row predicts the next
+    // chunk's first token (or, after the prompt, the first generated one, which the sampler scores).
+    const int64_t last = std::min(begin + n, s.n_prompt - 1);
+    for (int64_t t = begin + 1; t <= last; ++t) {
+        std::span<const float> row(logits.data() + static_cast<size_t>(t - 1 - begin) * V, V);
+        auto r = score_token(row, s.tokens[static_cast<size_t>(t)], s.req.sampling.top_logprobs);
+        if (!r.ok()) {
+            finish(s, GenerationEnd::error, r.error());
+            return false;
+        }
+        TokenEvent ev;
+        ev.request_id = s.id;
+        ev.token = r->token;
+        ev.prompt = true;
+        ev.logprob = r->logprob;
+        ev.top = std::move(r->top_logprobs);
+        if (s.cb) s.cb(ev);
+    }
+    return true;
+}
+
+bool Engine::sample_and_emit(Sequence& s, std::span<const float> logits) {
     auto r = s.sampler->sample(logits, s.generated);
     if (!r.ok()) {
         finish(s, GenerationEnd::error, r.error());
@@ -255,13 +283,14 @@ bool Engine::step() {
     struct Planned {
         Sequence* s;
         int64_t n;
-        bool want_logits;
+        bool want_logits;  // the step ends the prompt or decodes: sample from its last row
+        bool score;        // a prompt chunk of a prompt_logprobs request: logits for every row
     };
     std::vector<Planned> plan;
     int64_t budget = opt_.step_token_budget;
     for (auto& s : running_)
         if (s->n_fed >= s->n_prompt) {
-            plan.push_back({s.get(), 1, true});
+            plan.push_back({s.get(), 1, true, false});
             --budget;
         }
     for (auto& s : running_) {
@@ -272,7 +301,7 @@ bool Engine::step() {
             const int64_t aligned = end / opt_.prefix_block * opt_.prefix_block;
             if (aligned > s->n_fed) end = aligned;
         }
-        plan.push_back({s.get(), end - s->n_fed, end == s->n_prompt});
+        plan.push_back({s.get(), end - s->n_fed, end == s->n_prompt, s->req.prompt_logprobs});
         budget -= end - s->n_fed;
     }
     if (plan.empty()) return false;
@@ -282,7 +311,8 @@ bool Engine::step() {
         Sequence& s = *plan[i].s;
         items[i].cache = s.cache;
         items[i].tokens = std::span<const int32_t>(s.tokens.data() + s.n_fed, plan[i].n);
-        items[i].logits = plan[i].want_logits ? &s.logits : nullptr;
+        items[i].logits = plan[i].want_logits || plan[i].score ? &s.logits : nullptr;
+        items[i].all_logits = plan[i].score;
     }
     StepOptions opt;
     opt.quant_sim = opt_.quant_sim;
@@ -302,13 +332,21 @@ bool Engine::step() {
     }
     for (auto& p : plan) {
         Sequence& s = *p.s;
+        const int64_t begin = s.n_fed;
         s.n_fed += p.n;
         if (prefix_ && s.n_fed % opt_.prefix_block == 0) {
             s.block_snap = s.cache->snapshot(false);
             // A prompt boundary is worth sharing right away (concurrent requests with the same prefix).
             if (s.n_fed <= s.n_prompt) publish_prefix(s);
         }
-        if (p.want_logits) sample_and_emit(s, s.logits);
+        if (p.score && !emit_prompt_scores(s, begin, p.n, s.logits)) continue;
+        if (!p.want_logits) continue;
+        if (s.req.max_tokens == 0) {
+            finish(s, GenerationEnd::length);  // the prompt was only to be scored
+            continue;
+        }
+        const size_t V = s.logits.size() / static_cast<size_t>(p.score ? p.n : 1);
+        sample_and_emit(s, std::span<const float>(s.logits).subspan(s.logits.size() - V));
     }
     std::erase_if(running_, [](const auto& s) { return s->done; });
     refresh_stats();

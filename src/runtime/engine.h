@@ -31,12 +31,19 @@ const char* generation_end_name(GenerationEnd r);
 struct GenerationRequest {
     std::vector<int32_t> prompt;          // full prompt ids (BOS included by the caller when wanted)
     SamplingParams sampling;
-    int64_t max_tokens = 256;             // generated tokens at most (also bounded by the context)
+    // Generated tokens at most (also bounded by the context). 0: none; with prompt_logprobs the prompt is
+    // only scored, without it the request ends at once (reason length).
+    int64_t max_tokens = 256;
     std::vector<std::string> stop;        // stop strings (not included in the output)
     bool ignore_eos = false;              // keep going past the end-of-sequence token
     std::vector<int32_t> stop_tokens;     // extra token ids that end generation (e.g. an end-of-turn token)
     int top_logprobs = 0;                 // alternatives reported per token (0 = only the chosen one)
     bool logprobs = false;
+    // Score the prompt (OpenAI's echo with logprobs): one event with prompt = true per prompt token after the
+    // first, in order, each with its logprob and sampling.top_logprobs alternatives from the prefill's logits
+    // (every row of each prompt chunk). Such a request is not restored from the prefix cache, so that every
+    // prompt token is computed.
+    bool prompt_logprobs = false;
 };
 
 // One streamed event. `text` is the newly released output text: complete UTF-8, with any text that could
@@ -44,7 +51,8 @@ struct GenerationRequest {
 struct TokenEvent {
     uint64_t request_id = 0;
     int32_t token = -1;                   // -1 for the final event when it carries no token
-    std::string text;
+    bool prompt = false;                  // a scored prompt token (prompt_logprobs), not a generated one
+    std::string text;                     // generated text (never set on prompt events)
     float logprob = 0;
     std::vector<TokenLogprob> top;        // when requested
     bool finished = false;
@@ -113,7 +121,9 @@ private:
     void release(Sequence& s);
     void publish_prefix(Sequence& s);
     void refresh_stats();
-    bool sample_and_emit(Sequence& s, const std::vector<float>& logits);
+    bool sample_and_emit(Sequence& s, std::span<const float> logits);
+    // The prompt_logprobs events of a prompt chunk just run: logits [n, n_vocab] for tokens from `begin`.
+    bool emit_prompt_scores(Sequence& s, int64_t begin, int64_t n, const std::vector<float>& logits);
 
     Model& model_;
     StepRunner runner_;  // the model's decode steps replay as step graphs

@@ -37,6 +37,25 @@ bool modifies_logits(const SamplingParams& p) {
            p.frequency_penalty != 0.0f;
 }
 
+// The logprob of result.token and of the top_n most likely tokens under log-softmax of `logits` (max: their
+// largest value). full_sum: sum of exp(l - max) over the row when the caller already has it, else < 0. Every
+// logprob the engine reports comes from here (sampled tokens, scored prompt tokens, perplexity).
+void fill_logprobs(std::span<const float> logits, float max, double full_sum, int32_t top_n, SampleResult& result) {
+    double lse = static_cast<double>(kNegInf);
+    if (max != kNegInf)
+        lse = max + std::log(full_sum >= 0.0 ? full_sum : sampling::exp_sum(logits, max, static_cast<float>(kLog2e)));
+    auto logprob = [&](size_t i) { return static_cast<float>(static_cast<double>(logits[i]) - lse); };
+    result.logprob = logprob(static_cast<size_t>(result.token));
+    result.top_logprobs.clear();
+    if (top_n > 0) {
+        std::vector<Ranked> top;
+        sampling::top_n(logits, static_cast<size_t>(top_n), top);
+        result.top_logprobs.resize(top.size());
+        for (size_t i = 0; i < top.size(); ++i)
+            result.top_logprobs[i] = {top[i].id, logprob(static_cast<size_t>(top[i].id))};
+    }
+}
+
 bool truncates(const SamplingParams& p, const sampling::Scan& s) {
     return (p.top_k > 0 && p.top_k < s.n_finite) || p.top_p < 1.0f || p.min_p > 0.0f;
 }
@@ -318,22 +337,22 @@ Result<SampleResult> Sampler::sample(std::span<const float> logits, std::span<co
     }
 
     // Logprobs of the model's distribution (the logits as given). At temperature 1 without bias or penalties
-    // the draw's weights are exactly these terms, so their sum is reused.
-    const float log2e = static_cast<float>(kLog2e);
-    double lse = static_cast<double>(kNegInf);
-    if (raw.max != kNegInf) {
-        const bool reuse = !modified && params_.temperature == 1.0f && full_sum >= 0.0;
-        lse = raw.max + std::log(reuse ? full_sum : sampling::exp_sum(logits, raw.max, log2e));
-    }
-    auto logprob = [&](size_t i) { return static_cast<float>(static_cast<double>(logits[i]) - lse); };
-    result.logprob = logprob(static_cast<size_t>(result.token));
-    if (params_.top_logprobs > 0) {
-        std::vector<Ranked> top;
-        sampling::top_n(logits, static_cast<size_t>(params_.top_logprobs), top);
-        result.top_logprobs.resize(top.size());
-        for (size_t i = 0; i < top.size(); ++i)
-            result.top_logprobs[i] = {top[i].id, logprob(static_cast<size_t>(top[i].id))};
-    }
+    // the draw's weights are exactly the log-sum-exp's terms, so their sum is reused.
+    const bool reuse = !modified && params_.temperature == 1.0f && full_sum >= 0.0;
+    fill_logprobs(logits, raw.max, reuse ? full_sum : -1.0, params_.top_logprobs, result);
+    return result;
+}
+
+Result<SampleResult> score_token(std::span<const float> logits, int32_t token, int32_t top_n) {
+    const sampling::Scan raw = sampling::scan_logits(logits);
+    DSV4_TRY(check_scan(logits, raw, "logit"));
+    if (token < 0 || static_cast<size_t>(token) >= logits.size())
+        return make_error("scoring: token " + std::to_string(token) + " is outside the vocabulary of " +
+                          std::to_string(logits.size()));
+    if (top_n < 0) return make_error("scoring: top_logprobs must be >= 0");
+    SampleResult result;
+    result.token = token;
+    fill_logprobs(logits, raw.max, -1.0, top_n, result);
     return result;
 }
 

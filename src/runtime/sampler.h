@@ -52,6 +52,11 @@ struct SampleResult {
     std::vector<TokenLogprob> top_logprobs;  // most likely first, ties by token id
 };
 
+// A token that is scored, not sampled (an echoed prompt token, perplexity): its logprob and the top_n most
+// likely tokens' under log-softmax of `logits`, computed exactly as Sampler::sample reports a sampled token's.
+// Fails on NaN or +inf logits and on a token outside the row.
+Result<SampleResult> score_token(std::span<const float> logits, int32_t token, int32_t top_n);
+
 // The pipeline, in order (llama.cpp's and HF's order): logit bias, then repetition / presence / frequency
 // penalties over `history`, in place. Exposed so that tests and tools can see exactly what the sampler sees.
 Status apply_bias_and_penalties(std::span<float> logits, std::span<const int32_t> history,

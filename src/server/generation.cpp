@@ -102,13 +102,17 @@ struct GenerationRoutes::TextState {
     bool logprobs = false;
     bool include_usage = false;
     std::string text;              // everything sent so far (echoed prompt included)
-    std::string echo;              // prompt text still to send first
+    std::string echo;              // prompt text to send first (streaming)
+    bool echo_pending = false;     // the echo chunk has not gone out yet
+    int64_t prompt_pending = 0;    // echo with logprobs: prompt tokens whose scores are still to come
+    int64_t prompt_offset = 0;     // text offset of the next scored prompt token
     CompletionLogprobs lp;         // not yet sent (streaming) / all (blocking)
 };
 
 ApiResult<std::shared_ptr<Job>> GenerationRoutes::start(std::vector<int32_t> prompt,
                                                                             const GenerationParams& gen,
-                                                                            int64_t max_tokens, const char* id_prefix) {
+                                                                            int64_t max_tokens, const char* id_prefix,
+                                                                            bool score_prompt) {
     GenerationRequest g;
     g.prompt = std::move(prompt);
     g.sampling = gen.sampling;
@@ -118,6 +122,7 @@ ApiResult<std::shared_ptr<Job>> GenerationRoutes::start(std::vector<int32_t> pro
     g.stop = gen.stop;
     g.logprobs = gen.logprobs;
     g.top_logprobs = gen.top_logprobs;
+    g.prompt_logprobs = score_prompt;
     if (Status s = validate_sampling_params(g.sampling); !s.ok()) return bad_request(s.error(), {}, "invalid_value");
 
     ApiError unavailable;
@@ -360,6 +365,13 @@ void GenerationRoutes::chat(const httplib::Request& req, httplib::Response& res)
 // ---- text completions ------------------------------------------------------------------------------------
 
 std::string GenerationRoutes::apply(TextState& st, const TokenEvent& ev) {
+    if (ev.prompt) {
+        // A scored prompt token (echo with logprobs); its text is already in the echo.
+        st.lp.add(tok(), to_logprobs(ev), st.prompt_offset);
+        st.prompt_offset += static_cast<int64_t>(tok().token_text(ev.token).size());
+        --st.prompt_pending;
+        return {};
+    }
     if (st.logprobs && ev.token >= 0 && ev.token != tok().eos()) {
         st.lp.add(tok(), to_logprobs(ev), static_cast<int64_t>(st.text.size()));
     }
@@ -377,6 +389,7 @@ void GenerationRoutes::completions(const httplib::Request& req, httplib::Respons
 
     std::vector<int32_t> ids;
     std::string prompt_text;
+    bool bos_added = false;  // the BOS is not in the prompt's text
     if (r->prompt_is_tokens) {
         ids = r->prompt_tokens;
         if (r->echo) prompt_text = tok().decode(ids);
@@ -385,21 +398,35 @@ void GenerationRoutes::completions(const httplib::Request& req, httplib::Respons
         if (tok().add_bos()) ids.push_back(tok().bos());
         tok().encode(r->prompt_text, /*parse_special=*/true, ids);
         if (ids.size() >= 2 && tok().add_bos() && ids[1] == tok().bos()) ids.erase(ids.begin());
+        else bos_added = tok().add_bos();
         prompt_text = r->prompt_text;
     }
     if (ids.empty()) return send_error(res, bad_request("'prompt' is empty", "prompt", "invalid_value"));
     auto max_tokens = fit_context((int64_t)ids.size(), r->gen.max_tokens, ctx_.engine->options().n_ctx, "prompt",
                                    ctx_.default_max_tokens);
     if (!max_tokens.ok()) return send_error(res, max_tokens.error());
-    auto job = start(std::move(ids), r->gen, *max_tokens, "cmpl-");
+    // Echo with logprobs scores the prompt: the first token gets null (nothing predicts it), the others
+    // their logprobs from the prefill's logits.
+    const bool score_prompt = r->echo && r->gen.logprobs;
+    const int32_t first = ids.front();
+    const int64_t n_prompt = static_cast<int64_t>(ids.size());
+    auto job = start(std::move(ids), r->gen, *max_tokens, "cmpl-", score_prompt);
     if (!job.ok()) return send_error(res, job.error());
 
     auto st = std::make_shared<TextState>();
     st->job = *job;
     st->logprobs = r->gen.logprobs;
     st->include_usage = r->gen.include_usage;
-    if (r->echo) st->echo = prompt_text;
+    if (r->echo) {
+        st->echo = prompt_text;
+        st->echo_pending = true;
+    }
     st->text = st->echo;
+    if (score_prompt) {
+        st->lp.add_unscored(tok(), first, 0);
+        st->prompt_offset = bos_added ? 0 : static_cast<int64_t>(tok().token_text(first).size());
+        st->prompt_pending = n_prompt - 1;
+    }
 
     if (!r->gen.stream) {
         if (!collect(*st->job, [&](const TokenEvent& ev) { (void)apply(*st, ev); })) return send_error(res, client_gone_error());
@@ -420,21 +447,30 @@ void GenerationRoutes::completions(const httplib::Request& req, httplib::Respons
         [this, st](bool) { end_stream(*st->job); });
 }
 
+// The echoed prompt's chunk, with the prompt's logprobs when they were asked for.
+std::string GenerationRoutes::echo_chunk(TextState& st) {
+    st.echo_pending = false;
+    const json lp = st.logprobs && !st.lp.empty() ? st.lp.to_json() : json(nullptr);
+    st.lp.clear();
+    return sse_data(completion_chunk(st.job->meta, st.echo, nullptr, lp, st.include_usage));
+}
+
 bool GenerationRoutes::pump_text(TextState& st, httplib::DataSink& sink) {
     Job& job = *st.job;
     std::string out;
-    if (!st.echo.empty()) {
-        out += sse_data(completion_chunk(job.meta, st.echo, nullptr, nullptr, st.include_usage));
-        st.echo.clear();
-    }
+    // The echo goes first: at once, or with logprobs once the prefill has scored the whole prompt.
+    if (st.echo_pending && st.prompt_pending == 0) out += echo_chunk(st);
     std::vector<TokenEvent> events;
     if (!job.channel->wait(events, kPollInterval)) {
         if (!out.empty()) return sink.write(out.data(), out.size());
         return sink.is_writable();
     }
     std::string text;
-    for (const TokenEvent& ev : events) text += apply(st, ev);
-    if (!text.empty() || !st.lp.empty()) {
+    for (const TokenEvent& ev : events) {
+        text += apply(st, ev);
+        if (st.echo_pending && st.prompt_pending == 0) out += echo_chunk(st);
+    }
+    if (!st.echo_pending && (!text.empty() || !st.lp.empty())) {  // prompt scores wait for the echo
         out += sse_data(completion_chunk(job.meta, text, nullptr, st.logprobs ? st.lp.to_json() : json(nullptr),
                                          st.include_usage));
         st.lp.clear();

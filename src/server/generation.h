@@ -110,9 +110,10 @@ public:
 private:
     struct TextState;
 
-    // Submit; the error is 400 (bad sampling values), 429 (queue full) or 503 (shutting down).
+    // Submit; the error is 400 (bad sampling values), 429 (queue full) or 503 (shutting down). score_prompt:
+    // the engine also reports the prompt tokens' logprobs (GenerationRequest::prompt_logprobs).
     ApiResult<std::shared_ptr<Job>> start(std::vector<int32_t> prompt, const GenerationParams& gen,
-                                          int64_t max_tokens, const char* id_prefix);
+                                          int64_t max_tokens, const char* id_prefix, bool score_prompt = false);
     // Waits for a non-streaming request's events; cancels it when the client's connection closes (then
     // returns false: there is nobody to answer).
     template <class Apply>
@@ -121,6 +122,7 @@ private:
     std::string apply(TextState& st, const TokenEvent& ev);
     bool pump_chat(ChatRun& run, ChatStreamWriter& writer, httplib::DataSink& sink);
     bool pump_text(TextState& st, httplib::DataSink& sink);
+    std::string echo_chunk(TextState& st);
     void end_stream(Job& job);
     const Tokenizer& tok() const { return ctx_.engine->tokenizer(); }
 

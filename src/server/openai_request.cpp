@@ -161,8 +161,9 @@ MaybeError read_logit_bias(const ojson& body, const RequestLimits& limits, Sampl
     return {};
 }
 
-// Fields shared by chat and text completions.
-MaybeError read_generation(const ojson& body, const RequestLimits& limits, GenerationParams& g) {
+// Fields shared by chat and text completions. min_max_tokens: 0 where a request may only score its prompt.
+MaybeError read_generation(const ojson& body, const RequestLimits& limits, GenerationParams& g,
+                           int64_t min_max_tokens = 1) {
     DSV4_API_TRY(read_string(body, "model", g.model));
     SamplingParams& s = g.sampling;
     DSV4_API_TRY(read_float(body, "temperature", s.temperature, 0.0, 2.0));
@@ -188,7 +189,7 @@ MaybeError read_generation(const ojson& body, const RequestLimits& limits, Gener
     if (n != 1) return bad_request("n > 1 is not supported: send one request per choice", "n", "unsupported_value");
 
     const int64_t kMaxTokens = std::numeric_limits<int32_t>::max();
-    DSV4_API_TRY(read_int(body, "max_tokens", g.max_tokens, 1, kMaxTokens));
+    DSV4_API_TRY(read_int(body, "max_tokens", g.max_tokens, min_max_tokens, kMaxTokens));
     // The newer name wins when both are given (OpenAI deprecated max_tokens for it).
     DSV4_API_TRY(read_int(body, "max_completion_tokens", g.max_tokens, 1, kMaxTokens));
     DSV4_API_TRY(read_stop(body, limits, g.stop));
@@ -561,7 +562,8 @@ ApiResult<ChatRequest> parse_chat_request(const ojson& body, const RequestLimits
 ApiResult<CompletionRequest> parse_completion_request(const ojson& body, const RequestLimits& limits) {
     CompletionRequest r;
     r.gen.max_tokens = 16;  // OpenAI's documented default for /v1/completions
-    DSV4_API_TRY(read_generation(body, limits, r.gen));
+    // max_tokens 0 is how evaluation harnesses score a prompt (with echo and logprobs).
+    DSV4_API_TRY(read_generation(body, limits, r.gen, /*min_max_tokens=*/0));
     if (const ojson* lp = find_field(body, "logprobs")) {
         int64_t n = 0;
         DSV4_API_TRY(read_int(body, "logprobs", n, 0, 20));
@@ -625,7 +627,8 @@ ApiError model_not_found(const std::string& model, const std::vector<std::string
 
 ApiResult<int64_t> fit_context(int64_t prompt_tokens, int64_t max_tokens, int64_t n_ctx, const std::string& param,
                                int64_t default_max_tokens) {
-    if (prompt_tokens >= n_ctx) {
+    // A prompt that is only scored (max_tokens 0) may fill the context; one to continue must leave room.
+    if (prompt_tokens > n_ctx || (prompt_tokens == n_ctx && max_tokens != 0)) {
         return bad_request("This model's maximum context length is " + std::to_string(n_ctx) + " tokens, but the " +
                                param + " alone take " + std::to_string(prompt_tokens) +
                                " tokens. Shorten the " + param + ".",

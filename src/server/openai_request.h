@@ -101,7 +101,7 @@ struct CompletionRequest {
     bool prompt_is_tokens = false;
     std::string prompt_text;
     std::vector<int32_t> prompt_tokens;
-    bool echo = false;                // prepend the prompt text to the output
+    bool echo = false;                // prepend the prompt text (and with logprobs, the prompt's logprobs)
 };
 
 // The body as JSON (key order kept: tool schemas are rendered in their original order).
@@ -115,7 +115,7 @@ ApiResult<std::string> render_chat_prompt(const ChatRequest& request);
 
 // Decides max_tokens against the context: the request's value, or when it gave none the room left, capped at
 // `default_max_tokens` (> 0; 0: no cap). Errors (400, code context_length_exceeded) when the prompt alone fills
-// the context or prompt + max_tokens exceeds it. `param` names the field the message blames.
+// the context (unless max_tokens is 0: a prompt only scored may fill it) or prompt + max_tokens exceeds it. `param` names the field the message blames.
 ApiResult<int64_t> fit_context(int64_t prompt_tokens, int64_t max_tokens, int64_t n_ctx, const std::string& param,
                                int64_t default_max_tokens = 0);
 

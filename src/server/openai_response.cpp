@@ -215,6 +215,13 @@ void CompletionLogprobs::add(const Tokenizer& tok, const TokenLogprobs& lp, int6
     offsets_.push_back(text_offset);
 }
 
+void CompletionLogprobs::add_unscored(const Tokenizer& tok, int32_t token, int64_t text_offset) {
+    tokens_.push_back(token_text_lossy(tok, token));
+    logprobs_.push_back(nullptr);
+    top_.push_back(nullptr);
+    offsets_.push_back(text_offset);
+}
+
 json CompletionLogprobs::to_json() const {
     return json{{"tokens", tokens_}, {"token_logprobs", logprobs_}, {"top_logprobs", top_}, {"text_offset", offsets_}};
 }

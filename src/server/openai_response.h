@@ -115,6 +115,8 @@ nlohmann::ordered_json chat_usage_chunk(const ResponseMeta& meta, const Usage& u
 class CompletionLogprobs {
 public:
     void add(const Tokenizer& tok, const TokenLogprobs& lp, int64_t text_offset);
+    // A token nothing predicts (the first prompt token of an echoed prompt): null logprob and alternatives.
+    void add_unscored(const Tokenizer& tok, int32_t token, int64_t text_offset);
     bool empty() const { return tokens_.empty(); }
     nlohmann::ordered_json to_json() const;
     void clear();

@@ -1,8 +1,9 @@
 // `dsv4 serve` end to end with the official openai client and raw HTTP, on a random-weight tiny model with
 // the real DeepSeek vocabulary: chat and completions (streaming and not, with usage), seeded
-// reproducibility, thinking, tools, logprobs, 16 simultaneous streams, a client disconnecting mid-stream,
-// malformed requests (4xx JSON, server stays healthy), a soak watching the server's memory, and a clean
-// exit on SIGTERM. Generations stay short (max_tokens 4-16) so that this runs in a minute or two on CPU.
+// reproducibility, thinking, tools, logprobs, prompt scoring (echo), 16 simultaneous streams, a client
+// disconnecting mid-stream, malformed requests (4xx JSON, server stays healthy), a soak watching the server's
+// memory, and a clean exit on SIGTERM. Generations stay short (max_tokens 4-16) so that this runs in a minute
+// or two on CPU.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
@@ -100,6 +101,38 @@ test('text completion with a string and with token ids', async () => {
   // echo returns the prompt in front of the completion.
   const e = await openai.completions.create({ model, prompt: 'Echo me', max_tokens: 4, echo: true, seed: 3 });
   assert.ok(e.choices[0].text.startsWith('Echo me'));
+});
+
+test('scoring a prompt: echo + logprobs + max_tokens 0, checked against the decode path', async () => {
+  const ids = [0, 4911, 1039, 3479, 12, 1164, 6464, 304, 10882, 260, 16133, 4587, 14];
+  const r = await openai.completions.create({ model, prompt: ids, echo: true, logprobs: 3, max_tokens: 0 });
+  const c = r.choices[0];
+  assert.equal(c.finish_reason, 'length');
+  assert.equal(r.usage.completion_tokens, 0);
+  assert.equal(r.usage.prompt_tokens, ids.length);
+  const lp = c.logprobs;
+  assert.equal(lp.tokens.length, ids.length);
+  assert.equal(lp.tokens.join(''), c.text);
+  assert.equal(lp.token_logprobs[0], null);  // nothing predicts the first token
+  assert.equal(lp.top_logprobs[0], null);
+  for (let i = 1; i < ids.length; i++) {
+    assert.ok(lp.token_logprobs[i] <= 0, `token ${i}: ${lp.token_logprobs[i]}`);
+    assert.ok(Object.keys(lp.top_logprobs[i]).length >= 1 && Object.keys(lp.top_logprobs[i]).length <= 3);
+  }
+  // Each prompt token's score is the logprob the model gives it as the next token after the ones before:
+  // force it with logit_bias (logprobs are reported before the bias) and read the generated token's logprob.
+  for (const i of [1, 6, ids.length - 1]) {
+    const g = await openai.completions.create({
+      model, prompt: ids.slice(0, i), max_tokens: 1, logprobs: 1, temperature: 0, logit_bias: { [ids[i]]: 100 },
+    });
+    assert.equal(g.choices[0].logprobs.tokens[0], lp.tokens[i]);
+    assert.ok(Math.abs(g.choices[0].logprobs.token_logprobs[0] - lp.token_logprobs[i]) < 1e-4,
+      `token ${i}: ${g.choices[0].logprobs.token_logprobs[0]} vs ${lp.token_logprobs[i]}`);
+  }
+  // Without echo, max_tokens 0 is an empty completion.
+  const empty = await openai.completions.create({ model, prompt: 'Hello', max_tokens: 0 });
+  assert.equal(empty.choices[0].text, '');
+  assert.equal(empty.choices[0].finish_reason, 'length');
 });
 
 test('streaming chat with usage equals the non-streamed answer for the same seed', async () => {
