@@ -80,6 +80,7 @@ int cmd_perplexity(int argc, char** argv) {
     }
     if (text_path.empty() && tokens_path.empty()) return fail("give the text to score with -f FILE (or ids with --tokens FILE)");
 
+    dev.exact = quant_sim == "off";
     auto backend = make_backend(dev);
     if (!backend.ok()) return fail(backend.error());
     auto model = Model::load(model_path, **backend);

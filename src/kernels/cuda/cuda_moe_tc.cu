@@ -26,6 +26,7 @@
 #include "kernels/cuda/cuda_dequant_bf16.cuh"
 #include "kernels/cuda/cuda_mma.cuh"
 #include "kernels/cuda/cuda_moe_tc.cuh"
+#include "kernels/cuda/cuda_wgmma.cuh"
 
 namespace dsv4::cuda {
 
@@ -64,7 +65,8 @@ struct MoeTcLayout {
     static constexpr size_t kXBytes = (size_t)kXBufs * kBM * kBK * 2;
     static constexpr size_t kWBytes = (size_t)2 * kWRows * kBK * 2;          // two decoded k-steps
     static constexpr size_t kShiftBytes = (size_t)2 * kWRows * sizeof(int);  // each row's offset in its slot
-    static constexpr size_t kSmem = kRawBytes + kXBytes + kWBytes + kShiftBytes;
+    // The tiles start 1024-byte aligned (the wgmma descriptors' swizzle); the dynamic window need not be.
+    static constexpr size_t kSmem = 1024 + kXBytes + kWBytes + kRawBytes + kShiftBytes;
 };
 
 // Block (blockIdx.x: 64 outputs, blockIdx.y: tile). The output slices of one tile are consecutive blocks, so
@@ -86,18 +88,18 @@ __global__ void __launch_bounds__(kThreads, 2)
     using L = MoeTcLayout<T, GATE_UP>;
     using D = Dq<T>;
     constexpr int kWRows = L::kWRows, kSlotWords = L::kSlotWords, kRun = L::kRun;
-    constexpr int kSets = GATE_UP ? 2 : 1;
     constexpr int kSubs = kStageK / kBK;  // k-steps per stage
     extern __shared__ uint4 smem_words[];
-    uint4* raw = smem_words;  // [2][kWRows][kSlotWords]
-    __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem_words + 2 * kWRows * kSlotWords);  // [3][kBM][kBK]
-    __nv_bfloat16* ws = xs + kXBufs * kBM * kBK;                                                 // [2][kWRows][kBK]
-    int* shifts = reinterpret_cast<int*>(ws + 2 * kWRows * kBK);  // [2][kWRows]: offset of a row's stage in its slot
+    const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(smem_words);
+    char* const base = reinterpret_cast<char*>(smem_words) + ((1024 - (smem0 & 1023)) & 1023);
+    __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(base);  // [3][kBM][kBK]
+    __nv_bfloat16* ws = xs + kXBufs * kBM * kBK;                 // [2][kWRows][kBK]
+    uint4* raw = reinterpret_cast<uint4*>(ws + 2 * kWRows * kBK);  // [2][kWRows][kSlotWords]
+    int* shifts = reinterpret_cast<int*>(raw + 2 * kWRows * kSlotWords);  // [2][kWRows]: a row's stage offset in its slot
     const MoeTcTile tile = tiles[blockIdx.y];
     if (tile.rows <= 0) return;  // past the tiles the grouping needed (the grid is sized for the most)
     const int64_t n0 = (int64_t)blockIdx.x * kBN;
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-    const int wm = warp / 2, wn = warp % 2;
 
     // Raw staging: thread t copies words [kRawWords p, kRawWords p + kRawWords) of weight row j = t / kRawThreads
     // (p = t % kRawThreads); its row pointer is null past N. Row j < kBN: gate or down row n0 + j; j >= kBN: up
@@ -171,6 +173,20 @@ __global__ void __launch_bounds__(kThreads, 2)
             st_shared_v4(dst + (dec_chunk ^ (16 * c)), o[4 * c], o[4 * c + 1], o[4 * c + 2], o[4 * c + 3]);
     };
 
+#if defined(DSV4_HAVE_WGMMA)
+    // Hopper: each warpgroup (4 warps) multiplies 64 of the tile's rows by all kWRows decoded weight rows with
+    // wgmma, both operands straight from the swizzled shared tiles (no ldmatrix through registers, which held
+    // the mma.sync form at the shared-memory pipe's limit). Every warpgroup multiplies, also one whose rows are
+    // all past the tile (zeros; only its stores are skipped): under a condition ptxas serializes the wgmmas.
+    constexpr int kAcc = kWRows / 2;  // m64 x kWRows f32 over 128 threads
+    float acc[kAcc];
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+    const int wg = warp / 4;
+    const bool wg_active = 64 * wg < tile.rows;
+    const uint32_t xs_base = (uint32_t)__cvta_generic_to_shared(xs), ws_base = (uint32_t)__cvta_generic_to_shared(ws);
+#else
+    constexpr int kSets = GATE_UP ? 2 : 1;
     float acc[kSets][2][4][4];
 #pragma unroll
     for (int s = 0; s < kSets; ++s)
@@ -184,9 +200,11 @@ __global__ void __launch_bounds__(kThreads, 2)
     // The multiply's per-lane fragment addresses: A (activations) rows 32 wm + 16 mi + lane % 16, chunk
     // 2 kk + lane / 16; B (weights) rows s kBN + 32 wn + 16 p + lane % 8 + 8 (lane / 16), chunk 2 kk + (lane / 8) % 2.
     const uint32_t xs_base = (uint32_t)__cvta_generic_to_shared(xs), ws_base = (uint32_t)__cvta_generic_to_shared(ws);
+    const int wm = warp / 2, wn = warp % 2;
     const int a_r = 32 * wm + lane % 16, b_r = 32 * wn + lane % 8 + 8 * (lane / 16);
     const uint32_t a_row = a_r * kRowBytes, a_chunk = swz_chunk(a_r, lane / 16);
     const uint32_t b_row = b_r * kRowBytes, b_chunk = swz_chunk(b_r, (lane / 8) % 2);
+#endif
 
     const int steps = (int)((K + kBK - 1) / kBK);
     stage_raw(0);
@@ -201,12 +219,34 @@ __global__ void __launch_bounds__(kThreads, 2)
         // Groups committed so far: (stage 0, x 0), (x 1), then one per step: step i's holds x i + 2 (and a raw
         // stage). Waiting for all but the newest lands x ks and every raw stage issued up to step ks - 2.
         cp_async_wait<1>();
+#if defined(DSV4_HAVE_WGMMA)
+        fence_proxy_async_shared();  // this thread's decoded tile and landed copies, for wgmma's reads
+#endif
         __syncthreads();  // ws ks & 1 is decoded; ws (ks + 1) & 1, x (ks + 2) % 3 and the raw buffer of the
                           // previous stage were last read before this barrier
         if (ks + 2 < steps) stage_x(ks + 2, xbuf == 0 ? 2 : xbuf - 1);
         // Stage kb + 1 is first decoded at step 4 kb + 3 (kSubs = 4), after the barrier of step 4 kb + 3.
         if (ks % kSubs == 0 && (int64_t)(ks / kSubs + 1) * kStageK < K) stage_raw(ks / kSubs + 1);
         cp_async_commit();
+#if defined(DSV4_HAVE_WGMMA)
+        // Issue step ks's multiply, decode step ks + 1 while it runs, then wait for it (the next barrier
+        // hands its tiles to the copies).
+        {
+            const uint64_t da = wgmma_desc_sw128(xs_base + xbuf * (kBM * kRowBytes) + 64 * wg * kRowBytes);
+            const uint64_t db = wgmma_desc_sw128(ws_base + (ks & 1) * (kWRows * kRowBytes));
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < kBK / 16; ++kk) {
+                if constexpr (GATE_UP)
+                    wgmma_m64n128k16(acc, da + 2 * kk, db + 2 * kk);
+                else
+                    wgmma_m64n64k16(acc, da + 2 * kk, db + 2 * kk);
+            }
+            wgmma_commit();
+        }
+        if (ks + 1 < steps) decode_step(ks + 1);
+        wgmma_wait<0>();
+#else
         if (ks + 1 < steps) decode_step(ks + 1);
 
         // Fragment addresses (bytes in the shared window): a lane's row offset, plus its chunk's offset for step
@@ -233,9 +273,38 @@ __global__ void __launch_bounds__(kThreads, 2)
                     }
                 }
         }
+#endif
     }
     cp_async_wait<0>();
 
+#if defined(DSV4_HAVE_WGMMA)
+    // Epilogue: acc[4 j + 2 h + e] is row 64 wg + 16 (warp % 4) + lane / 4 + 8 h, weight row 8 j + 2 (lane % 4) + e
+    // of the decoded tile (gate/up: j < 8 gate outputs, j + 8 the matching up outputs).
+    if (!wg_active) return;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = 64 * wg + 16 * (warp % 4) + lane / 4 + 8 * h;
+        if (r >= tile.rows) continue;
+        const int64_t grow = tile.row0 + r;
+        const float wgt = GATE_UP ? weights[pair_of_row[grow]] : 1.0f;
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) {
+            const int64_t col = n0 + 8 * j + 2 * (lane % 4);
+            if (col >= N) continue;
+            const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+            if constexpr (GATE_UP) {
+                const float u0 = acc[4 * (j + kBN / 8) + 2 * h], u1 = acc[4 * (j + kBN / 8) + 2 * h + 1];
+                __nv_bfloat16* o = static_cast<__nv_bfloat16*>(out) + grow * ldo + col;
+                o[0] = __float2bfloat16_rn(swiglu_value(v0, u0, clamp) * wgt);
+                if (col + 1 < N) o[1] = __float2bfloat16_rn(swiglu_value(v1, u1, clamp) * wgt);
+            } else {
+                float* o = static_cast<float*>(out) + grow * ldo + col;
+                o[0] = v0;
+                if (col + 1 < N) o[1] = v1;
+            }
+        }
+    }
+#else
     // Epilogue: acc[.][mi][ni][e] is row 32 wm + 16 mi + lane / 4 + 8 (e / 2), output 32 wn + 8 ni + 2 (lane % 4)
     // + e % 2.
 #pragma unroll
@@ -263,6 +332,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                 }
             }
         }
+#endif
 }
 
 template <GgmlType T, bool GATE_UP>
