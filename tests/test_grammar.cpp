@@ -1,0 +1,182 @@
+// The byte grammar for constrained decoding: JSON schemas compiled into it accept exactly the values they
+// should (hand-written accept / reject strings), unsupported schemas fail naming the keyword, and token masks
+// over hand-made vocabularies allow exactly the tokens whose bytes the grammar accepts.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/json_schema.h"
+#include "runtime/token_mask.h"
+
+using namespace dsv4;
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+Grammar schema(const char* text) {
+    auto g = compile_json_schema(ojson::parse(text));
+    EXPECT_TRUE(g.ok()) << g.error();
+    return g.ok() ? std::move(*g) : Grammar{};
+}
+
+bool accepts(const Grammar& g, std::string_view text) {
+    GrammarRunner r(g);
+    return r.matches(text);
+}
+
+std::string schema_error(const char* text) {
+    auto g = compile_json_schema(ojson::parse(text));
+    return g.ok() ? std::string("(compiled)") : g.error();
+}
+
+TEST(Grammar, JsonObjectMode) {
+    const Grammar g = json_object_grammar();
+    for (const char* ok : {"{}", "{\"a\":1}", "{ \"a\" : [1, 2.5e3, -0, true, null, \"x\"] }",
+                           "{\"k\":{\"n\":{}},\"s\":\"\\u00e9\\n\\\"\"}", "{\"\xc3\xa9\":\"\xe2\x82\xac\xf0\x9f\x98\x80\"}",
+                           "{\"a\":[],\"b\":[[]]}"})
+        EXPECT_TRUE(accepts(g, ok)) << ok;
+    for (const char* bad : {"", "[]", "1", "\"s\"", "{", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "{,}", "{\"a\":01}",
+                            "{\"a\":1.}", "{\"a\":tru}", "{\"a\":\"\\x\"}", "{\"a\":\"\\ud800\"}", "{\"a\":\"\x01\"}",
+                            "{\"a\":\"\xc3\"}", "{\"a\":\"\xed\xa0\x80\"}", "{\"a\":\"\xc0\xaf\"}", " {}", "{} ",
+                            "{\"a\":1}}", "{     \"a\":1}"})
+        EXPECT_FALSE(accepts(g, bad)) << bad;
+}
+
+TEST(Grammar, ObjectPropertiesInOrderWithRequired) {
+    const Grammar g = schema(R"({"type": "object", "properties": {"name": {"type": "string"},
+        "age": {"type": "integer"}, "nick": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}}},
+        "required": ["name", "tags"], "additionalProperties": false})");
+    for (const char* ok : {R"({"name":"a","tags":[]})", R"({"name":"a","age":3,"tags":["x","y"]})",
+                           R"({"name":"a","age":-12,"nick":"n","tags":["x"]})", R"({"name": "a", "tags": [ "x" ]})"})
+        EXPECT_TRUE(accepts(g, ok)) << ok;
+    for (const char* bad : {R"({})", R"({"name":"a"})", R"({"tags":[],"name":"a"})", R"({"name":"a","tags":[1]})",
+                            R"({"name":"a","age":1.5,"tags":[]})", R"({"name":"a","tags":[],"extra":1})",
+                            R"({"name":"a","name":"b","tags":[]})", R"({"nam":"a","tags":[]})",
+                            R"({"name":"a","age":1234567890123456,"tags":[]})"})
+        EXPECT_FALSE(accepts(g, bad)) << bad;
+}
+
+TEST(Grammar, EnumConstAnyOfAndTypeLists) {
+    const Grammar g = schema(R"({"type": "object", "properties": {
+        "color": {"enum": ["red", "green", 3, null]}, "v": {"const": {"x": [1, "é"]}},
+        "n": {"type": ["number", "null"]}, "u": {"anyOf": [{"type": "boolean"}, {"type": "object",
+        "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": false},
+        {"type": "object", "properties": {"b": {"type": "string"}}, "required": ["b"], "additionalProperties": false}]}},
+        "required": ["color", "v", "n", "u"]})");
+    for (const char* ok : {R"({"color":"red","v":{"x":[1,"é"]},"n":null,"u":true})",
+                           R"({"color":3,"v":{"x":[1,"é"]},"n":2.5,"u":{"a":1}})",
+                           R"({"color":null,"v":{"x":[1,"é"]},"n":-1e+10,"u":{"b":"z"}})"})
+        EXPECT_TRUE(accepts(g, ok)) << ok;
+    for (const char* bad : {R"({"color":"blue","v":{"x":[1,"é"]},"n":null,"u":true})",
+                            R"({"color":"red","v":{"x":[1]},"n":null,"u":true})",
+                            R"({"color":"red","v":{"x":[1,"é"]},"n":"1","u":true})",
+                            R"({"color":"red","v":{"x":[1,"é"]},"n":null,"u":{"a":"1"}})",
+                            R"({"color":"red","v":{"x":[1,"é"]},"n":null,"u":{"a":1,"b":"z"}})"})
+        EXPECT_FALSE(accepts(g, bad)) << bad;
+}
+
+TEST(Grammar, RecursiveRefsAndArrayBounds) {
+    const Grammar g = schema(R"({"$ref": "#/$defs/node", "$defs": {"node": {"type": "object",
+        "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"},
+        "maxItems": 2}}, "required": ["v", "kids"], "additionalProperties": false}}})");
+    EXPECT_TRUE(accepts(g, R"({"v":1,"kids":[]})"));
+    EXPECT_TRUE(accepts(g, R"({"v":1,"kids":[{"v":2,"kids":[{"v":3,"kids":[]}]},{"v":4,"kids":[]}]})"));
+    EXPECT_FALSE(accepts(g, R"({"v":1,"kids":[{"v":2,"kids":[]},{"v":2,"kids":[]},{"v":2,"kids":[]}]})"));
+    EXPECT_FALSE(accepts(g, R"({"v":1,"kids":[{"v":2}]})"));
+
+    const Grammar r = schema(R"({"type": "object", "properties": {"next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}},
+        "required": ["next"], "additionalProperties": false})");
+    EXPECT_TRUE(accepts(r, R"({"next":{"next":{"next":null}}})"));
+    EXPECT_FALSE(accepts(r, R"({"next":{}})"));
+
+    const Grammar a = schema(R"({"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 3})");
+    EXPECT_FALSE(accepts(a, "[1]"));
+    EXPECT_TRUE(accepts(a, "[1,2]"));
+    EXPECT_TRUE(accepts(a, "[1,2,3]"));
+    EXPECT_FALSE(accepts(a, "[1,2,3,4]"));
+    EXPECT_TRUE(accepts(a, "[1, 2]"));
+}
+
+TEST(Grammar, RootScalarsEndAnywhereTheyMay) {
+    const Grammar n = schema(R"({"type": "number"})");
+    EXPECT_TRUE(accepts(n, "12"));
+    EXPECT_TRUE(accepts(n, "-0.5E-3"));
+    EXPECT_FALSE(accepts(n, "-"));
+    EXPECT_FALSE(accepts(n, "1e"));
+    const Grammar s = schema(R"({"type": "string"})");
+    EXPECT_TRUE(accepts(s, "\"\""));
+    EXPECT_FALSE(accepts(s, "\"a"));
+}
+
+TEST(Grammar, UnsupportedSchemasNameTheKeyword) {
+    EXPECT_NE(schema_error(R"({"type": "string", "pattern": "^a$"})").find("'pattern'"), std::string::npos);
+    EXPECT_NE(schema_error(R"({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}})")
+                  .find("#/properties/d: 'format'"),
+              std::string::npos);
+    EXPECT_NE(schema_error(R"({"oneOf": [{"type": "string"}]})").find("'oneOf'"), std::string::npos);
+    EXPECT_NE(schema_error(R"({"type": "integer", "minimum": 0})").find("'minimum'"), std::string::npos);
+    EXPECT_NE(schema_error(R"({"type": "date"})").find("unknown type 'date'"), std::string::npos);
+    EXPECT_NE(schema_error(R"({"$ref": "#/$defs/missing"})").find("names nothing"), std::string::npos);
+    EXPECT_NE(schema_error(R"({"$ref": "https://example.com/s.json"})").find("only references into this schema"),
+              std::string::npos);
+    EXPECT_NE(schema_error(R"({"type": "object", "required": ["x"]})").find("'x', which is not in 'properties'"),
+              std::string::npos);
+    EXPECT_NE(schema_error(R"({"type": "object", "properties": {"self": {"$ref": "#"}}, "required": ["self"]})")
+                  .find("no finite value"),
+              std::string::npos);
+    EXPECT_NE(schema_error(R"({"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "null"}]}}, "$ref": "#/$defs/a"})")
+                  .find("cycle"),
+              std::string::npos);
+    EXPECT_NE(schema_error(R"({"type": "array", "minItems": 3, "maxItems": 2})").find("minItems is above maxItems"),
+              std::string::npos);
+    EXPECT_NE(schema_error(R"(false)").find("accepts no value"), std::string::npos);
+}
+
+// A hand-made vocabulary: the mask holds exactly the tokens whose bytes the grammar accepts from a state.
+TEST(TokenMask, HandMadeVocabulary) {
+    const std::vector<std::string> vocab = {"{", "}", "{\"", "\"", "a", "\":", " ", "1", "12", "1,", "x\"", "",
+                                            "\"a\"", "\"a\":1}", "ab", "\xc3", "\xa9"};
+    auto trie = std::make_shared<TokenTrie>(vocab);
+    auto tg = std::make_shared<TokenGrammar>(schema(R"({"type": "object", "properties": {"a": {"type": "integer"},
+        "b": {"type": "string"}}, "required": ["a"], "additionalProperties": false})"), trie);
+    const int32_t kEos = 11;  // the empty entry: a special token outside the byte grammar
+    GrammarMatcher m(tg, {kEos});
+    auto allowed = [&] {
+        std::vector<std::string> out;
+        auto mask = m.mask();
+        for (int32_t i = 0; i < static_cast<int32_t>(vocab.size()); ++i)
+            if (mask_test(mask, i)) out.push_back(i == kEos ? "<eos>" : vocab[static_cast<size_t>(i)]);
+        return out;
+    };
+    EXPECT_EQ(allowed(), (std::vector<std::string>{"{", "{\""}));
+    ASSERT_TRUE(m.accept(0, "{").ok());
+    EXPECT_EQ(allowed(), (std::vector<std::string>{"\"", " ", "\"a\"", "\"a\":1}"}));
+    EXPECT_FALSE(m.accept(1, "}").ok());  // "a" is required
+    ASSERT_TRUE(m.accept(3, "\"").ok());
+    EXPECT_EQ(allowed(), (std::vector<std::string>{"a"}));
+    ASSERT_TRUE(m.accept(4, "a").ok());
+    ASSERT_TRUE(m.accept(5, "\":").ok());
+    EXPECT_EQ(allowed(), (std::vector<std::string>{" ", "1", "12", "1,"}));
+    ASSERT_TRUE(m.accept(8, "12").ok());
+    EXPECT_EQ(allowed(), (std::vector<std::string>{"}", " ", "1", "12", "1,"}));  // "1," goes on with key "b"
+    ASSERT_TRUE(m.accept(1, "}").ok());
+    EXPECT_TRUE(m.finished());
+    EXPECT_EQ(allowed(), (std::vector<std::string>{"<eos>"}));
+    EXPECT_TRUE(m.accept(kEos, "").ok());
+}
+
+TEST(TokenMask, Utf8SplitAcrossTokens) {
+    const std::vector<std::string> vocab = {"\"", "\xc3", "\xa9", "\xa9\"", "e"};
+    auto tg = std::make_shared<TokenGrammar>(schema(R"({"type": "string"})"), std::make_shared<TokenTrie>(vocab));
+    GrammarMatcher m(tg, {});
+    ASSERT_TRUE(m.accept(0, "\"").ok());
+    auto mask = m.mask();
+    EXPECT_TRUE(mask_test(mask, 0) && mask_test(mask, 1) && mask_test(mask, 4));
+    EXPECT_FALSE(mask_test(mask, 2) || mask_test(mask, 3));  // a lone continuation byte
+    ASSERT_TRUE(m.accept(1, "\xc3").ok());
+    mask = m.mask();
+    EXPECT_FALSE(mask_test(mask, 0) || mask_test(mask, 1) || mask_test(mask, 4));
+    EXPECT_TRUE(mask_test(mask, 2) && mask_test(mask, 3));
+}
+
+}  // namespace
