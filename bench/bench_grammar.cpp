@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
         long long n_tokens = 0;
         std::vector<int32_t> allowed;
         for (int gen = 0; gen < n_gen; ++gen) {
-            dsv4::GrammarMatcher m(tg, {eos});
+            dsv4::GrammarMatcher m(dsv4::GrammarConstraint{tg}, {eos});
             for (int step = 0; step < 256; ++step) {
                 const double t0 = thread_cpu_seconds();
                 auto mask = m.mask();

@@ -140,7 +140,7 @@ TEST(TokenMask, HandMadeVocabulary) {
     auto tg = std::make_shared<TokenGrammar>(schema(R"({"type": "object", "properties": {"a": {"type": "integer"},
         "b": {"type": "string"}}, "required": ["a"], "additionalProperties": false})"), trie);
     const int32_t kEos = 11;  // the empty entry: a special token outside the byte grammar
-    GrammarMatcher m(tg, {kEos});
+    GrammarMatcher m(GrammarConstraint{tg}, {kEos});
     auto allowed = [&] {
         std::vector<std::string> out;
         auto mask = m.mask();
@@ -168,7 +168,7 @@ TEST(TokenMask, HandMadeVocabulary) {
 TEST(TokenMask, Utf8SplitAcrossTokens) {
     const std::vector<std::string> vocab = {"\"", "\xc3", "\xa9", "\xa9\"", "e"};
     auto tg = std::make_shared<TokenGrammar>(schema(R"({"type": "string"})"), std::make_shared<TokenTrie>(vocab));
-    GrammarMatcher m(tg, {});
+    GrammarMatcher m(GrammarConstraint{tg}, {});
     ASSERT_TRUE(m.accept(0, "\"").ok());
     auto mask = m.mask();
     EXPECT_TRUE(mask_test(mask, 0) && mask_test(mask, 1) && mask_test(mask, 4));

@@ -20,6 +20,7 @@
 #include "model/deepseek4.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
+#include "runtime/token_mask.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsv4 {
@@ -37,6 +38,9 @@ struct GenerationRequest {
     std::vector<int32_t> stop_tokens;     // extra token ids that end generation (e.g. an end-of-turn token)
     int top_logprobs = 0;                 // alternatives reported per token (0 = only the chosen one)
     bool logprobs = false;
+    // Constrained decoding: the grammar's token mask applies before every draw; EOS and stop_tokens are
+    // allowed exactly where the grammar's value is complete.
+    GrammarConstraint constraint;
 };
 
 // One streamed event. `text` is the newly released output text: complete UTF-8, with any text that could
@@ -114,6 +118,7 @@ private:
     void publish_prefix(Sequence& s);
     void refresh_stats();
     bool sample_and_emit(Sequence& s, const std::vector<float>& logits);
+    Result<SampleResult> sample_token(Sequence& s, const std::vector<float>& logits);
 
     Model& model_;
     StepRunner runner_;  // the model's decode steps replay as step graphs

@@ -309,6 +309,19 @@ Step array_step(GrammarFrame& f, const GrammarNode& n, uint8_t c, int32_t max_ws
 
 }  // namespace
 
+int32_t append_grammar(Grammar& g, const Grammar& other) {
+    const int32_t off = static_cast<int32_t>(g.nodes.size());
+    auto shift = [off](int32_t id) { return id < 0 ? id : id + off; };
+    for (GrammarNode n : other.nodes) {
+        for (int32_t& c : n.children) c = shift(c);
+        for (GrammarProperty& p : n.properties) p.value = shift(p.value);
+        n.any_value = shift(n.any_value);
+        n.items = shift(n.items);
+        g.nodes.push_back(std::move(n));
+    }
+    return shift(other.root);
+}
+
 void GrammarState::key(std::string& out) const {
     out.resize(frames.size() * sizeof(GrammarFrame) + ends.size() * sizeof(uint32_t));
     if (!frames.empty()) std::memcpy(out.data(), frames.data(), frames.size() * sizeof(GrammarFrame));

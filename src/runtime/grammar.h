@@ -67,6 +67,9 @@ public:
     }
 };
 
+// Copies `other`'s nodes into `g` and returns the id of its root there (to combine grammars as alternatives).
+int32_t append_grammar(Grammar& g, const Grammar& other);
+
 // A set of stacks, stored flat: stack i is frames[ends[i-1], ends[i]).
 struct GrammarState {
     std::vector<GrammarFrame> frames;

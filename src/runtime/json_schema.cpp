@@ -349,15 +349,16 @@ Status finalize_grammar(Grammar& g) {
     return {};
 }
 
-Result<int32_t> add_json_schema(Grammar& g, const nlohmann::ordered_json& schema, const JsonGrammarOptions& opt) {
-    Compiler c(g, schema, opt);
+Result<int32_t> add_json_schema(Grammar& g, const nlohmann::ordered_json& schema, const nlohmann::ordered_json& root,
+                                const JsonGrammarOptions& opt) {
+    Compiler c(g, root, opt);
     return c.compile(schema, "#");
 }
 
 Result<Grammar> compile_json_schema(const nlohmann::ordered_json& schema, const JsonGrammarOptions& opt) {
     Grammar g;
     g.max_whitespace = opt.max_whitespace;
-    DSV4_ASSIGN_OR_RETURN(g.root, add_json_schema(g, schema, opt));
+    DSV4_ASSIGN_OR_RETURN(g.root, add_json_schema(g, schema, schema, opt));
     DSV4_TRY(finalize_grammar(g));
     return g;
 }

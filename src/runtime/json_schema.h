@@ -36,8 +36,9 @@ Result<Grammar> compile_json_schema(const nlohmann::ordered_json& schema, const 
 Grammar json_object_grammar(const JsonGrammarOptions& opt = {});
 
 // Schema compilation pieces shared with the tool-call grammar (runtime/tool_grammar.cpp): compile `schema`
-// into nodes of `g` and return its node id.
-Result<int32_t> add_json_schema(Grammar& g, const nlohmann::ordered_json& schema, const JsonGrammarOptions& opt);
+// into nodes of `g` and return its node id; `$ref`s resolve against `root`, the document `schema` is part of.
+Result<int32_t> add_json_schema(Grammar& g, const nlohmann::ordered_json& schema, const nlohmann::ordered_json& root,
+                                const JsonGrammarOptions& opt);
 
 // Checks the finished grammar: rejects cycles of references that read nothing and drops alternatives and
 // optional properties that cannot produce a finite value; an error when the root cannot.

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/check.h"
+#include "tokenizer/chat_format.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsv4 {
@@ -55,7 +56,10 @@ std::shared_ptr<const TokenTrie> TokenTrie::from_tokenizer(const Tokenizer& tok)
     std::vector<std::string> bytes(static_cast<size_t>(tok.n_vocab()));
     for (int32_t id = 0; id < static_cast<int32_t>(bytes.size()); ++id) {
         const TokenType t = tok.token_type(id);
-        if (tok.is_special(id) || t == TokenType::unused || t == TokenType::unknown) continue;
+        if (t == TokenType::unused || t == TokenType::unknown) continue;
+        // Special tokens stay out of every value, except the pieces of tool-call markup (a vocabulary may
+        // hold "｜DSML｜" as one token) that the tool-call grammar spells.
+        if (tok.is_special(id) && tok.token_text(id).find(chat::kDsml) == std::string_view::npos) continue;
         bytes[static_cast<size_t>(id)] = std::string(tok.token_text(id));
     }
     return std::make_shared<TokenTrie>(bytes);
@@ -109,19 +113,34 @@ TokenGrammar::CacheStats TokenGrammar::cache_stats() const {
     return stats_;
 }
 
-GrammarMatcher::GrammarMatcher(std::shared_ptr<const TokenGrammar> grammar, std::vector<int32_t> end_tokens)
-    : g_(std::move(grammar)), runner_(g_->grammar()), end_tokens_(std::move(end_tokens)) {
+GrammarMatcher::GrammarMatcher(GrammarConstraint constraint, std::vector<int32_t> end_tokens)
+    : c_(std::move(constraint)), runner_(c_.grammar->grammar()), end_tokens_(std::move(end_tokens)) {
+    active_ = c_.trigger.empty();
     state_ = runner_.initial();
+    if (active_) (void)runner_.advance(state_, c_.prefix);  // a prefix the grammar rejects leaves nothing allowed
 }
 
 std::span<const uint64_t> GrammarMatcher::mask() {
-    std::shared_ptr<const TokenMask> m = g_->byte_mask(state_);
-    mask_ = *m;
-    if (accepting())
-        for (int32_t t : end_tokens_)
-            if (t >= 0 && static_cast<size_t>(t) < g_->trie().n_vocab) mask_set(mask_, t);
+    const size_t n_vocab = c_.grammar->trie().n_vocab;
+    if (!active_) {
+        mask_.assign((n_vocab + 63) / 64, ~uint64_t{0});
+        if (n_vocab % 64) mask_.back() = (uint64_t{1} << (n_vocab % 64)) - 1;
+        if (c_.trigger_required)
+            for (int32_t t : end_tokens_)
+                if (t >= 0 && static_cast<size_t>(t) < n_vocab) mask_[static_cast<size_t>(t) >> 6] &= ~(uint64_t{1} << (t & 63));
+    } else {
+        std::shared_ptr<const TokenMask> m = c_.grammar->byte_mask(state_);
+        mask_ = *m;
+        if (accepting())
+            for (int32_t t : end_tokens_)
+                if (t >= 0 && static_cast<size_t>(t) < n_vocab) mask_set(mask_, t);
+    }
+    for (int32_t t : banned_)
+        if (t >= 0 && static_cast<size_t>(t) < n_vocab) mask_[static_cast<size_t>(t) >> 6] &= ~(uint64_t{1} << (t & 63));
     return mask_;
 }
+
+void GrammarMatcher::ban(int32_t token) { banned_.push_back(token); }
 
 bool GrammarMatcher::is_end_token(int32_t token) const {
     return std::find(end_tokens_.begin(), end_tokens_.end(), token) != end_tokens_.end();
@@ -129,17 +148,41 @@ bool GrammarMatcher::is_end_token(int32_t token) const {
 
 Status GrammarMatcher::accept(int32_t token, std::string_view bytes) {
     if (is_end_token(token)) {
-        if (!accepting()) return make_error("grammar: the end token " + std::to_string(token) + " before the value is complete");
+        if (active_ ? !accepting() : c_.trigger_required)
+            return make_error("grammar: the end token " + std::to_string(token) + " before the value is complete");
+        banned_.clear();
+        return {};
+    }
+    if (!active_) {
+        std::string text = tail_;
+        text.append(bytes);
+        const size_t at = text.find(c_.trigger);
+        if (at == std::string::npos) {
+            const size_t keep = std::min(text.size(), c_.trigger.size() - 1);
+            tail_ = text.substr(text.size() - keep);
+            banned_.clear();
+            return {};
+        }
+        GrammarState s = runner_.initial();
+        (void)runner_.advance(s, c_.prefix);
+        const std::string_view rest = std::string_view(text).substr(at + c_.trigger.size());
+        if (!runner_.advance(s, rest))
+            return make_error("grammar: token " + std::to_string(token) + " ends the trigger with bytes the value cannot start with");
+        state_ = std::move(s);
+        active_ = true;
+        tail_.clear();
+        banned_.clear();
         return {};
     }
     GrammarState s = state_;
     if (bytes.empty() || !runner_.advance(s, bytes))
         return make_error("grammar: token " + std::to_string(token) + " is not allowed here");
     state_ = std::move(s);
+    banned_.clear();
     return {};
 }
 
-bool GrammarMatcher::accepting() const { return runner_.accepting(state_); }
-bool GrammarMatcher::finished() const { return runner_.finished(state_); }
+bool GrammarMatcher::accepting() const { return active_ && runner_.accepting(state_); }
+bool GrammarMatcher::finished() const { return active_ && runner_.finished(state_); }
 
 }  // namespace dsv4
