@@ -7,8 +7,15 @@
 if(TARGET test_openai_request)
   target_sources(test_openai_request PRIVATE
     ${CMAKE_SOURCE_DIR}/src/server/openai_request.cpp
+    ${CMAKE_SOURCE_DIR}/src/server/output_constraint.cpp
     ${CMAKE_SOURCE_DIR}/src/server/openai_response.cpp
     ${CMAKE_SOURCE_DIR}/src/server/metrics.cpp)
+endif()
+# Constrained decoding through the chat request path (request parsing, the output grammar, the engine).
+if(TARGET test_server_constrained)
+  target_sources(test_server_constrained PRIVATE
+    ${CMAKE_SOURCE_DIR}/src/server/openai_request.cpp
+    ${CMAKE_SOURCE_DIR}/src/server/output_constraint.cpp)
 endif()
 if(TARGET test_http_guard)
   target_sources(test_http_guard PRIVATE

@@ -103,6 +103,8 @@ TEST(Grammar, RootScalarsEndAnywhereTheyMay) {
     EXPECT_TRUE(accepts(n, "-0.5E-3"));
     EXPECT_FALSE(accepts(n, "-"));
     EXPECT_FALSE(accepts(n, "1e"));
+    EXPECT_TRUE(accepts(n, "999999999999999.5e99"));
+    EXPECT_FALSE(accepts(n, "1e100"));  // beyond a double for some mantissas: exponents stop at 2 digits
     const Grammar s = schema(R"({"type": "string"})");
     EXPECT_TRUE(accepts(s, "\"\""));
     EXPECT_FALSE(accepts(s, "\"a"));

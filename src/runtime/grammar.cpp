@@ -53,7 +53,8 @@ int utf8_next(int state, uint8_t c) {
     return -1;
 }
 
-constexpr int32_t kMaxIntDigits = 15, kMaxFracDigits = 15, kMaxExpDigits = 3;
+// Bounded so that every value is an exact integer / a finite double for any reader (15 digits e99 at most).
+constexpr int32_t kMaxIntDigits = 15, kMaxFracDigits = 15, kMaxExpDigits = 2;
 
 // Number DFA: 0 start, 1 after '-', 2 a leading 0, 3 integer digits, 4 after '.', 5 fraction digits, 6 after
 // 'e', 7 after the exponent's sign, 8 exponent digits. Accepting: 2, 3, 5, 8.

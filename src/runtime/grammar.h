@@ -23,7 +23,7 @@ enum class GrammarNodeKind : int32_t {
     string,    // a JSON string: valid UTF-8, escapes checked (no lone surrogates)
     raw_text,  // text up to (not including) a '<', valid UTF-8, at least one byte (a DSML string parameter)
     integer,   // a JSON integer, at most 15 digits (so every reader gets it back exactly as an integer)
-    number,    // a JSON number, at most 15 digits before and after the point and 3 in the exponent
+    number,    // a JSON number, at most 15 digits before and after the point and 2 in the exponent
     object,    // '{' then the properties in order ('"key": value'), required ones mandatory; or any keys
     array,     // '[' items ',' ... ']' with min/max items
     any_of,    // one of `children` (never on a stack: replaced by its alternatives)

@@ -10,7 +10,7 @@
 //
 // The generated value: object properties in the schema's order, every required one present; an object
 // schema with `properties` writes only those (also when extra keys would be allowed: a value without them
-// still validates); integers of at most 15 digits, numbers of at most 15 + 15 digits and a 3-digit exponent;
+// still validates); integers of at most 15 digits, numbers of at most 15 + 15 digits and a 2-digit exponent (always a finite double);
 // at most Grammar::max_whitespace whitespace bytes between structural bytes, none around the value.
 #pragma once
 
