@@ -15,6 +15,8 @@ endif()
 if(TARGET test_server_constrained)
   target_sources(test_server_constrained PRIVATE
     ${CMAKE_SOURCE_DIR}/src/server/openai_request.cpp
+    ${CMAKE_SOURCE_DIR}/src/server/anthropic_request.cpp
+    ${CMAKE_SOURCE_DIR}/src/server/responses_request.cpp
     ${CMAKE_SOURCE_DIR}/src/server/output_constraint.cpp)
 endif()
 if(TARGET test_http_guard)

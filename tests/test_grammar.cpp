@@ -181,4 +181,38 @@ TEST(TokenMask, Utf8SplitAcrossTokens) {
     EXPECT_TRUE(mask_test(mask, 2) && mask_test(mask, 3));
 }
 
+// A trigger: free text (no end token) until "</think>", then the value; a token that completes the trigger
+// with bytes the value cannot start with is refused, one whose bytes start the value is taken.
+TEST(TokenMask, TriggeredConstraint) {
+    const std::vector<std::string> vocab = {"", "hmm", "</", "think", ">", ">{", ">\n", "{", "}", "\""};
+    auto tg = std::make_shared<TokenGrammar>(json_object_grammar(), std::make_shared<TokenTrie>(vocab));
+    GrammarMatcher m(GrammarConstraint{tg, "</think>", true, ""}, {0});
+    EXPECT_FALSE(m.active());
+    auto mask = m.mask();
+    EXPECT_FALSE(mask_test(mask, 0));  // no end before the value
+    for (int32_t i = 1; i < 10; ++i) EXPECT_TRUE(mask_test(mask, i)) << i;
+    EXPECT_FALSE(m.accept(0, "").ok());
+    ASSERT_TRUE(m.accept(1, "hmm").ok());
+    ASSERT_TRUE(m.accept(2, "</").ok());
+    ASSERT_TRUE(m.accept(3, "think").ok());
+    EXPECT_FALSE(m.accept(6, ">\n").ok());  // the value cannot start with a newline
+    m.ban(6);
+    EXPECT_FALSE(mask_test(m.mask(), 6));
+    ASSERT_TRUE(m.accept(5, ">{").ok());
+    EXPECT_TRUE(m.active());
+    mask = m.mask();
+    EXPECT_TRUE(mask_test(mask, 8) && mask_test(mask, 9));
+    EXPECT_FALSE(mask_test(mask, 7) || mask_test(mask, 0) || mask_test(mask, 1));
+    ASSERT_TRUE(m.accept(8, "}").ok());
+    EXPECT_TRUE(m.finished());
+    mask = m.mask();
+    EXPECT_TRUE(mask_test(mask, 0));
+    for (int32_t i = 1; i < 10; ++i) EXPECT_FALSE(mask_test(mask, i)) << i;
+
+    // Not required (a tool-call block under auto): the text may end before the trigger.
+    GrammarMatcher opt(GrammarConstraint{tg, "</think>", false, ""}, {0});
+    EXPECT_TRUE(mask_test(opt.mask(), 0));
+    EXPECT_TRUE(opt.accept(0, "").ok());
+}
+
 }  // namespace

@@ -17,7 +17,9 @@
 #include "runtime/engine.h"
 #include "runtime/grammar_cache.h"
 #include "runtime/json_schema.h"
+#include "server/anthropic_request.h"
 #include "server/openai_request.h"
+#include "server/responses_request.h"
 #include "tokenizer/chat_parser.h"
 
 using namespace dsv4;
@@ -331,6 +333,137 @@ TEST_F(ConstrainedTest, ForcedToolCallsParseAndValidate) {
     }
     std::printf("tool calls: %d of %zu forced calls ended with stop, all parsed and valid\n", stopped, runs.size());
     EXPECT_GE(stopped, 4);
+}
+
+// ---- which grammar a request gets, and the 400s ------------------------------------------------------------
+
+server::RequestLimits request_limits() {
+    server::RequestLimits l;
+    l.n_vocab = 129280;
+    return l;
+}
+
+ojson chat_body(const char* extra) {
+    ojson b = ojson::parse(R"({"messages": [{"role": "user", "content": "Hi"}]})");
+    const ojson more = ojson::parse(extra);
+    for (const auto& [k, v] : more.items()) b[k] = v;
+    return b;
+}
+
+const char* kWeather = R"({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+    "properties": {"city": {"type": "string"}}, "required": ["city"]}}})";
+
+TEST(OutputGrammar, ResponseFormatModes) {
+    auto text = server::parse_chat_request(chat_body(R"({"response_format": {"type": "text"}})"), request_limits());
+    ASSERT_TRUE(text.ok());
+    EXPECT_FALSE(text->output.grammar);
+
+    auto obj = server::parse_chat_request(chat_body(R"({"response_format": {"type": "json_object"}})"), request_limits());
+    ASSERT_TRUE(obj.ok());
+    ASSERT_TRUE(obj->output.grammar);
+    EXPECT_EQ(obj->output.trigger, "");
+    EXPECT_TRUE(GrammarRunner(*obj->output.grammar).matches(R"({"any": [1, {"x": null}]})"));
+    EXPECT_FALSE(GrammarRunner(*obj->output.grammar).matches("[1]"));
+
+    auto sch = server::parse_chat_request(
+        chat_body(R"({"response_format": {"type": "json_schema", "json_schema": {"name": "n", "strict": true,
+            "schema": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+            "additionalProperties": false}}}})"),
+        request_limits());
+    ASSERT_TRUE(sch.ok());
+    ASSERT_TRUE(sch->output.grammar);
+    EXPECT_TRUE(GrammarRunner(*sch->output.grammar).matches(R"({"a": 1})"));
+    EXPECT_FALSE(GrammarRunner(*sch->output.grammar).matches(R"({"a": "1"})"));
+
+    // Thinking mode: the value comes after the reasoning.
+    auto think = server::parse_chat_request(
+        chat_body(R"({"reasoning_effort": "high", "response_format": {"type": "json_object"}})"), request_limits());
+    ASSERT_TRUE(think.ok());
+    EXPECT_EQ(think->output.trigger, "</think>");
+    EXPECT_TRUE(think->output.trigger_required);
+
+    // Tools under auto with a response format: the value or a tool-call block.
+    auto both = server::parse_chat_request(
+        chat_body((std::string(R"({"response_format": {"type": "json_object"}, "tools": [)") + kWeather + "]}").c_str()),
+        request_limits());
+    ASSERT_TRUE(both.ok());
+    GrammarRunner run(*both->output.grammar);
+    EXPECT_TRUE(run.matches(R"({"a": 1})"));
+    EXPECT_TRUE(run.matches("\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter "
+                            "name=\"city\" string=\"true\">Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>"));
+}
+
+TEST(OutputGrammar, ForcedAndStrictToolCalls) {
+    const std::string tools = std::string(R"("tools": [)") + kWeather + "]";
+    auto req = server::parse_chat_request(chat_body(("{" + tools + R"(, "tool_choice": "required"})").c_str()), request_limits());
+    ASSERT_TRUE(req.ok());
+    ASSERT_TRUE(req->output.grammar);
+    EXPECT_EQ(req->output.prefix, req->forced_prefix);  // the prompt already opened the block
+    GrammarRunner run(*req->output.grammar);
+    GrammarState s = run.initial();
+    ASSERT_TRUE(run.advance(s, req->output.prefix));
+    EXPECT_TRUE(run.advance(s, "get_weather\">\n<｜DSML｜parameter name=\"city\" string=\"true\">Oslo</｜DSML｜parameter>\n"
+                               "</｜DSML｜invoke>\n</｜DSML｜tool_calls>"));
+    EXPECT_TRUE(run.accepting(s));
+
+    auto think = server::parse_chat_request(
+        chat_body(("{" + tools + R"(, "tool_choice": "required", "reasoning_effort": "high"})").c_str()), request_limits());
+    ASSERT_TRUE(think.ok());
+    EXPECT_EQ(think->output.trigger, "</think>");
+    EXPECT_EQ(think->output.prefix, "");
+
+    // Not forced and not strict: unconstrained. Strict under auto: constrained once a block opens.
+    auto plain = server::parse_chat_request(chat_body(("{" + tools + "}").c_str()), request_limits());
+    ASSERT_TRUE(plain.ok());
+    EXPECT_FALSE(plain->output.grammar);
+    ojson strict = chat_body(("{" + tools + "}").c_str());
+    strict["tools"][0]["function"]["strict"] = true;
+    auto st = server::parse_chat_request(strict, request_limits());
+    ASSERT_TRUE(st.ok());
+    ASSERT_TRUE(st->output.grammar);
+    EXPECT_EQ(st->output.trigger, std::string(chat::kToolCallsStart));
+    EXPECT_FALSE(st->output.trigger_required);
+
+    // Anthropic tool_choice any / tool, and the Responses API's text.format, take the same path.
+    auto anth = server::parse_messages_request(
+        ojson::parse(R"({"max_tokens": 64, "messages": [{"role": "user", "content": "Hi"}], "tool_choice": {"type": "tool",
+            "name": "get_weather"}, "tools": [{"name": "get_weather", "input_schema": {"type": "object",
+            "properties": {"city": {"type": "string"}}, "required": ["city"]}}]})"),
+        request_limits(), false);
+    ASSERT_TRUE(anth.ok()) << anth.error().message;
+    ASSERT_TRUE(anth->output.grammar);
+    EXPECT_EQ(anth->output.prefix, anth->forced_prefix);
+    auto resp = server::parse_responses_request(
+        ojson::parse(R"({"input": "Hi", "text": {"format": {"type": "json_schema", "name": "n", "schema": {"type": "object",
+            "properties": {"b": {"type": "boolean"}}, "required": ["b"], "additionalProperties": false}}}})"),
+        request_limits());
+    ASSERT_TRUE(resp.ok()) << resp.error().message;
+    ASSERT_TRUE(resp->chat.output.grammar);
+    EXPECT_TRUE(GrammarRunner(*resp->chat.output.grammar).matches(R"({"b": true})"));
+}
+
+TEST(OutputGrammar, UnsupportedSchemasAre400sNamingTheField) {
+    auto bad = server::parse_chat_request(
+        chat_body(R"({"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "object",
+            "properties": {"d": {"type": "string", "format": "date-time"}}}}}})"),
+        request_limits());
+    ASSERT_FALSE(bad.ok());
+    EXPECT_EQ(bad.error().status, 400);
+    EXPECT_EQ(bad.error().param, "response_format.json_schema.schema");
+    EXPECT_EQ(bad.error().code, "unsupported_schema");
+    EXPECT_NE(bad.error().message.find("#/properties/d: 'format' is not supported"), std::string::npos) << bad.error().message;
+
+    ojson forced = chat_body(R"({"tool_choice": "required"})");
+    forced["tools"] = ojson::array({ojson::parse(kWeather)});
+    forced["tools"][0]["function"]["parameters"]["properties"]["city"]["pattern"] = "^[A-Z]";
+    auto f = server::parse_chat_request(forced, request_limits());
+    ASSERT_FALSE(f.ok());
+    EXPECT_EQ(f.error().param, "tools[0].function.parameters");
+    EXPECT_NE(f.error().message.find("'pattern'"), std::string::npos) << f.error().message;
+
+    // The same tool under auto and not strict is simply not constrained.
+    forced["tool_choice"] = "auto";
+    EXPECT_TRUE(server::parse_chat_request(forced, request_limits()).ok());
 }
 
 }  // namespace
