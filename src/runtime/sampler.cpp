@@ -5,6 +5,7 @@
 #include "runtime/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -292,12 +293,21 @@ Result<SampleResult> Sampler::sample(std::span<const float> logits, std::span<co
         work_.assign(logits.begin(), logits.end());
         DSV4_TRY(apply_bias_and_penalties(work_, history, params_));
         if (!allowed.empty()) {
-            for (size_t w = 0; w * 64 < work_.size(); ++w) {
+            // Word by word: whole words banned or allowed at once, else only the banned bits.
+            const size_t n = work_.size();
+            for (size_t w = 0; w * 64 < n; ++w) {
                 const uint64_t bits = w < allowed.size() ? allowed[w] : 0;  // tokens past the mask: banned
                 if (bits == ~uint64_t{0}) continue;
-                const size_t end = std::min(work_.size(), w * 64 + 64);
-                for (size_t i = w * 64; i < end; ++i)
-                    if (!((bits >> (i & 63)) & 1)) work_[i] = kNegInf;
+                const size_t base = w * 64;
+                if (bits == 0) {
+                    std::fill(work_.begin() + static_cast<std::ptrdiff_t>(base),
+                              work_.begin() + static_cast<std::ptrdiff_t>(std::min(n, base + 64)), kNegInf);
+                    continue;
+                }
+                for (uint64_t z = ~bits; z != 0; z &= z - 1) {
+                    const size_t i = base + static_cast<size_t>(std::countr_zero(z));
+                    if (i < n) work_[i] = kNegInf;
+                }
             }
         }
         l = work_;
