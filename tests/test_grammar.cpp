@@ -3,9 +3,13 @@
 // over hand-made vocabularies allow exactly the tokens whose bytes the grammar accepts.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <map>
+
 #include <nlohmann/json.hpp>
 
 #include "runtime/json_schema.h"
+#include "runtime/sampler.h"
 #include "runtime/token_mask.h"
 
 using namespace dsv4;
@@ -213,6 +217,46 @@ TEST(TokenMask, TriggeredConstraint) {
     GrammarMatcher opt(GrammarConstraint{tg, "</think>", false, ""}, {0});
     EXPECT_TRUE(mask_test(opt.mask(), 0));
     EXPECT_TRUE(opt.accept(0, "").ok());
+}
+
+// The sampler under a mask: only allowed tokens are drawn (greedy takes the best allowed one), tokens past the
+// mask's end are banned, and the reported logprob is the model's own (the unmasked distribution).
+TEST(TokenMask, SamplerDrawsOnlyAllowedTokens) {
+    std::vector<float> logits(200);
+    for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>((i * 37) % 101) / 10.0f;
+    TokenMask mask(2, 0);  // covers tokens 0-127; 128-199 are past it
+    for (int32_t t : {3, 17, 64, 100}) mask_set(mask, t);
+    SamplingParams greedy;
+    greedy.temperature = 0;
+    Sampler g(greedy);
+    auto r = g.sample(logits, {}, mask);
+    ASSERT_TRUE(r.ok()) << r.error();
+    int32_t best = 3;
+    for (int32_t t : {17, 64, 100})
+        if (logits[static_cast<size_t>(t)] > logits[static_cast<size_t>(best)]) best = t;
+    EXPECT_EQ(r->token, best);
+    auto plain = Sampler(greedy).sample(logits, {});
+    ASSERT_TRUE(plain.ok());
+    double lse = 0;
+    for (float x : logits) lse += std::exp(static_cast<double>(x));
+    EXPECT_NEAR(r->logprob, logits[static_cast<size_t>(best)] - std::log(lse), 1e-4);
+
+    SamplingParams sp;
+    sp.seed = 9;
+    Sampler s(sp);
+    std::map<int32_t, int> seen;
+    for (int i = 0; i < 400; ++i) {
+        auto d = s.sample(logits, {}, mask);
+        ASSERT_TRUE(d.ok()) << d.error();
+        ++seen[d->token];
+    }
+    for (const auto& [t, n] : seen) EXPECT_TRUE(t == 3 || t == 17 || t == 64 || t == 100) << t << " drawn " << n << " times";
+    EXPECT_EQ(seen.size(), 4u);  // every allowed token has a fair chance
+
+    TokenMask none(4, 0);
+    auto e = Sampler(sp).sample(logits, {}, none);
+    ASSERT_FALSE(e.ok());
+    EXPECT_NE(e.error().find("grammar allows"), std::string::npos);
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ namespace dsv4 {
 
 class GrammarCache {
 public:
-    explicit GrammarCache(const Tokenizer& tok, size_t capacity = 32) : tok_(tok), capacity_(capacity) {}
+    explicit GrammarCache(const Tokenizer& tok, size_t capacity = 16) : tok_(tok), capacity_(capacity) {}
 
     // The grammar for `key`; on a miss `build` makes it (the same key must always build the same grammar).
     Result<std::shared_ptr<const TokenGrammar>> get(const std::string& key, const std::function<Result<Grammar>()>& build);
