@@ -79,6 +79,16 @@ TEST(Grammar, EnumConstAnyOfAndTypeLists) {
         EXPECT_FALSE(accepts(g, bad)) << bad;
 }
 
+TEST(Grammar, NullableTypeListsKeepTheirKeywords) {
+    const Grammar g = schema(R"({"type": ["object", "null"], "properties": {"a": {"type": ["array", "null"],
+        "items": {"type": "integer"}, "maxItems": 1}}, "required": ["a"], "additionalProperties": false})");
+    EXPECT_TRUE(accepts(g, "null"));
+    EXPECT_TRUE(accepts(g, R"({"a":null})"));
+    EXPECT_TRUE(accepts(g, R"({"a":[1]})"));
+    EXPECT_FALSE(accepts(g, R"({"a":[1,2]})"));
+    EXPECT_FALSE(accepts(g, R"({})"));
+}
+
 TEST(Grammar, RecursiveRefsAndArrayBounds) {
     const Grammar g = schema(R"({"$ref": "#/$defs/node", "$defs": {"node": {"type": "object",
         "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"},

@@ -89,7 +89,8 @@ public:
         n.kind = GrammarNodeKind::any_of;
         for (const ojson& name : *t) {
             if (!name.is_string()) return err(path + "/type", "must be a type name or a non-empty array of them");
-            DSV4_ASSIGN_OR_RETURN(int32_t child, typed(s, name.get<std::string>(), path));
+            // Keywords of the other listed types do not apply to this one ("type": ["object", "null"]).
+            DSV4_ASSIGN_OR_RETURN(int32_t child, typed(s, name.get<std::string>(), path, false));
             n.children.push_back(child);
         }
         return g_.add(std::move(n));
@@ -170,8 +171,9 @@ private:
         return id;
     }
 
-    Result<int32_t> typed(const ojson& s, const std::string& type, const std::string& path) {
+    Result<int32_t> typed(const ojson& s, const std::string& type, const std::string& path, bool strict_keywords = true) {
         auto only = [&](std::initializer_list<const char*> allowed) -> Status {
+            if (!strict_keywords) return {};
             for (const auto& [k, v] : s.items()) {
                 (void)v;
                 if (!kKeywords.count(k) || k == "type") continue;
