@@ -146,6 +146,9 @@ TEST(Grammar, UnsupportedSchemasNameTheKeyword) {
     EXPECT_NE(schema_error(R"({"type": "array", "minItems": 3, "maxItems": 2})").find("minItems is above maxItems"),
               std::string::npos);
     EXPECT_NE(schema_error(R"(false)").find("accepts no value"), std::string::npos);
+    std::string deep = "{\"type\": \"string\"}";
+    for (int i = 0; i < 5000; ++i) deep = "{\"type\": \"array\", \"items\": " + deep + "}";
+    EXPECT_NE(schema_error(deep.c_str()).find("nests deeper than 64 levels"), std::string::npos);
 }
 
 // A hand-made vocabulary: the mask holds exactly the tokens whose bytes the grammar accepts from a state.

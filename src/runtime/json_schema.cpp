@@ -10,6 +10,8 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
+constexpr int kMaxSchemaDepth = 64;  // nested subschemas (the compiler recurses; a request body is untrusted)
+
 const std::set<std::string, std::less<>> kAnnotations = {"title",   "description", "default", "examples",
                                                           "$schema", "$id",         "$comment", "$defs",
                                                           "definitions", "strict"};
@@ -32,6 +34,13 @@ public:
     Compiler(Grammar& g, const ojson& root, const JsonGrammarOptions& opt) : g_(g), root_(root), opt_(opt) {}
 
     Result<int32_t> compile(const ojson& s, const std::string& path) {
+        if (++depth_ > kMaxSchemaDepth) return err(path, "the schema nests deeper than " + std::to_string(kMaxSchemaDepth) + " levels");
+        auto r = compile_at(s, path);
+        --depth_;
+        return r;
+    }
+
+    Result<int32_t> compile_at(const ojson& s, const std::string& path) {
         if (s.is_boolean()) {
             if (s.get<bool>()) return any();
             return err(path, "the schema false accepts no value");
@@ -273,6 +282,7 @@ private:
     JsonGrammarOptions opt_;
     std::map<std::string, int32_t> refs_;
     int32_t any_ = -1, string_ = -1;
+    int depth_ = 0;
 };
 
 // Productive nodes: those that can finish reading a finite value.
