@@ -79,6 +79,19 @@ TEST(Grammar, EnumConstAnyOfAndTypeLists) {
         EXPECT_FALSE(accepts(g, bad)) << bad;
 }
 
+TEST(Grammar, StringFormats) {
+    const Grammar g = schema(R"({"type": "object", "properties": {"d": {"type": "string", "format": "date"},
+        "t": {"type": "string", "format": "date-time"}, "u": {"type": "string", "format": "uuid"}},
+        "required": ["d", "t", "u"], "additionalProperties": false})");
+    EXPECT_TRUE(accepts(g, R"({"d":"2024-02-28","t":"1999-12-01T23:59:59Z","u":"123e4567-e89b-12d3-a456-426614174000"})"));
+    for (const char* bad : {R"({"d":"2024-13-01","t":"1999-12-01T23:59:59Z","u":"123e4567-e89b-12d3-a456-426614174000"})",
+                            R"({"d":"2024-02-30","t":"1999-12-01T23:59:59Z","u":"123e4567-e89b-12d3-a456-426614174000"})",
+                            R"({"d":"2024-02-01","t":"1999-12-01T24:00:00Z","u":"123e4567-e89b-12d3-a456-426614174000"})",
+                            R"({"d":"2024-02-01","t":"1999-12-01 10:00:00Z","u":"123e4567-e89b-12d3-a456-426614174000"})",
+                            R"({"d":"2024-02-01","t":"1999-12-01T10:00:00Z","u":"123e4567e89b12d3a456426614174000"})"})
+        EXPECT_FALSE(accepts(g, bad)) << bad;
+}
+
 TEST(Grammar, NullableTypeListsKeepTheirKeywords) {
     const Grammar g = schema(R"({"type": ["object", "null"], "properties": {"a": {"type": ["array", "null"],
         "items": {"type": "integer"}, "maxItems": 1}}, "required": ["a"], "additionalProperties": false})");
@@ -126,8 +139,10 @@ TEST(Grammar, RootScalarsEndAnywhereTheyMay) {
 
 TEST(Grammar, UnsupportedSchemasNameTheKeyword) {
     EXPECT_NE(schema_error(R"({"type": "string", "pattern": "^a$"})").find("'pattern'"), std::string::npos);
-    EXPECT_NE(schema_error(R"({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}})")
-                  .find("#/properties/d: 'format'"),
+    EXPECT_NE(schema_error(R"({"type": "object", "properties": {"d": {"type": "string", "format": "email"}}})")
+                  .find("#/properties/d/format: format 'email' is not supported"),
+              std::string::npos);
+    EXPECT_NE(schema_error(R"({"type": "integer", "format": "int32"})").find("'format' does not apply to type 'integer'"),
               std::string::npos);
     EXPECT_NE(schema_error(R"({"oneOf": [{"type": "string"}]})").find("'oneOf'"), std::string::npos);
     EXPECT_NE(schema_error(R"({"type": "integer", "minimum": 0})").find("'minimum'"), std::string::npos);

@@ -445,13 +445,14 @@ TEST(OutputGrammar, ForcedAndStrictToolCalls) {
 TEST(OutputGrammar, UnsupportedSchemasAre400sNamingTheField) {
     auto bad = server::parse_chat_request(
         chat_body(R"({"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "object",
-            "properties": {"d": {"type": "string", "format": "date-time"}}}}}})"),
+            "properties": {"d": {"type": "string", "format": "email"}}}}}})"),
         request_limits());
     ASSERT_FALSE(bad.ok());
     EXPECT_EQ(bad.error().status, 400);
     EXPECT_EQ(bad.error().param, "response_format.json_schema.schema");
     EXPECT_EQ(bad.error().code, "unsupported_schema");
-    EXPECT_NE(bad.error().message.find("#/properties/d: 'format' is not supported"), std::string::npos) << bad.error().message;
+    EXPECT_NE(bad.error().message.find("#/properties/d/format: format 'email' is not supported"), std::string::npos)
+        << bad.error().message;
 
     ojson forced = chat_body(R"({"tool_choice": "required"})");
     forced["tools"] = ojson::array({ojson::parse(kWeather)});

@@ -427,6 +427,10 @@ void GrammarRunner::step(Stack& st, uint8_t c, GrammarState& out, int depth) {
                 r = Step::consumed;
             }
             break;
+        case GrammarNodeKind::byte_set:
+            if (!((n.bytes[c >> 6] >> (c & 63)) & 1)) return;
+            r = Step::done;
+            break;
         case GrammarNodeKind::integer: r = number_step(f, c, false); break;
         case GrammarNodeKind::number: r = number_step(f, c, true); break;
         case GrammarNodeKind::object: r = object_step(f, n, c, g_.max_whitespace, child); break;

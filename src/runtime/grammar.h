@@ -28,6 +28,7 @@ enum class GrammarNodeKind : int32_t {
     array,     // '[' items ',' ... ']' with min/max items
     any_of,    // one of `children` (never on a stack: replaced by its alternatives)
     sequence,  // `children` one after the other (no separators)
+    byte_set,  // one byte of `bytes` (string formats: digits, hex)
 };
 
 struct GrammarProperty {
@@ -45,6 +46,7 @@ struct GrammarNode {
     int32_t items = -1;                      // array
     int32_t min_items = 0, max_items = -1;   // array (-1: unbounded)
     bool no_lt = false;                      // string: no raw '<' (inside DSML markup), escapes still allowed
+    uint64_t bytes[4] = {0, 0, 0, 0};        // byte_set: bit b of bytes[b / 64]
 };
 
 // Frames are plain ints so a state serializes into a cache key byte for byte.

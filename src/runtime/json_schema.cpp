@@ -17,7 +17,7 @@ const std::set<std::string, std::less<>> kAnnotations = {"title",   "description
                                                           "definitions", "strict"};
 const std::set<std::string, std::less<>> kKeywords = {"type",  "properties", "required", "additionalProperties",
                                                        "enum",  "const",      "anyOf",    "$ref",
-                                                       "items", "minItems",   "maxItems"};
+                                                       "items", "minItems",   "maxItems", "format"};
 
 std::string escape_pointer(const std::string& key) {
     std::string out;
@@ -157,6 +157,66 @@ private:
         return g_.add(std::move(n));
     }
 
+    int32_t bytes(std::string_view chars) {
+        GrammarNode n;
+        n.kind = GrammarNodeKind::byte_set;
+        for (char ch : chars) {
+            const auto b = static_cast<uint8_t>(ch);
+            n.bytes[b >> 6] |= uint64_t{1} << (b & 63);
+        }
+        return g_.add(std::move(n));
+    }
+    int32_t seq(std::vector<int32_t> kids) {
+        GrammarNode n;
+        n.kind = GrammarNodeKind::sequence;
+        n.children = std::move(kids);
+        return g_.add(std::move(n));
+    }
+    int32_t alt(std::vector<int32_t> kids) {
+        GrammarNode n;
+        n.kind = GrammarNodeKind::any_of;
+        n.children = std::move(kids);
+        return g_.add(std::move(n));
+    }
+
+    // String formats, as a subset of what each allows, so every value is valid for any checker: dates use days
+    // 01-28 (valid in every month), times are UTC ("Z") with whole seconds 00-59.
+    Result<int32_t> format(const ojson& f, const std::string& path) {
+        if (!f.is_string()) return err(path, "must be a string");
+        const std::string name = f.get<std::string>();
+        const char* digits = "0123456789";
+        auto d = [&] { return bytes(digits); };
+        auto date = [&] {
+            const int32_t month = alt({seq({literal("0"), bytes("123456789")}), seq({literal("1"), bytes("012")})});
+            const int32_t day = alt({seq({literal("0"), bytes("123456789")}), seq({literal("1"), d()}),
+                                     seq({literal("2"), bytes("012345678")})});
+            return seq({d(), d(), d(), d(), literal("-"), month, literal("-"), day});
+        };
+        auto time = [&] {
+            const int32_t hour = alt({seq({bytes("01"), d()}), seq({literal("2"), bytes("0123")})});
+            const int32_t sixty = seq({bytes("012345"), d()});
+            return seq({hour, literal(":"), sixty, literal(":"), sixty, literal("Z")});
+        };
+        int32_t body;
+        if (name == "date") {
+            body = date();
+        } else if (name == "time") {
+            body = time();
+        } else if (name == "date-time") {
+            body = seq({date(), literal("T"), time()});
+        } else if (name == "uuid") {
+            std::vector<int32_t> kids;
+            for (int group : {8, 4, 4, 4, 12}) {
+                if (!kids.empty()) kids.push_back(literal("-"));
+                for (int i = 0; i < group; ++i) kids.push_back(bytes("0123456789abcdef"));
+            }
+            body = seq(std::move(kids));
+        } else {
+            return err(path, "format '" + name + "' is not supported (date, time, date-time and uuid are)");
+        }
+        return seq({literal("\""), body, literal("\"")});
+    }
+
     Result<int32_t> ref(const ojson& r, const std::string& path) {
         if (!r.is_string()) return err(path, "must be a string");
         const std::string target = r.get<std::string>();
@@ -193,7 +253,8 @@ private:
             return {};
         };
         if (type == "string") {
-            DSV4_TRY(only({}));
+            DSV4_TRY(only({"format"}));
+            if (const auto f = s.find("format"); f != s.end()) return format(*f, path + "/format");
             return string_node();
         }
         if (type == "number" || type == "integer") {

@@ -1,12 +1,13 @@
 // JSON schemas into byte grammars (runtime/grammar.h), for constrained decoding.
 //
-// The subset is what OpenAI's structured outputs accept, minus the string and number facets: `type` (object,
-// array, string, number, integer, boolean, null, or a list of them), `properties`, `required`,
+// The subset is what OpenAI's structured outputs accept, minus `pattern` and the number facets: `type`
+// (object, array, string, number, integer, boolean, null, or a list of them), `properties`, `required`,
 // `additionalProperties` (false, true or a schema), `enum`, `const`, `anyOf`, `$ref` into `$defs` /
-// `definitions` or "#" (nested and recursive), `items`, `minItems`, `maxItems`; annotations (`title`,
-// `description`, `default`, `examples`, `$schema`, `$id`, `$comment`) are ignored. Anything else (`pattern`,
-// `format`, `minLength`, `minimum`, `oneOf`, ...) is an error naming the keyword and where it is, never
-// silently ignored, so output that validates against the grammar validates against the schema.
+// `definitions` or "#" (nested and recursive), `items`, `minItems`, `maxItems`, string `format` date / time /
+// date-time / uuid; annotations (`title`, `description`, `default`, `examples`, `$schema`, `$id`,
+// `$comment`) are ignored. Anything else (`pattern`, `minLength`, `minimum`, `oneOf`, format `email`, ...)
+// is an error naming the keyword and where it is, never silently ignored, so output that the grammar
+// accepts validates against the schema.
 //
 // The generated value: object properties in the schema's order, every required one present; an object
 // schema with `properties` writes only those (also when extra keys would be allowed: a value without them
