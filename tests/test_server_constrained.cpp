@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <regex>
 
 #include <nlohmann/json.hpp>
 
@@ -62,6 +63,25 @@ bool validate(const json& v, const json& s, const json& root, std::string& why) 
         for (const json& a : s["anyOf"]) any = any || validate(v, a, root, why);
         if (!any) return why = "anyOf", false;
     }
+    if (s.contains("format") && v.is_string()) {
+        const std::string f = s["format"], x = v.get<std::string>();
+        static const std::regex date(R"(^(\d{4})-(\d\d)-(\d\d))");
+        static const std::regex time(R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?(Z|[+-]\d\d:\d\d)$)");
+        static const std::regex uuid(R"(^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$)");
+        auto date_ok = [](const std::string& d) {
+            std::smatch m;
+            if (!std::regex_search(d, m, date)) return false;
+            const int y = std::stoi(m[1]), mo = std::stoi(m[2]), day = std::stoi(m[3]);
+            const int days[] = {31, (y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)) ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+            return mo >= 1 && mo <= 12 && day >= 1 && day <= days[mo - 1];
+        };
+        bool ok = true;
+        if (f == "date") ok = x.size() == 10 && date_ok(x);
+        if (f == "time") ok = std::regex_match(x, time);
+        if (f == "date-time") ok = x.size() > 11 && date_ok(x) && (x[10] == 'T' || x[10] == 't') && std::regex_match(x.substr(11), time);
+        if (f == "uuid") ok = std::regex_match(x, uuid);
+        if (!ok) return why = "format " + f + " for " + x, false;
+    }
     if (s.contains("type")) {
         bool ok = false;
         if (s["type"].is_array()) {
@@ -105,6 +125,9 @@ const char* kSchemas[] = {
         "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}}, "required": ["v", "next"],
         "additionalProperties": false}}})",
     R"({"type": "array", "items": {"type": ["integer", "null", "boolean"]}, "maxItems": 4})",
+    R"({"type": "object", "properties": {"at": {"type": "string", "format": "date-time"},
+        "id": {"type": "string", "format": "uuid"}, "day": {"type": ["string", "null"], "format": "date"}},
+        "required": ["at", "id", "day"], "additionalProperties": false})",
     nullptr,  // json_object mode
 };
 constexpr int kNumSchemas = sizeof(kSchemas) / sizeof(kSchemas[0]);
@@ -187,7 +210,7 @@ TEST_F(ConstrainedTest, EngineCompletionsParseAndValidate) {
     o.prefix_block = 16;
     Engine e(*model_, *tok_, o);
     const std::vector<int32_t> prompt = tok_->encode("<｜begin▁of▁sentence｜><｜User｜>Answer in JSON.<｜Assistant｜></think>", true);
-    constexpr int kPerSchema = 24;
+    constexpr int kPerSchema = 20;
     std::vector<Out> outs(kPerSchema * kNumSchemas);
     for (int k = 0; k < kPerSchema * kNumSchemas; ++k) {
         GenerationRequest r;
