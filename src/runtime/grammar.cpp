@@ -11,6 +11,7 @@
 //   array     phase 0 '[' next, 1 after '[', 5 after an item, 6 after ',', 8 an item is being read; a: items
 //             read, c: whitespace
 //   sequence  a: the child being read; phase 0: push it next, 1: it is on the stack
+//   byte_set  nothing (one byte, then done)
 #include "runtime/grammar.h"
 
 #include <cstring>

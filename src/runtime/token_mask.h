@@ -5,8 +5,9 @@
 // inside a long string or between the keys of an object the same state recurs at every step), so a step
 // usually costs one hash lookup and a copy of the mask.
 //
-// Special tokens (control and user-defined) are never part of the byte grammar; the matcher allows its
-// end tokens (EOS, end of turn) exactly in accepting states, and nothing else once the value is complete.
+// Special tokens (control and user-defined) are not part of the byte grammar, except those spelling a piece
+// of tool-call markup ("｜DSML｜"), which the tool-call grammar writes; the matcher allows its end tokens
+// (EOS, end of turn) exactly in accepting states, and nothing else once the value is complete.
 #pragma once
 
 #include <cstdint>
