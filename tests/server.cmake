@@ -7,8 +7,17 @@
 if(TARGET test_openai_request)
   target_sources(test_openai_request PRIVATE
     ${CMAKE_SOURCE_DIR}/src/server/openai_request.cpp
+    ${CMAKE_SOURCE_DIR}/src/server/output_constraint.cpp
     ${CMAKE_SOURCE_DIR}/src/server/openai_response.cpp
     ${CMAKE_SOURCE_DIR}/src/server/metrics.cpp)
+endif()
+# Constrained decoding through the chat request path (request parsing, the output grammar, the engine).
+if(TARGET test_server_constrained)
+  target_sources(test_server_constrained PRIVATE
+    ${CMAKE_SOURCE_DIR}/src/server/openai_request.cpp
+    ${CMAKE_SOURCE_DIR}/src/server/anthropic_request.cpp
+    ${CMAKE_SOURCE_DIR}/src/server/responses_request.cpp
+    ${CMAKE_SOURCE_DIR}/src/server/output_constraint.cpp)
 endif()
 if(TARGET test_http_guard)
   target_sources(test_http_guard PRIVATE
@@ -47,7 +56,7 @@ if(NOT DSV4_MINIMAL AND EXISTS ${DSV4_SERVER_VOCAB} AND DSV4_NODE AND DSV4_NPM)
   # One test file at a time: each starts its own server, and the machine may have only two cores.
   add_test(NAME server_e2e COMMAND ${DSV4_NODE} --test --test-concurrency=1 --test-reporter=spec
     ${_dir}/client/api.test.mjs ${_dir}/client/limits.test.mjs ${_dir}/client/hostile.test.mjs
-    ${_dir}/client/agent_apis.test.mjs ${_dir}/client/chat_page.test.mjs)
+    ${_dir}/client/agent_apis.test.mjs ${_dir}/client/constrained.test.mjs ${_dir}/client/chat_page.test.mjs)
   set_tests_properties(server_e2e PROPERTIES FIXTURES_REQUIRED server_e2e TIMEOUT 900 LABELS "server"
     RUN_SERIAL TRUE
     ENVIRONMENT "DSV4_BIN=${CMAKE_BINARY_DIR}/bin/dsv4;DSV4_MODEL=${_dir}/tiny.gguf")

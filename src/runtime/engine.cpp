@@ -36,6 +36,7 @@ struct Engine::Sequence {
     std::vector<int32_t> generated;
     std::optional<Sampler> sampler;
     std::optional<StopChecker> stop;
+    std::optional<GrammarMatcher> matcher;  // constrained decoding
     int32_t stop_index = -1;         // which stop string ended the generation
     std::optional<KvCache::Snapshot> block_snap;  // state at the last block boundary (no entries)
     bool done = false;
@@ -171,6 +172,11 @@ void Engine::admit() {
         s->cache->reset();
         s->sampler.emplace(s->req.sampling);
         s->stop.emplace(s->req.stop, s->req.max_tokens);
+        if (s->req.constraint) {
+            std::vector<int32_t> ends = s->req.stop_tokens;
+            if (!s->req.ignore_eos) ends.push_back(tok_.eos());
+            s->matcher.emplace(s->req.constraint, std::move(ends));
+        }
         if (prefix_ && !s->req.prompt_logprobs) {
             // Keep at least one prompt token to compute, so the first sampled token has logits.
             const KvCache::Snapshot* snap = prefix_->lookup(s->tokens, s->n_prompt - 1);
@@ -212,8 +218,23 @@ bool Engine::emit_prompt_scores(Sequence& s, int64_t begin, int64_t n, const std
     return true;
 }
 
+// A constrained draw: the grammar's mask before sampling. Only a token that completes a constraint's
+// trigger with bytes the value cannot start with is refused after the draw; it is banned and drawn again.
+Result<SampleResult> Engine::sample_token(Sequence& s, std::span<const float> logits) {
+    if (!s.matcher) return s.sampler->sample(logits, s.generated);
+    constexpr int kMaxRedraws = 16;
+    for (int tries = 0;; ++tries) {
+        auto r = s.sampler->sample(logits, s.generated, s.matcher->mask());
+        if (!r.ok()) return r;
+        Status st = s.matcher->accept(r->token, tok_.token_text(r->token));
+        if (st.ok()) return r;
+        if (tries == kMaxRedraws) return make_error(st.error());
+        s.matcher->ban(r->token);
+    }
+}
+
 bool Engine::sample_and_emit(Sequence& s, std::span<const float> logits) {
-    auto r = s.sampler->sample(logits, s.generated);
+    auto r = sample_token(s, logits);
     if (!r.ok()) {
         finish(s, GenerationEnd::error, r.error());
         return false;

@@ -20,6 +20,7 @@
 #include "model/deepseek4.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
+#include "runtime/token_mask.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsv4 {
@@ -44,6 +45,9 @@ struct GenerationRequest {
     // (every row of each prompt chunk). Such a request is not restored from the prefix cache, so that every
     // prompt token is computed.
     bool prompt_logprobs = false;
+    // Constrained decoding: the grammar's token mask applies before every draw; EOS and stop_tokens are
+    // allowed exactly where the grammar's value is complete.
+    GrammarConstraint constraint;
 };
 
 // One streamed event. `text` is the newly released output text: complete UTF-8, with any text that could
@@ -122,6 +126,7 @@ private:
     void publish_prefix(Sequence& s);
     void refresh_stats();
     bool sample_and_emit(Sequence& s, std::span<const float> logits);
+    Result<SampleResult> sample_token(Sequence& s, std::span<const float> logits);
     // The prompt_logprobs events of a prompt chunk just run: logits [n, n_vocab] for tokens from `begin`.
     bool emit_prompt_scores(Sequence& s, int64_t begin, int64_t n, const std::vector<float>& logits);
 

@@ -5,6 +5,7 @@
 #include "runtime/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -300,20 +301,41 @@ Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.se
 
 double Sampler::next_uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
-Result<SampleResult> Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+Result<SampleResult> Sampler::sample(std::span<const float> logits, std::span<const int32_t> history,
+                                     std::span<const uint64_t> allowed) {
     const sampling::Scan raw = sampling::scan_logits(logits);
     DSV4_TRY(check_scan(logits, raw, "logit"));
     std::span<const float> l = logits;
     sampling::Scan s = raw;
-    const bool modified = modifies_logits(params_);
+    const bool modified = modifies_logits(params_) || !allowed.empty();
     if (modified) {
         work_.assign(logits.begin(), logits.end());
         DSV4_TRY(apply_bias_and_penalties(work_, history, params_));
+        if (!allowed.empty()) {
+            // Word by word: whole words banned or allowed at once, else only the banned bits.
+            const size_t n = work_.size();
+            for (size_t w = 0; w * 64 < n; ++w) {
+                const uint64_t bits = w < allowed.size() ? allowed[w] : 0;  // tokens past the mask: banned
+                if (bits == ~uint64_t{0}) continue;
+                const size_t base = w * 64;
+                if (bits == 0) {
+                    std::fill(work_.begin() + static_cast<std::ptrdiff_t>(base),
+                              work_.begin() + static_cast<std::ptrdiff_t>(std::min(n, base + 64)), kNegInf);
+                    continue;
+                }
+                for (uint64_t z = ~bits; z != 0; z &= z - 1) {
+                    const size_t i = base + static_cast<size_t>(std::countr_zero(z));
+                    if (i < n) work_[i] = kNegInf;
+                }
+            }
+        }
         l = work_;
         s = sampling::scan_logits(work_);
         DSV4_TRY(check_scan(work_, s, "biased and penalised logit"));
     }
-    if (s.n_finite == 0) return make_error("sampler: every token is banned (all logits are -inf)");
+    if (s.n_finite == 0)
+        return make_error(allowed.empty() ? "sampler: every token is banned (all logits are -inf)"
+                                          : "sampler: every token the grammar allows is banned");
 
     SampleResult result;
     double full_sum = -1.0;

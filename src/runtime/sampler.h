@@ -75,7 +75,12 @@ public:
     // logits: [n_vocab] for one step. history: the tokens the penalties count (the caller chooses: the
     // generated tokens for OpenAI semantics, or prompt + generated). Fails on NaN logits, ids outside the
     // vocabulary, or when every token is banned.
-    Result<SampleResult> sample(std::span<const float> logits, std::span<const int32_t> history);
+    // allowed: when not empty, a bitmask over the vocabulary (bit i of word i / 64: token i may be drawn; a
+    // grammar's token mask, runtime/token_mask.h); the other tokens (and any past the mask's end) are banned
+    // after bias and penalties.
+    // Logprobs stay those of the model's own distribution.
+    Result<SampleResult> sample(std::span<const float> logits, std::span<const int32_t> history,
+                                std::span<const uint64_t> allowed = {});
 
     const SamplingParams& params() const { return params_; }
 

@@ -112,8 +112,10 @@ struct GenerationRoutes::TextState {
 ApiResult<std::shared_ptr<Job>> GenerationRoutes::start(std::vector<int32_t> prompt,
                                                                             const GenerationParams& gen,
                                                                             int64_t max_tokens, const char* id_prefix,
+                                                                            GrammarConstraint constraint,
                                                                             bool score_prompt) {
     GenerationRequest g;
+    g.constraint = std::move(constraint);
     g.prompt = std::move(prompt);
     g.sampling = gen.sampling;
     // Without a seed every request draws its own; with one the same request gives the same text.
@@ -255,7 +257,13 @@ ApiResult<std::shared_ptr<ChatRun>> GenerationRoutes::start_chat(const ChatReque
                                   ctx_.default_max_tokens);
     if (!max_tokens.ok()) return max_tokens.error();
     const int64_t n_prompt = static_cast<int64_t>(ids->size());
-    auto job = start(std::move(*ids), r.gen, *max_tokens, id_prefix);
+    GrammarConstraint constraint;
+    if (r.output.grammar && ctx_.grammars) {
+        auto tg = ctx_.grammars->get(r.output.key, [&]() -> Result<Grammar> { return *r.output.grammar; });
+        if (!tg.ok()) return bad_request(tg.error(), {}, "unsupported_schema");
+        constraint = GrammarConstraint{*tg, r.output.trigger, r.output.trigger_required, r.output.prefix};
+    }
+    auto job = start(std::move(*ids), r.gen, *max_tokens, id_prefix, std::move(constraint));
     if (!job.ok()) return job.error();
     auto run = std::make_shared<ChatRun>(ChatRun{
         *job, ChatAccumulator(r.chat.thinking_mode, r.forced_prefix, "call_" + hex(ctx_.id_nonce ^ (*job)->id)),
@@ -410,7 +418,7 @@ void GenerationRoutes::completions(const httplib::Request& req, httplib::Respons
     const bool score_prompt = r->echo && r->gen.logprobs;
     const int32_t first = ids.front();
     const int64_t n_prompt = static_cast<int64_t>(ids.size());
-    auto job = start(std::move(ids), r->gen, *max_tokens, "cmpl-", score_prompt);
+    auto job = start(std::move(ids), r->gen, *max_tokens, "cmpl-", {}, score_prompt);
     if (!job.ok()) return send_error(res, job.error());
 
     auto st = std::make_shared<TextState>();

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/engine.h"
+#include "runtime/grammar_cache.h"
 #include "server/event_channel.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
@@ -32,6 +33,7 @@ struct GenerationContext {
     std::vector<std::string> model_ids;  // served ids; the first is reported in responses
     int64_t default_max_tokens = 0;       // for requests without max_tokens (0: the rest of the context)
     uint64_t id_nonce = 0;  // makes response ids unique across server runs
+    GrammarCache* grammars = nullptr;     // compiled output grammars, shared across requests
 };
 
 // One engine request as a handler sees it.
@@ -113,7 +115,8 @@ private:
     // Submit; the error is 400 (bad sampling values), 429 (queue full) or 503 (shutting down). score_prompt:
     // the engine also reports the prompt tokens' logprobs (GenerationRequest::prompt_logprobs).
     ApiResult<std::shared_ptr<Job>> start(std::vector<int32_t> prompt, const GenerationParams& gen,
-                                          int64_t max_tokens, const char* id_prefix, bool score_prompt = false);
+                                          int64_t max_tokens, const char* id_prefix, GrammarConstraint constraint = {},
+                                          bool score_prompt = false);
     // Waits for a non-streaming request's events; cancels it when the client's connection closes (then
     // returns false: there is nobody to answer).
     template <class Apply>

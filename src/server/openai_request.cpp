@@ -556,6 +556,11 @@ ApiResult<ChatRequest> parse_chat_request(const ojson& body, const RequestLimits
         r.forced_prefix = std::string(chat::kToolCallsStart) + ">\n" + std::string(chat::kInvokeStart) + " name=\"";
         if (r.tool_choice == ToolChoice::named) r.forced_prefix += r.tool_name + "\">\n";
     }
+    const bool forced = r.tool_choice == ToolChoice::required || r.tool_choice == ToolChoice::named;
+    if (auto e = output_grammar(response_format, tools, forced, r.tool_choice == ToolChoice::named ? r.tool_name : "",
+                                r.chat.thinking_mode, r.forced_prefix, r.output)) {
+        return bad_request(e->message, e->param, "unsupported_schema");
+    }
     return r;
 }
 

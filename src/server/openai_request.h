@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/sampler.h"
+#include "server/output_constraint.h"
 #include "tokenizer/chat_format.h"
 
 namespace dsv4::server {
@@ -94,6 +95,8 @@ struct ChatRequest {
     // Assistant text the prompt ends with, which the model continues (chat mode with tool_choice required or
     // named: the opening of a DSML tool-call block). The response parser reads it before the generated text.
     std::string forced_prefix;
+    // The grammar the answer is held to (response_format, forced or strict tool calls): server/output_constraint.h.
+    OutputGrammar output;
 };
 
 struct CompletionRequest {

@@ -107,6 +107,7 @@ struct Server::Impl {
     BrowserPolicy policy;
     HttpCounters counters;
     RequestRegistry registry;
+    GrammarCache grammars{engine.tokenizer()};
     std::unique_ptr<GenerationRoutes> routes;
     const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
     int64_t created = static_cast<int64_t>(std::time(nullptr));
@@ -133,6 +134,7 @@ void Server::Impl::setup() {
     g.model_ids = opt.model_ids;
     g.default_max_tokens = opt.default_max_tokens;
     g.id_nonce = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+    g.grammars = &grammars;
     routes = std::make_unique<GenerationRoutes>(std::move(g));
 
     // Every request that waits for a slot holds a worker, so the pool covers the running and the queued ones
