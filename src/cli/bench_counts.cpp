@@ -1,6 +1,7 @@
 #include "cli/bench_counts.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "format/ggml_type.h"
 
@@ -22,7 +23,9 @@ void for_dense(const LayerWeights& L, F&& f) {
 
 }  // namespace
 
-double decode_weight_bytes(const Model& m) {
+double decode_weight_bytes(const Model& m) { return decode_step_weight_bytes(m, 1); }
+
+double decode_step_weight_bytes(const Model& m, int64_t n) {
     const auto& c = m.config();
     const auto& w = m.weights();
     double total = weight_bytes(w.output) + (double)c.n_embd * ggml_traits(w.token_embd.type).block_bytes /
@@ -31,7 +34,7 @@ double decode_weight_bytes(const Model& m) {
     for (int il = 0; il < c.n_layer; ++il) {
         const LayerWeights& L = w.layers[il];
         for_dense(L, [&](const Weight& x) { total += weight_bytes(x); });
-        const double frac = (double)c.n_expert_used / c.n_expert;
+        const double frac = 1.0 - std::pow(1.0 - (double)c.n_expert_used / c.n_expert, (double)n);
         total += frac * (weight_bytes(L.gate_exps) + weight_bytes(L.up_exps) + weight_bytes(L.down_exps));
     }
     return total;

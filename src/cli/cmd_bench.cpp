@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "cli/bench_batch.h"
 #include "cli/bench_counts.h"
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -26,33 +27,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// --skip-fill: every layer's window ring and the entries a cache of `depth` tokens holds get random values in
-// [-1, 1] (finite, distinct: the indexer's top-k sees no ties), then the position is set to `depth`.
-void fill_cache_randomly(Model& m, KvCache& cache, int64_t depth) {
-    const ModelConfig& cfg = m.config();
-    Backend& b = m.backend();
-    std::mt19937 rng(7);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    std::vector<float> host;
-    auto fill = [&](float* dst, int64_t floats) {
-        if (!dst || floats <= 0) return;
-        if ((int64_t)host.size() < floats) {
-            const size_t old = host.size();
-            host.resize((size_t)floats);
-            for (size_t i = old; i < host.size(); ++i) host[i] = u(rng);
-        }
-        b.upload(dst, host.data(), (size_t)floats * sizeof(float));
-    };
-    for (int il = 0; il < cfg.n_layer; ++il) {
-        LayerCache& L = cache.layer(il);
-        fill(L.window, (int64_t)cfg.window * cfg.head_dim);
-        if (L.ratio > 0) fill(L.comp, depth / L.ratio * cfg.head_dim);
-        if (L.ratio == 4) fill(L.index, depth / 4 * cfg.index_head_dim);
-    }
-    b.synchronize();
-    cache.set_pos(depth);
-}
 
 std::vector<int64_t> parse_list(const std::string& s) {
     std::vector<int64_t> v;
@@ -91,6 +65,11 @@ int cmd_bench(int argc, char** argv) {
                    "measurements of --gen tokens at each depth, one after the other; the decode row reports their "
                    "median (and the slowest and fastest): single short runs of one build vary by several percent")
         ->check(CLI::Range(1, 1000));
+    std::string batch_list;
+    app.add_option("--batch", batch_list,
+                   "comma-separated batch sizes (e.g. 1,8,16,32,64): that many sequences also decode together, a "
+                   "token each per step, at every --ctx depth (the engine's batched forward pass; host sampling "
+                   "not included): tokens/s in all and per stream, weight bytes per step, KV bytes per sequence");
     app.add_option("--ctx", ctx_list, "comma-separated context depths at which to measure decode (e.g. 0,4096)");
     app.add_option("--prefill-chunk", chunk, "tokens per prefill step")->capture_default_str()->check(positive_number());
     app.add_option("--peak-gbs", peak_gbs, "memory bandwidth peak in GB/s to report the achieved fraction against");
@@ -125,6 +104,14 @@ int cmd_bench(int argc, char** argv) {
         return fail("--ctx takes comma-separated integers, got '" + ctx_list + "'");
     }
     if (depths.empty()) depths.push_back(0);
+    std::vector<int64_t> batch_sizes;
+    try {
+        batch_sizes = parse_list(batch_list);
+    } catch (const std::exception&) {
+        return fail("--batch takes comma-separated integers, got '" + batch_list + "'");
+    }
+    for (int64_t n : batch_sizes)
+        if (n <= 0 || n > 4096) return fail("--batch sizes must be in 1..4096, got " + std::to_string(n));
 
     dev.exact = exact;
     auto real_backend = make_backend(dev);
@@ -247,6 +234,19 @@ int cmd_bench(int argc, char** argv) {
         if (peak_gbs > 0) d["fraction_of_peak"] = gbs / peak_gbs;
         out["decode"].push_back(d);
     }
+    if (!batch_sizes.empty()) {
+        BatchBench bb;
+        bb.sizes = batch_sizes;
+        bb.depths = depths;
+        bb.n_gen = n_gen;
+        bb.repeat = repeat;
+        bb.chunk = chunk;
+        bb.skip_fill = skip_fill;
+        bb.peak_gbs = peak_gbs;
+        auto rows = bench_batches(m, runner, opt, bb, rng);
+        if (!rows.ok()) return fail(rows.error());
+        out["batch"] = std::move(*rows);
+    }
     if (const StepGraphStats* g = runner.graph_stats()) {
         out["step_graphs"] = {{"segments", g->segments}, {"eager", g->eager}, {"captures", g->captures},
                               {"replays", g->replays}};
@@ -305,6 +305,7 @@ int cmd_bench(int argc, char** argv) {
                         d["tokens_per_s_min"].get<double>(), d["tokens_per_s_max"].get<double>());
         std::printf("\n");
     }
+    if (out.contains("batch")) print_batches(out["batch"], peak_gbs);
     if (out.contains("step_graphs")) {
         const auto& g = out["step_graphs"];
         std::printf("graphs   %lld recorded steps: %lld run as issued, %lld captured, %lld replayed\n",

@@ -64,6 +64,33 @@ else:
     if len(runs) == 3:
         check(abs(d["tokens_per_s"] - sorted(runs)[1]) <= 1e-9 * d["tokens_per_s"], f"the median of the runs: {d}")
         check(d["tokens_per_s_min"] == min(runs) and d["tokens_per_s_max"] == max(runs), f"slowest and fastest: {d}")
+# --batch: rows per (depth, size) with the asked sizes, every stream's tokens counted, the weight bytes a step
+# reads growing with the batch (more distinct experts) but below that many single steps, and the KV per sequence.
+bat = subprocess.run([dsv4, "bench", "--synth", "tiny", "--prompt", "4", "--gen", "2", "--ctx", "0,300", "--json",
+                      "--skip-fill", "--batch", "1,3,5", "--device", "cpu", "--threads", "2"],
+                     capture_output=True, text=True, timeout=300)
+if bat.returncode != 0:
+    failures.append(f"bench --batch failed ({bat.returncode}): {bat.stderr[-1000:]}")
+else:
+    rb = json.loads(bat.stdout)
+    rows = rb.get("batch", [])
+    check([(x["context"], x["sequences"]) for x in rows] == [(c, n) for c in (0, 300) for n in (1, 3, 5)],
+          f"batch rows at each depth and size: {[(x['context'], x['sequences']) for x in rows]}")
+    for x in rows:
+        check(x["steps"] == 2 and x["tokens_per_s"] > 0, f"batch row measured: {x}")
+        check(abs(x["tokens_per_s"] - x["sequences"] * x["tokens_per_s_per_stream"]) <= 1e-9 * x["tokens_per_s"],
+              f"tokens/s in all = streams x per stream: {x}")
+        check(x["kv_bytes_per_sequence"] > 0, f"KV bytes per sequence: {x}")
+    one = [x for x in rows if x["sequences"] == 1]
+    if one:
+        check(abs(one[0]["weight_bytes_per_step"] - rb["weight_bytes_per_decoded_token"]) <= 1e-6 * one[0]["weight_bytes_per_step"],
+              "a batch of one reads one decoded token's weights")
+    w = [x["weight_bytes_per_step"] for x in rows[:3]]
+    if len(w) == 3:
+        check(w[0] < w[1] < w[2] < 5 * w[0], f"weight bytes per step grow with the batch, less than linearly: {w}")
+badb = subprocess.run([dsv4, "bench", "--synth", "tiny", "--batch", "2,x", "--device", "cpu"], capture_output=True,
+                      text=True, timeout=60)
+check(badb.returncode != 0 and "--batch" in badb.stderr, f"--batch 2,x is refused: {badb.returncode} {badb.stderr[-300:]}")
 bad = subprocess.run([dsv4, "bench", "--synth", "tiny", "--repeat", "0", "--device", "cpu"], capture_output=True,
                      text=True, timeout=60)
 check(bad.returncode != 0 and "repeat" in bad.stderr, f"--repeat 0 is refused: {bad.returncode} {bad.stderr[-300:]}")

@@ -1,0 +1,117 @@
+#include "cli/bench_batch.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "cli/bench_counts.h"
+
+namespace dsv4::cli {
+
+using Clock = std::chrono::steady_clock;
+
+void fill_cache_randomly(Model& m, KvCache& cache, int64_t depth) {
+    const ModelConfig& cfg = m.config();
+    Backend& b = m.backend();
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> host;
+    auto fill = [&](float* dst, int64_t floats) {
+        if (!dst || floats <= 0) return;
+        if ((int64_t)host.size() < floats) {
+            const size_t old = host.size();
+            host.resize((size_t)floats);
+            for (size_t i = old; i < host.size(); ++i) host[i] = u(rng);
+        }
+        b.upload(dst, host.data(), (size_t)floats * sizeof(float));
+    };
+    for (int il = 0; il < cfg.n_layer; ++il) {
+        LayerCache& L = cache.layer(il);
+        fill(L.window, (int64_t)cfg.window * cfg.head_dim);
+        if (L.ratio > 0) fill(L.comp, depth / L.ratio * cfg.head_dim);
+        if (L.ratio == 4) fill(L.index, depth / 4 * cfg.index_head_dim);
+    }
+    b.synchronize();
+    cache.set_pos(depth);
+}
+
+Result<nlohmann::ordered_json> bench_batches(Model& m, StepRunner& runner, const StepOptions& opt,
+                                             const BatchBench& b, std::mt19937& rng) {
+    const int64_t V = m.config().n_vocab;
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    for (int64_t depth : b.depths) {
+        for (int64_t n : b.sizes) {
+            if (n <= 0) return make_error("--batch sizes must be positive");
+            std::vector<std::unique_ptr<KvCache>> caches;
+            for (int64_t i = 0; i < n; ++i) {
+                caches.push_back(m.new_cache(depth + b.n_gen * b.repeat + 1, false));
+                KvCache& c = *caches.back();
+                if (b.skip_fill) {
+                    fill_cache_randomly(m, c, depth);
+                    continue;
+                }
+                std::vector<int32_t> fill((size_t)depth);
+                for (auto& t : fill) t = (int32_t)(rng() % V);
+                for (int64_t p = 0; p < depth; p += b.chunk) {
+                    const int64_t e = std::min(depth, p + b.chunk);
+                    DSV4_TRY(
+                        runner.step(c, std::span<const int32_t>(fill.data() + p, e - p), opt, nullptr));
+                }
+            }
+            std::vector<int32_t> tokens((size_t)n);
+            std::vector<std::vector<float>> logits((size_t)n);
+            std::vector<Model::BatchItem> items((size_t)n);
+            std::vector<double> runs;
+            for (int64_t rep = 0; rep < b.repeat; ++rep) {
+                m.backend().synchronize();
+                const auto t0 = Clock::now();
+                for (int64_t s = 0; s < b.n_gen; ++s) {
+                    for (int64_t i = 0; i < n; ++i) {
+                        tokens[(size_t)i] = (int32_t)(rng() % V);
+                        items[(size_t)i] = {caches[(size_t)i].get(),
+                                            std::span<const int32_t>(&tokens[(size_t)i], 1), false,
+                                            &logits[(size_t)i], nullptr};
+                    }
+                    DSV4_TRY(runner.step_batch(items, opt));
+                }
+                m.backend().synchronize();
+                runs.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+            }
+            std::sort(runs.begin(), runs.end());
+            const size_t mid = runs.size() / 2;
+            const double dt = runs.size() % 2 ? runs[mid] : 0.5 * (runs[mid - 1] + runs[mid]);
+            const double bytes = decode_step_weight_bytes(m, n);
+            nlohmann::ordered_json r = {{"context", depth},
+                                        {"sequences", n},
+                                        {"steps", b.n_gen},
+                                        {"seconds", dt},
+                                        {"tokens_per_s", (double)(n * b.n_gen) / dt},
+                                        {"tokens_per_s_per_stream", (double)b.n_gen / dt},
+                                        {"weight_bytes_per_step", bytes},
+                                        {"weight_gb_per_s", bytes * (double)b.n_gen / dt / 1e9},
+                                        {"kv_bytes_per_sequence", caches.front()->bytes()}};
+            if (b.repeat > 1) r["repeats"] = b.repeat;
+            if (b.skip_fill) r["fill"] = "skipped: random cache entries";
+            if (b.peak_gbs > 0) r["fraction_of_peak"] = bytes * (double)b.n_gen / dt / 1e9 / b.peak_gbs;
+            rows.push_back(r);
+        }
+    }
+    return rows;
+}
+
+void print_batches(const nlohmann::ordered_json& rows, double peak_gbs) {
+    for (const auto& r : rows) {
+        std::printf("batch    ctx %-7lld %3lld streams x %lld steps in %.3f s: %.1f tokens/s (%.2f per stream), "
+                    "%.1f MB of weights per step, %.1f GB/s",
+                    (long long)r["context"].get<int64_t>(), (long long)r["sequences"].get<int64_t>(),
+                    (long long)r["steps"].get<int64_t>(), r["seconds"].get<double>(), r["tokens_per_s"].get<double>(),
+                    r["tokens_per_s_per_stream"].get<double>(), r["weight_bytes_per_step"].get<double>() / 1e6,
+                    r["weight_gb_per_s"].get<double>());
+        if (r.contains("fraction_of_peak"))
+            std::printf(" (%.1f%% of %.0f GB/s)", 100 * r["fraction_of_peak"].get<double>(), peak_gbs);
+        std::printf("; KV %.1f MB per sequence\n", (double)r["kv_bytes_per_sequence"].get<size_t>() / 1e6);
+    }
+}
+
+}  // namespace dsv4::cli
