@@ -69,6 +69,22 @@ struct MoeTcLayout {
     static constexpr size_t kSmem = 1024 + kXBytes + kWBytes + kRawBytes + kShiftBytes;
 };
 
+// Outputs col and col + 1 (the second only when < N) of grouped row grow, from their sums v (and, for gate/up,
+// the matching up sums u): gate/up writes h = bf16(swiglu(v, u) * wgt), down writes y = v.
+template <bool GATE_UP>
+__device__ __forceinline__ void store_output_pair(void* out, int64_t ldo, int64_t grow, int64_t col, int64_t N, float wgt,
+                                                  float clamp, float v0, float v1, float u0, float u1) {
+    if constexpr (GATE_UP) {
+        __nv_bfloat16* o = static_cast<__nv_bfloat16*>(out) + grow * ldo + col;
+        o[0] = __float2bfloat16_rn(swiglu_value(v0, u0, clamp) * wgt);
+        if (col + 1 < N) o[1] = __float2bfloat16_rn(swiglu_value(v1, u1, clamp) * wgt);
+    } else {
+        float* o = static_cast<float*>(out) + grow * ldo + col;
+        o[0] = v0;
+        if (col + 1 < N) o[1] = v1;
+    }
+}
+
 // Block (blockIdx.x: 64 outputs, blockIdx.y: tile). The output slices of one tile are consecutive blocks, so
 // they run together and read the tile's activation rows from L2: with the tile as x, each slice came a whole
 // grid row later and the 64 (gate/up: 32) re-reads of every activation row went to DRAM (Nsight Compute on
@@ -291,17 +307,9 @@ __global__ void __launch_bounds__(kThreads, 2)
         for (int j = 0; j < kBN / 8; ++j) {
             const int64_t col = n0 + 8 * j + 2 * (lane % 4);
             if (col >= N) continue;
-            const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-            if constexpr (GATE_UP) {
-                const float u0 = acc[4 * (j + kBN / 8) + 2 * h], u1 = acc[4 * (j + kBN / 8) + 2 * h + 1];
-                __nv_bfloat16* o = static_cast<__nv_bfloat16*>(out) + grow * ldo + col;
-                o[0] = __float2bfloat16_rn(swiglu_value(v0, u0, clamp) * wgt);
-                if (col + 1 < N) o[1] = __float2bfloat16_rn(swiglu_value(v1, u1, clamp) * wgt);
-            } else {
-                float* o = static_cast<float*>(out) + grow * ldo + col;
-                o[0] = v0;
-                if (col + 1 < N) o[1] = v1;
-            }
+            const int u = GATE_UP ? 4 * (j + kBN / 8) + 2 * h : 0;  // the matching up sums (gate/up)
+            store_output_pair<GATE_UP>(out, ldo, grow, col, N, wgt, clamp, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1],
+                                       acc[u], acc[u + 1]);
         }
     }
 #else
@@ -319,17 +327,9 @@ __global__ void __launch_bounds__(kThreads, 2)
             for (int ni = 0; ni < 4; ++ni) {
                 const int64_t col = n0 + 32 * wn + 8 * ni + 2 * (lane % 4);
                 if (col >= N) continue;
-                const float v0 = acc[0][mi][ni][2 * h], v1 = acc[0][mi][ni][2 * h + 1];
-                if constexpr (GATE_UP) {
-                    const float u0 = acc[kSets - 1][mi][ni][2 * h], u1 = acc[kSets - 1][mi][ni][2 * h + 1];
-                    __nv_bfloat16* o = static_cast<__nv_bfloat16*>(out) + grow * ldo + col;
-                    o[0] = __float2bfloat16_rn(swiglu_value(v0, u0, clamp) * wgt);
-                    if (col + 1 < N) o[1] = __float2bfloat16_rn(swiglu_value(v1, u1, clamp) * wgt);
-                } else {
-                    float* o = static_cast<float*>(out) + grow * ldo + col;
-                    o[0] = v0;
-                    if (col + 1 < N) o[1] = v1;
-                }
+                store_output_pair<GATE_UP>(out, ldo, grow, col, N, wgt, clamp, acc[0][mi][ni][2 * h],
+                                           acc[0][mi][ni][2 * h + 1], acc[kSets - 1][mi][ni][2 * h],
+                                           acc[kSets - 1][mi][ni][2 * h + 1]);
             }
         }
 #endif
