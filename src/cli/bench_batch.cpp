@@ -36,6 +36,12 @@ void fill_cache_randomly(Model& m, KvCache& cache, int64_t depth) {
     cache.set_pos(depth);
 }
 
+double median_of(std::vector<double> runs) {
+    std::sort(runs.begin(), runs.end());
+    const size_t mid = runs.size() / 2;
+    return runs.size() % 2 ? runs[mid] : 0.5 * (runs[mid - 1] + runs[mid]);
+}
+
 Result<nlohmann::ordered_json> bench_batches(Model& m, StepRunner& runner, const StepOptions& opt,
                                              const BatchBench& b, std::mt19937& rng) {
     const int64_t V = m.config().n_vocab;
@@ -78,9 +84,7 @@ Result<nlohmann::ordered_json> bench_batches(Model& m, StepRunner& runner, const
                 m.backend().synchronize();
                 runs.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
             }
-            std::sort(runs.begin(), runs.end());
-            const size_t mid = runs.size() / 2;
-            const double dt = runs.size() % 2 ? runs[mid] : 0.5 * (runs[mid - 1] + runs[mid]);
+            const double dt = median_of(runs);
             const double bytes = decode_step_weight_bytes(m, n);
             nlohmann::ordered_json r = {{"context", depth},
                                         {"sequences", n},

@@ -19,6 +19,10 @@ namespace dsv4::cli {
 // [-1, 1] (finite, distinct: the indexer's top-k sees no ties), then the position is set to `depth`.
 void fill_cache_randomly(Model& m, KvCache& cache, int64_t depth);
 
+// The median of a measurement's repeated timings (the mean of the middle two for an even count); runs is
+// not empty.
+double median_of(std::vector<double> runs);
+
 struct BatchBench {
     std::vector<int64_t> sizes;   // sequences per step
     std::vector<int64_t> depths;  // context each sequence starts decoding at

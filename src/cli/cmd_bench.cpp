@@ -216,10 +216,7 @@ int cmd_bench(int argc, char** argv) {
             profiler.synchronize();
             runs.push_back(seconds_since(t0));
         }
-        std::vector<double> sorted = runs;
-        std::sort(sorted.begin(), sorted.end());
-        const size_t mid = sorted.size() / 2;
-        const double dt = sorted.size() % 2 ? sorted[mid] : 0.5 * (sorted[mid - 1] + sorted[mid]);
+        const double dt = median_of(runs);
         const double gbs = bytes_per_token * n_gen / dt / 1e9;
         nlohmann::ordered_json d = {{"context", depth}, {"tokens", n_gen}, {"seconds", dt},
                                     {"tokens_per_s", n_gen / dt}, {"weight_gb_per_s", gbs}};
@@ -227,8 +224,9 @@ int cmd_bench(int argc, char** argv) {
             d["repeats"] = repeat;
             d["tokens_per_s_runs"] = nlohmann::ordered_json::array();
             for (double r : runs) d["tokens_per_s_runs"].push_back(n_gen / r);
-            d["tokens_per_s_min"] = n_gen / sorted.back();
-            d["tokens_per_s_max"] = n_gen / sorted.front();
+            const auto [fastest, slowest] = std::minmax_element(runs.begin(), runs.end());
+            d["tokens_per_s_min"] = n_gen / *slowest;
+            d["tokens_per_s_max"] = n_gen / *fastest;
         }
         if (skip_fill) d["fill"] = "skipped: random cache entries";
         if (peak_gbs > 0) d["fraction_of_peak"] = gbs / peak_gbs;
