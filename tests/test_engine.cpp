@@ -10,42 +10,26 @@
 #include "format/gguf.h"
 #include "model/synth.h"
 #include "runtime/engine.h"
+#include "util/tiny_model.h"
 
 using namespace dsv4;
 
 namespace {
 
-const std::string kVocab = std::string(DSV4_SHARED_DIR) + "/fixtures/tokenizer/deepseek_v3/vocab.gguf";
 
 // One tiny model for the whole suite, written once into the temp folder.
 class EngineTest : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
-        path_ = (std::filesystem::temp_directory_path() / ("dsv4_engine_test_" + std::to_string(getpid()) + ".gguf")).string();
-        auto vocab = GgufFile::open(kVocab);
-        ASSERT_TRUE(vocab.ok()) << vocab.error();
-        auto hp = synth_preset("tiny");
-        ASSERT_TRUE(hp.ok()) << hp.error();
-        auto nv = synth_vocab_size(**vocab);
-        ASSERT_TRUE(nv.ok());
-        hp->n_vocab = *nv;
-        SynthWriteOptions wo;
-        wo.seed = 7;
-        wo.vocab = vocab->get();
-        ASSERT_TRUE(synth_write(*hp, SynthTypes{}, wo, path_).ok());
-        backend_ = make_cpu_backend(2).release();
-        auto m = Model::load(path_, *backend_);
-        ASSERT_TRUE(m.ok()) << m.error();
-        model_ = m->release();
-        auto t = Tokenizer::from_gguf(model_->file());
+        auto t = test::make_tiny_model("engine_test", 7);
         ASSERT_TRUE(t.ok()) << t.error();
-        tok_ = t->release();
+        tiny_ = t->release();
+        backend_ = tiny_->backend.get();
+        model_ = tiny_->model.get();
+        tok_ = tiny_->tokenizer.get();
     }
     static void TearDownTestSuite() {
-        delete tok_;
-        delete model_;
-        delete backend_;
-        std::remove(path_.c_str());
+        delete tiny_;
     }
 
     struct Out {
@@ -86,7 +70,7 @@ protected:
         return o;
     }
 
-    static inline std::string path_;
+    static inline test::TinyModel* tiny_ = nullptr;
     static inline Backend* backend_ = nullptr;
     static inline Model* model_ = nullptr;
     static inline Tokenizer* tok_ = nullptr;

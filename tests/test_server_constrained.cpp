@@ -16,6 +16,7 @@
 #include "format/gguf.h"
 #include "model/synth.h"
 #include "runtime/engine.h"
+#include "util/tiny_model.h"
 #include "runtime/grammar_cache.h"
 #include "runtime/json_schema.h"
 #include "server/anthropic_request.h"
@@ -29,7 +30,6 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-const std::string kVocab = std::string(DSV4_SHARED_DIR) + "/fixtures/tokenizer/deepseek_v3/vocab.gguf";
 
 // ---- a validator of the supported subset, independent of the grammar ---------------------------------------
 
@@ -154,33 +154,17 @@ std::string check_value(const std::string& text, int i) {
 class ConstrainedTest : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
-        path_ = (std::filesystem::temp_directory_path() / ("dsv4_constrained_" + std::to_string(getpid()) + ".gguf")).string();
-        auto vocab = GgufFile::open(kVocab);
-        ASSERT_TRUE(vocab.ok()) << vocab.error();
-        auto hp = synth_preset("tiny");
-        ASSERT_TRUE(hp.ok()) << hp.error();
-        auto nv = synth_vocab_size(**vocab);
-        ASSERT_TRUE(nv.ok());
-        hp->n_vocab = *nv;
-        SynthWriteOptions wo;
-        wo.seed = 11;
-        wo.vocab = vocab->get();
-        ASSERT_TRUE(synth_write(*hp, SynthTypes{}, wo, path_).ok());
-        backend_ = make_cpu_backend(2).release();
-        auto m = Model::load(path_, *backend_);
-        ASSERT_TRUE(m.ok()) << m.error();
-        model_ = m->release();
-        auto t = Tokenizer::from_gguf(model_->file());
+        auto t = test::make_tiny_model("constrained", 11);
         ASSERT_TRUE(t.ok()) << t.error();
-        tok_ = t->release();
+        tiny_ = t->release();
+        backend_ = tiny_->backend.get();
+        model_ = tiny_->model.get();
+        tok_ = tiny_->tokenizer.get();
         cache_ = new GrammarCache(*tok_);
     }
     static void TearDownTestSuite() {
         delete cache_;
-        delete tok_;
-        delete model_;
-        delete backend_;
-        std::remove(path_.c_str());
+        delete tiny_;
     }
 
     static std::shared_ptr<const TokenGrammar> bound(int i) {
@@ -195,7 +179,7 @@ protected:
         std::string error;
     };
 
-    static inline std::string path_;
+    static inline test::TinyModel* tiny_ = nullptr;
     static inline Backend* backend_ = nullptr;
     static inline Model* model_ = nullptr;
     static inline Tokenizer* tok_ = nullptr;

@@ -18,6 +18,7 @@
 #include "format/gguf.h"
 #include "model/synth.h"
 #include "runtime/engine.h"
+#include "util/tiny_model.h"
 #include "server/event_channel.h"
 #include "server/generation.h"
 #include "server/metrics.h"
@@ -29,7 +30,6 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-const std::string kVocab = std::string(DSV4_SHARED_DIR) + "/fixtures/tokenizer/deepseek_v3/vocab.gguf";
 
 // How far a reported logprob may be from the log-softmax of the logits path, computed in double: the
 // reported value is a float (|logprob| < 32 here, so half an ulp is < 2e-6), its log-sum-exp comes from
@@ -53,28 +53,15 @@ std::vector<double> log_softmax(const float* row, size_t n) {
 class ScoringTest : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
-        auto vocab = GgufFile::open(kVocab);
-        ASSERT_TRUE(vocab.ok()) << vocab.error();
-        auto hp = synth_preset("tiny");
-        ASSERT_TRUE(hp.ok()) << hp.error();
-        auto nv = synth_vocab_size(**vocab);
-        ASSERT_TRUE(nv.ok()) << nv.error();
-        hp->n_vocab = *nv;
-        SynthWriteOptions wo;
-        wo.seed = 11;
-        wo.vocab = vocab->get();
-        backend_ = make_cpu_backend(2).release();
-        auto m = synth_model(*hp, SynthTypes{}, wo, *backend_);
-        ASSERT_TRUE(m.ok()) << m.error();
-        model_ = m->release();
-        auto t = Tokenizer::from_gguf(model_->file());
+        auto t = test::make_tiny_model("scoring", 11);
         ASSERT_TRUE(t.ok()) << t.error();
-        tok_ = t->release();
+        tiny_ = t->release();
+        backend_ = tiny_->backend.get();
+        model_ = tiny_->model.get();
+        tok_ = tiny_->tokenizer.get();
     }
     static void TearDownTestSuite() {
-        delete tok_;
-        delete model_;
-        delete backend_;
+        delete tiny_;
     }
 
     // An engine with small prompt chunks (so the prompt spans several, cut at prefix-cache blocks) and a
@@ -167,6 +154,7 @@ protected:
         return ids;
     }
 
+    static inline test::TinyModel* tiny_ = nullptr;
     static inline Backend* backend_ = nullptr;
     static inline Model* model_ = nullptr;
     static inline Tokenizer* tok_ = nullptr;
