@@ -36,6 +36,21 @@ void fill_cache_randomly(Model& m, KvCache& cache, int64_t depth) {
     cache.set_pos(depth);
 }
 
+Status reach_depth(Model& m, StepRunner& runner, KvCache& cache, int64_t depth, int64_t chunk, bool skip_fill,
+                   const StepOptions& opt, std::mt19937& rng) {
+    if (skip_fill) {
+        fill_cache_randomly(m, cache, depth);
+        return {};
+    }
+    std::vector<int32_t> fill((size_t)depth);
+    for (auto& t : fill) t = (int32_t)(rng() % m.config().n_vocab);
+    for (int64_t p = 0; p < depth; p += chunk) {
+        const int64_t e = std::min(depth, p + chunk);
+        DSV4_TRY(runner.step(cache, std::span<const int32_t>(fill.data() + p, e - p), opt, nullptr));
+    }
+    return {};
+}
+
 double median_of(std::vector<double> runs) {
     std::sort(runs.begin(), runs.end());
     const size_t mid = runs.size() / 2;
@@ -52,18 +67,7 @@ Result<nlohmann::ordered_json> bench_batches(Model& m, StepRunner& runner, const
             std::vector<std::unique_ptr<KvCache>> caches;
             for (int64_t i = 0; i < n; ++i) {
                 caches.push_back(m.new_cache(depth + b.n_gen * b.repeat + 1, false));
-                KvCache& c = *caches.back();
-                if (b.skip_fill) {
-                    fill_cache_randomly(m, c, depth);
-                    continue;
-                }
-                std::vector<int32_t> fill((size_t)depth);
-                for (auto& t : fill) t = (int32_t)(rng() % V);
-                for (int64_t p = 0; p < depth; p += b.chunk) {
-                    const int64_t e = std::min(depth, p + b.chunk);
-                    DSV4_TRY(
-                        runner.step(c, std::span<const int32_t>(fill.data() + p, e - p), opt, nullptr));
-                }
+                DSV4_TRY(reach_depth(m, runner, *caches.back(), depth, b.chunk, b.skip_fill, opt, rng));
             }
             std::vector<int32_t> tokens((size_t)n);
             std::vector<std::vector<float>> logits((size_t)n);

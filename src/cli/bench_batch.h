@@ -19,6 +19,11 @@ namespace dsv4::cli {
 // [-1, 1] (finite, distinct: the indexer's top-k sees no ties), then the position is set to `depth`.
 void fill_cache_randomly(Model& m, KvCache& cache, int64_t depth);
 
+// Bring a fresh cache to `depth` tokens: fill_cache_randomly with skip_fill, else a prefill of random tokens
+// (drawn from rng) in steps of `chunk`.
+Status reach_depth(Model& m, StepRunner& runner, KvCache& cache, int64_t depth, int64_t chunk, bool skip_fill,
+                   const StepOptions& opt, std::mt19937& rng);
+
 // The median of a measurement's repeated timings (the mean of the middle two for an even count); runs is
 // not empty.
 double median_of(std::vector<double> runs);

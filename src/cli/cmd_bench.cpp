@@ -193,16 +193,7 @@ int cmd_bench(int argc, char** argv) {
     for (int64_t depth : depths) {
         // Bring the cache to `depth` tokens (untimed), then time single-token decode steps.
         cache->reset();
-        if (skip_fill) {
-            fill_cache_randomly(m, *cache, depth);
-        } else {
-            auto fill = random_tokens(depth);
-            for (int64_t b = 0; b < depth; b += chunk) {
-                Status s = runner.step(*cache, std::span<const int32_t>(fill.data() + b, std::min(depth, b + chunk) - b),
-                                  opt, nullptr);
-                if (!s.ok()) return fail(s.error());
-            }
-        }
+        if (Status s = reach_depth(m, runner, *cache, depth, chunk, skip_fill, opt, rng); !s.ok()) return fail(s.error());
         // --repeat measurements in a row (each starts where the last ended: the depth grows by n_gen each).
         std::vector<double> runs;
         for (int64_t rep = 0; rep < repeat; ++rep) {
