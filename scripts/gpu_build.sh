@@ -8,5 +8,5 @@ BUILD_DIR=${BUILD_DIR:-build-gpu}
 ARCHS=${ARCHS:-90a}
 export PATH=/usr/local/cuda/bin:$PATH
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSV4_MINIMAL=ON -DDSV4_TESTS=OFF -DDSV4_CUDA=ON \
-  -DDSV4_CUDA_ARCHS="$ARCHS" -DDSV4_EXTRA_INCLUDE="$PWD/carry/include" >/dev/null
+  -DDSV4_CUDA_ARCHS="$ARCHS" -DDSV4_EXTRA_INCLUDE="$PWD/carry/include" -DDSV4_PCRE2_ROOT="$PWD/carry/pcre2" >/dev/null
 cmake --build "$BUILD_DIR" --parallel "$(nproc)" --target dsv4 test-backend-ops bench_gemv

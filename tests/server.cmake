@@ -1,45 +1,14 @@
-# `dsv4 serve`: the unit tests of the OpenAI layer (tests/test_openai_request.cpp) and of the pre-handler checks
-# (tests/test_http_guard.cpp) link the HTTP-free server sources, and the end-to-end test drives a real server
+# `dsv4 serve`: the unit tests of the server layer (request parsing, the pre-handler checks, constrained output,
+# the Anthropic / Responses writers, scoring through the completions handler) link the server library, and the end-to-end test drives a real server
 # with the official openai npm client and raw HTTP (tests/server/*.test.mjs, run by `node --test`). Fixtures: a
 # tiny random-weight model with the real DeepSeek vocabulary, and the npm packages installed in a build-dir copy
 # of tests/server. The Node tests start the server themselves on a free loopback port (--port 0) and stop it
 # with a signal.
-if(TARGET test_openai_request)
-  target_sources(test_openai_request PRIVATE
-    ${CMAKE_SOURCE_DIR}/src/server/openai_request.cpp
-    ${CMAKE_SOURCE_DIR}/src/server/output_constraint.cpp
-    ${CMAKE_SOURCE_DIR}/src/server/openai_response.cpp
-    ${CMAKE_SOURCE_DIR}/src/server/metrics.cpp)
-endif()
-# Constrained decoding through the chat request path (request parsing, the output grammar, the engine).
-if(TARGET test_server_constrained)
-  target_sources(test_server_constrained PRIVATE
-    ${CMAKE_SOURCE_DIR}/src/server/openai_request.cpp
-    ${CMAKE_SOURCE_DIR}/src/server/anthropic_request.cpp
-    ${CMAKE_SOURCE_DIR}/src/server/responses_request.cpp
-    ${CMAKE_SOURCE_DIR}/src/server/output_constraint.cpp)
-endif()
-if(TARGET test_http_guard)
-  target_sources(test_http_guard PRIVATE
-    ${CMAKE_SOURCE_DIR}/src/server/http_head.cpp
-    ${CMAKE_SOURCE_DIR}/src/server/http_guard.cpp)
-endif()
-
-# The Anthropic / Responses layers' unit test links the whole server layer but no listener: httplib only for
-# the handler code it does not call.
-if(TARGET test_server_agent_apis)
-  file(GLOB _server_sources ${CMAKE_SOURCE_DIR}/src/server/*.cpp)
-  list(FILTER _server_sources EXCLUDE REGEX "/(server|chat_page)\\.cpp$")
-  target_sources(test_server_agent_apis PRIVATE ${_server_sources})
-  target_link_libraries(test_server_agent_apis PRIVATE PkgConfig::HTTPLIB)
-endif()
-# Prompt scoring (echo + logprobs, max_tokens 0) drives the completions handler without a listener.
-if(TARGET test_server_scoring)
-  file(GLOB _server_sources ${CMAKE_SOURCE_DIR}/src/server/*.cpp)
-  list(FILTER _server_sources EXCLUDE REGEX "/(server|chat_page)\\.cpp$")
-  target_sources(test_server_scoring PRIVATE ${_server_sources})
-  target_link_libraries(test_server_scoring PRIVATE PkgConfig::HTTPLIB)
-endif()
+foreach(_t test_openai_request test_server_constrained test_http_guard test_server_agent_apis test_server_scoring)
+  if(TARGET ${_t})
+    target_link_libraries(${_t} PRIVATE dsv4_server)
+  endif()
+endforeach()
 
 set(DSV4_SERVER_VOCAB ${DSV4_SHARED_DIR}/fixtures/tokenizer/deepseek_v3/vocab.gguf)
 find_program(DSV4_NODE NAMES node)

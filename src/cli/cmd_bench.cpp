@@ -12,6 +12,7 @@
 
 #include "cli/bench_batch.h"
 #include "cli/bench_counts.h"
+#include "cli/bench_e2e.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "exec/profiling_backend.h"
@@ -19,6 +20,7 @@
 #include "format/gguf.h"
 #include "model/deepseek4.h"
 #include "model/synth.h"
+#include "tokenizer/tokenizer.h"
 
 namespace dsv4::cli {
 
@@ -87,6 +89,17 @@ int cmd_bench(int argc, char** argv) {
                  "reach each --ctx depth without prefilling it: the cache's windows and entries get random values "
                  "and its position is set (decode timing at depth in seconds instead of minutes; the logits mean "
                  "nothing)");
+    bool e2e = false;
+    std::string vocab_path;
+    E2eBench eb;
+    std::string e2e_prompts;
+    app.add_flag("--e2e", e2e,
+                 "also run --repeat requests of random prompts and --gen tokens through the generation engine, as "
+                 "`run` and one server request do (sampling, detokenizing, stop checks), greedy, at `run`'s "
+                 "default sampling and at temperature 1: time to first token and tokens/s as a user sees them");
+    app.add_option("--e2e-prompts", e2e_prompts, "comma-separated prompt lengths of the --e2e requests (default --prompt)");
+    app.add_option("--vocab", vocab_path,
+                   "the --synth model takes this GGUF's tokenizer (and its vocabulary size), for --e2e");
     add_no_graphs_flag(app, no_graphs);
     add_device_options(app, dev);
     add_kernel_options(app, dev);
@@ -104,6 +117,13 @@ int cmd_bench(int argc, char** argv) {
         return fail("--ctx takes comma-separated integers, got '" + ctx_list + "'");
     }
     if (depths.empty()) depths.push_back(0);
+    if (!vocab_path.empty() && synth_preset_name.empty()) return fail("--vocab gives a --synth model its tokenizer");
+    std::unique_ptr<GgufFile> vocab;
+    if (!vocab_path.empty()) {
+        auto f = GgufFile::open(vocab_path);
+        if (!f.ok()) return fail("--vocab: " + f.error());
+        vocab = std::move(*f);
+    }
     std::vector<int64_t> batch_sizes;
     try {
         batch_sizes = parse_list(batch_list);
@@ -132,6 +152,10 @@ int cmd_bench(int argc, char** argv) {
             DSV4_ASSIGN_OR_RETURN(types.dense, synth_type_named(dense_type, "--dense-type"));
         }
         SynthWriteOptions so;
+        if (vocab) {
+            DSV4_ASSIGN_OR_RETURN(hp.n_vocab, synth_vocab_size(*vocab));
+            so.vocab = vocab.get();
+        }
         so.seed = seed;
         so.n_threads = dev.threads;  // the generator uses the cores the CPU backend would
         so.progress = !json;
@@ -236,6 +260,27 @@ int cmd_bench(int argc, char** argv) {
         if (!rows.ok()) return fail(rows.error());
         out["batch"] = std::move(*rows);
     }
+    if (e2e) {
+        auto tok = Tokenizer::from_gguf(m.file());
+        if (!tok.ok())
+            return fail("--e2e needs the model's tokenizer (give --synth models one with --vocab FILE): " + tok.error());
+        eb.prompts = {n_prompt};
+        if (!e2e_prompts.empty()) {
+            try {
+                eb.prompts = parse_list(e2e_prompts);
+            } catch (const std::exception&) {
+                return fail("--e2e-prompts takes comma-separated integers, got '" + e2e_prompts + "'");
+            }
+            for (int64_t p : eb.prompts)
+                if (p <= 0) return fail("--e2e-prompts lengths must be positive");
+        }
+        eb.n_gen = n_gen;
+        eb.repeat = repeat;
+        eb.quant_sim = !exact;
+        auto rows = bench_e2e(m, **tok, eb, rng);
+        if (!rows.ok()) return fail(rows.error());
+        out["e2e"] = std::move(*rows);
+    }
     if (const StepGraphStats* g = runner.graph_stats()) {
         out["step_graphs"] = {{"segments", g->segments}, {"eager", g->eager}, {"captures", g->captures},
                               {"replays", g->replays}};
@@ -295,6 +340,7 @@ int cmd_bench(int argc, char** argv) {
         std::printf("\n");
     }
     if (out.contains("batch")) print_batches(out["batch"], peak_gbs);
+    if (out.contains("e2e")) print_e2e(out["e2e"]);
     if (out.contains("step_graphs")) {
         const auto& g = out["step_graphs"];
         std::printf("graphs   %lld recorded steps: %lld run as issued, %lld captured, %lld replayed\n",

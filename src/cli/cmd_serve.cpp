@@ -131,7 +131,7 @@ int cmd_serve(int argc, char** argv) {
 
     auto backend = make_backend(dev);
     if (!backend.ok()) return fail(backend.error());
-    auto model = Model::load(mo.path, **backend, model_load_options(mo));
+    auto model = load_model(mo, **backend, true);
     if (!model.ok()) return fail(model.error());
     auto tok = Tokenizer::from_gguf((*model)->file());
     if (!tok.ok()) return fail("the model file has no usable tokenizer: " + tok.error());

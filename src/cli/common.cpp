@@ -1,6 +1,9 @@
 #include "cli/common.h"
 
+#include <unistd.h>
+
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -9,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/progress.h"
 #include "core/thread_pool.h"
 #if defined(DSV4_HAVE_CUDA)
 #include "kernels/cuda/cuda_backend.h"
@@ -56,6 +60,25 @@ ModelLoadOptions model_load_options(const ModelOptions& m) {
     o.find_mtp = m.mtp.empty();
     o.note = [](const std::string& line) { std::fprintf(stderr, "dsv4: %s\n", line.c_str()); };
     return o;
+}
+
+Result<std::unique_ptr<Model>> load_model(const ModelOptions& m, Backend& backend, bool report) {
+    const bool tty = isatty(STDERR_FILENO) != 0;
+    ModelLoadOptions o = model_load_options(m);
+    ProgressLine line("loading " + m.path, tty);
+    o.progress = [&line](uint64_t done, uint64_t total) { line.update(done, total); };
+    const auto t0 = std::chrono::steady_clock::now();
+    auto model = Model::load(m.path, backend, o);
+    if (!model.ok()) return model;
+    backend.synchronize();
+    line.finish();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (report || tty) {
+        const double gb = (double)(*model)->weights().bytes_matrices / 1e9;
+        std::fprintf(stderr, "dsv4: ready: %.2f GB of weights on %s in %.1f s (%.2f GB/s)\n", gb, backend.name(), s,
+                     s > 0 ? gb / s : 0.0);
+    }
+    return model;
 }
 
 void add_device_options(CLI::App& app, DeviceOptions& d) {

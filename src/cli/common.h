@@ -40,6 +40,9 @@ struct ModelOptions {
 void add_model_options(CLI::App& app, ModelOptions& m, bool required = true);
 // Load options for `m`: the sidecar it names, else discovery beside the model; notes go to stderr.
 ModelLoadOptions model_load_options(const ModelOptions& m);
+// Model::load with a progress line on stderr (bytes, rate, ETA; when stderr is a terminal) and then a ready
+// line with the load time and rate (always when `report`, else only on a terminal).
+Result<std::unique_ptr<Model>> load_model(const ModelOptions& m, Backend& backend, bool report);
 // The --mtp help text (shared with `dsv4 logits`, whose --mtp also selects the MTP block's logits).
 extern const char* const kMtpHelp;
 

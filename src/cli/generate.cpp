@@ -9,7 +9,7 @@ Result<Loaded> load_model_and_tokenizer(const ModelOptions& m, const DeviceOptio
     Loaded l;
     const std::string& path = m.path;
     DSV4_ASSIGN_OR_RETURN(l.backend, make_backend(dev));
-    DSV4_ASSIGN_OR_RETURN(l.model, Model::load(path, *l.backend, model_load_options(m)));
+    DSV4_ASSIGN_OR_RETURN(l.model, load_model(m, *l.backend, false));
     auto tok = Tokenizer::from_gguf(l.model->file());
     if (!tok.ok()) return make_error("'" + path + "' has no usable tokenizer: " + tok.error());
     l.tokenizer = std::move(*tok);

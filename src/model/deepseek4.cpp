@@ -3,6 +3,8 @@
 // The sublayers are in attention.cpp and ffn.cpp.
 #include "model/deepseek4.h"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -40,7 +42,7 @@ std::vector<float> rope_freqs(const ModelConfig& cfg, bool compressed) {
 Result<std::unique_ptr<Model>> Model::load(const std::string& path, Backend& backend, const ModelLoadOptions& o) {
     DSV4_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::open(path));
     if (std::string r = dflash_refusal(*f); !r.empty()) return make_error(r);
-    DSV4_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, load(std::move(f), nullptr, backend));
+    DSV4_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, load(std::move(f), nullptr, backend, o.progress));
     auto note = [&](const std::string& line) {
         if (o.note) o.note(line);
     };
@@ -78,14 +80,14 @@ Status Model::attach_mtp(std::unique_ptr<GgufFile> side) {
 }
 
 Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<GgufFile> f, std::unique_ptr<TensorSource> source,
-                                           Backend& backend) {
+                                           Backend& backend, const LoadProgress& progress) {
     std::unique_ptr<Model> m(new Model(backend));
     DSV4_ASSIGN_OR_RETURN(m->cfg_, ModelConfig::from_gguf(*f));
     if (source) {
-        DSV4_ASSIGN_OR_RETURN(m->w_, load_weights(*f, m->cfg_, backend, *source));
+        DSV4_ASSIGN_OR_RETURN(m->w_, load_weights(*f, m->cfg_, backend, *source, progress));
         source->finish();
     } else {
-        DSV4_ASSIGN_OR_RETURN(m->w_, load_weights(*f, m->cfg_, backend));
+        DSV4_ASSIGN_OR_RETURN(m->w_, load_weights(*f, m->cfg_, backend, progress));
     }
     m->file_ = std::move(f);
     m->source_ = std::move(source);
@@ -162,8 +164,8 @@ HcPostArgs Model::block_forward(Ctx& c, int il, const LayerWeights& L, float* H,
     return HcPostArgs{H, carry.routed, carry.shared, H2, carry.post, carry.comb};  // H = hc_post(routed + shared, H2)
 }
 
-void Model::output_logits(Ctx& c, const float* H, const Weight& hc_fn, const float* hc_base, const float* hc_scale,
-                          const float* norm, const std::vector<int32_t>& rows, std::vector<float>& out) {
+const float* Model::output_logits_device(Ctx& c, const float* H, const Weight& hc_fn, const float* hc_base,
+                                        const float* hc_scale, const float* norm, const std::vector<int32_t>& rows) {
     const int64_t D = cfg_.n_embd, V = cfg_.n_vocab, R = (int64_t)rows.size();
     const HcParams hp = hc_params(cfg_);
     const float* Hs = H;
@@ -177,8 +179,45 @@ void Model::output_logits(Ctx& c, const float* H, const Weight& hc_fn, const flo
     c.b.rms_norm(y, y, norm, R, D, D, cfg_.norm_eps);
     float* logits = c.f32(R * V);
     c.b.matmul(logits, V, y, D, w_.output, R);              // [R, V]
-    out.resize(R * V);
-    c.b.download(out.data(), logits, (size_t)R * V * sizeof(float));
+    return logits;
+}
+
+void Model::output_logits(Ctx& c, const float* H, const Weight& hc_fn, const float* hc_base, const float* hc_scale,
+                          const float* norm, const std::vector<int32_t>& rows, std::vector<float>& out) {
+    const float* logits = output_logits_device(c, H, hc_fn, hc_base, hc_scale, norm, rows);
+    out.resize(rows.size() * (size_t)cfg_.n_vocab);
+    c.b.download(out.data(), logits, out.size() * sizeof(float));
+}
+
+void Model::draw_tokens(Ctx& c, const float* logits, std::span<BatchItem> items, const std::vector<int64_t>& last_row) {
+    std::vector<SampleArgs> args;
+    std::vector<SampleAdjust> adjust;
+    for (size_t i = 0; i < items.size(); ++i) {
+        if (!items[i].draw) continue;
+        SampleArgs a = items[i].draw->args;
+        a.row = last_row[i];
+        a.adjust_begin = (int32_t)adjust.size();
+        a.adjust_count = (int32_t)items[i].draw->adjust.size();
+        adjust.insert(adjust.end(), items[i].draw->adjust.begin(), items[i].draw->adjust.end());
+        args.push_back(a);
+    }
+    if (args.empty()) return;
+    // The adjustment list is padded to a power of two, so that a replayed step graph keeps its key while the
+    // history grows.
+    const size_t cap = adjust.empty() ? 1 : std::bit_ceil(std::max<size_t>(adjust.size(), 64));
+    adjust.resize(cap);
+    const int64_t rows = (int64_t)args.size();
+    auto* args_d = static_cast<SampleArgs*>(c.bytes(args.size() * sizeof(SampleArgs)));
+    auto* adjust_d = static_cast<SampleAdjust*>(c.bytes(cap * sizeof(SampleAdjust)));
+    auto* out_d = static_cast<SampleOut*>(c.bytes(args.size() * sizeof(SampleOut)));
+    c.b.upload(args_d, args.data(), args.size() * sizeof(SampleArgs));
+    c.b.upload(adjust_d, adjust.data(), cap * sizeof(SampleAdjust));
+    c.b.sample(out_d, logits, cfg_.n_vocab, args_d, rows, adjust_d);
+    std::vector<SampleOut> out(args.size());
+    c.b.download(out.data(), out_d, out.size() * sizeof(SampleOut));
+    size_t k = 0;
+    for (BatchItem& it : items)
+        if (it.draw) *it.drawn = out[k++];
 }
 
 Status Model::step(KvCache& cache, std::span<const int32_t> tokens, const StepOptions& opt,
@@ -199,6 +238,7 @@ Status Model::step_batch(std::span<BatchItem> items, const StepOptions& opt, Bac
         const int64_t n = (int64_t)it.tokens.size();
         if (n == 0) return make_error("step: a sequence has no tokens");
         if (!it.cache) return make_error("step: a sequence has no cache");
+        if (!it.draw != !it.drawn) return make_error("step: a draw needs both its request and its result");
         if (it.cache->pos() + n > it.cache->capacity())
             return make_error("context full: position " + std::to_string(it.cache->pos() + n) +
                               " exceeds the cache capacity " + std::to_string(it.cache->capacity()));
@@ -216,7 +256,7 @@ Status Model::step_batch(std::span<BatchItem> items, const StepOptions& opt, Bac
         SeqSlice s{(int64_t)toks.size(), (int64_t)it.tokens.size(), it.cache->pos(), it.cache, false};
         for (int64_t i = 0; i < s.n; ++i) pos.push_back((int32_t)(s.pos0 + i));
         toks.insert(toks.end(), it.tokens.begin(), it.tokens.end());
-        if (it.logits) {
+        if (it.logits || it.draw) {
             for (int64_t i = it.all_logits ? 0 : s.n - 1; i < s.n; ++i) logit_rows.push_back((int32_t)(s.row0 + i));
         }
         c.seqs.push_back(s);
@@ -250,15 +290,38 @@ Status Model::step_batch(std::span<BatchItem> items, const StepOptions& opt, Bac
         c.b.download(items[i].hidden->data(), H + s.row0 * hc * D, (size_t)s.n * hc * D * sizeof(float));
     }
     if (!logit_rows.empty()) {
-        std::vector<float> all;
-        output_logits(c, H, w_.output_hc_fn, w_.output_hc_base, w_.output_hc_scale, w_.output_norm, logit_rows, all);
-        int64_t off = 0;
+        const float* logits = output_logits_device(c, H, w_.output_hc_fn, w_.output_hc_base, w_.output_hc_scale,
+                                                   w_.output_norm, logit_rows);
         const int64_t V = cfg_.n_vocab;
+        std::vector<int64_t> last_row(items.size(), -1);
+        bool drawn = false, host_only = true;
+        int64_t off = 0;
         for (size_t i = 0; i < items.size(); ++i) {
-            if (!items[i].logits) continue;
+            if (!items[i].logits && !items[i].draw) continue;
             const int64_t rows = items[i].all_logits ? c.seqs[i].n : 1;
-            items[i].logits->assign(all.begin() + off * V, all.begin() + (off + rows) * V);
+            last_row[i] = off + rows - 1;
+            drawn |= items[i].draw != nullptr;
+            host_only &= items[i].logits != nullptr;
             off += rows;
+        }
+        if (drawn) draw_tokens(c, logits, items, last_row);
+        if (host_only) {  // one download for every item (the usual case)
+            std::vector<float> all((size_t)off * V);
+            c.b.download(all.data(), logits, all.size() * sizeof(float));
+            for (size_t i = 0; i < items.size(); ++i) {
+                if (!items[i].logits) continue;
+                const int64_t rows = items[i].all_logits ? c.seqs[i].n : 1;
+                const int64_t first = last_row[i] - rows + 1;
+                items[i].logits->assign(all.begin() + first * V, all.begin() + (last_row[i] + 1) * V);
+            }
+        } else {
+            for (size_t i = 0; i < items.size(); ++i) {
+                if (!items[i].logits) continue;
+                const int64_t rows = items[i].all_logits ? c.seqs[i].n : 1;
+                items[i].logits->resize((size_t)(rows * V));
+                c.b.download(items[i].logits->data(), logits + (last_row[i] - rows + 1) * V,
+                             (size_t)(rows * V) * sizeof(float));
+            }
         }
     }
     for (const SeqSlice& s : c.seqs) s.cache->set_pos(s.pos0 + s.n);

@@ -51,6 +51,8 @@ struct ModelLoadOptions {
     bool find_mtp = false;
     // One line per thing worth telling the user (which sidecar was attached, which was left out and why).
     std::function<void(const std::string&)> note;
+    // Tensor bytes bound so far of the file's total, after every tensor (model/weights.h).
+    LoadProgress progress;
 };
 
 class Model {
@@ -61,7 +63,7 @@ public:
     // come from `source` (e.g. a random-weight generator, model/synth.h). The model keeps both: on a host
     // backend the weights are the bytes the source kept.
     static Result<std::unique_ptr<Model>> load(std::unique_ptr<GgufFile> file, std::unique_ptr<TensorSource> source,
-                                               Backend& backend);
+                                               Backend& backend, const LoadProgress& progress = {});
     ~Model();
 
     const ModelConfig& config() const { return cfg_; }
@@ -89,6 +91,10 @@ public:
         bool all_logits = false;
         std::vector<float>* logits = nullptr;  // [rows, n_vocab] out, optional
         std::vector<float>* hidden = nullptr;  // [n, hc, D] out, optional
+        // The token after the last row drawn on the backend (ops/sample_args.h): only `drawn` crosses to the
+        // host. Both set or both null; `logits` may be set as well.
+        const DrawRequest* draw = nullptr;
+        SampleOut* drawn = nullptr;
     };
     Status step_batch(std::span<BatchItem> items, const StepOptions& opt) { return step_batch(items, opt, backend_); }
     // The same forward pass with its ops issued to `ops`: backend() or a backend in front of it (the step
@@ -116,9 +122,14 @@ private:
     void attention_forward(Ctx& c, int il, const LayerWeights& L, const float* x, float* out);
     // The MoE's output in two parts: the routed experts' sum and the shared expert's output ([n, D] each).
     void ffn_forward(Ctx& c, int il, const LayerWeights& L, const float* x, float* routed, float* shared);
-    // Logits of the given rows of H ([n, hc, D]) into a host buffer [rows.size(), n_vocab].
+    // Logits of the given rows of H ([n, hc, D]): in backend memory (step scratch), or downloaded into a host
+    // buffer [rows.size(), n_vocab].
+    const float* output_logits_device(Ctx& c, const float* H, const Weight& hc_fn, const float* hc_base,
+                                      const float* hc_scale, const float* norm, const std::vector<int32_t>& rows);
     void output_logits(Ctx& c, const float* H, const Weight& hc_fn, const float* hc_base, const float* hc_scale,
                        const float* norm, const std::vector<int32_t>& rows, std::vector<float>& out);
+    // The step's backend draws (BatchItem::draw); last_row[i]: item i's last row in `logits` [*, n_vocab].
+    void draw_tokens(Ctx& c, const float* logits, std::span<BatchItem> items, const std::vector<int64_t>& last_row);
 
     Backend& backend_;
     std::unique_ptr<GgufFile> file_;

@@ -45,6 +45,11 @@ struct Model::Ctx {
         scratch.push_back(p);
         return static_cast<float*>(p);
     }
+    void* bytes(size_t n) {
+        void* p = b.alloc(std::max<size_t>(n, 1));
+        scratch.push_back(p);
+        return p;
+    }
     int32_t* i32(const std::vector<int32_t>& host, bool keep = false) {
         void* p = b.alloc(std::max<size_t>(host.size(), 1) * sizeof(int32_t));
         (keep ? persistent : scratch).push_back(p);

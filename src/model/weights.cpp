@@ -29,7 +29,23 @@ public:
 
 class Binder {
 public:
-    Binder(const GgufFile& f, Backend& b, TensorSource& src, ModelWeights& w) : f_(f), b_(b), src_(src), w_(w) {}
+    Binder(const GgufFile& f, Backend& b, TensorSource& src, ModelWeights& w, const LoadProgress& progress,
+           bool touch)
+        : f_(f), b_(b), src_(src), w_(w), progress_(progress), touch_(touch) {
+        for (const GgufTensor& t : f.tensors()) total_ += t.n_bytes;
+    }
+
+    // After each tensor: the progress callback, and on a host backend that keeps the mapped bytes a read of
+    // one byte per page, so the file is read now rather than by the first prompt.
+    void bound(const uint8_t* bytes, size_t n) {
+        if (touch_ && bytes) {
+            volatile uint8_t sink = 0;
+            for (size_t i = 0; i < n; i += 4096) sink = sink + bytes[i];
+            (void)sink;
+        }
+        done_ += n;
+        if (progress_) progress_(done_, total_);
+    }
 
     bool has(const std::string& name) const { return f_.tensor(name) != nullptr; }
 
@@ -67,6 +83,7 @@ public:
         DSV4_ASSIGN_OR_RETURN(const uint8_t* bytes, src_.bytes(*t, keep));
         w.data = b_.weight_data(bytes, t->n_bytes);
         if (!keep) b_.synchronize();
+        bound(keep ? bytes : nullptr, t->n_bytes);
         w.name = t->name.c_str();
         w_.bytes_matrices += t->n_bytes;
         return w;
@@ -83,6 +100,7 @@ public:
         const int64_t row = t->ne[0];
         const size_t rb = t->row_bytes();
         for (int64_t r = 0; r < t->n_elems() / row; ++r) dequantize_row(t->type, bytes + r * rb, host.data() + r * row, row);
+        bound(nullptr, t->n_bytes);
         return upload_f32(host);
     }
 
@@ -118,6 +136,9 @@ private:
     Backend& b_;
     TensorSource& src_;
     ModelWeights& w_;
+    const LoadProgress& progress_;
+    bool touch_;
+    uint64_t done_ = 0, total_ = 0;
 };
 
 Status load_compressor(Binder& b, const std::string& pre, const ModelConfig& c, int ratio, int d,
@@ -216,14 +237,15 @@ Status load_mtp(Binder& b, const ModelConfig& c, MtpWeights& m) {
 
 }  // namespace
 
-Result<ModelWeights> load_weights(const GgufFile& f, ModelConfig& c, Backend& backend) {
+Result<ModelWeights> load_weights(const GgufFile& f, ModelConfig& c, Backend& backend, const LoadProgress& progress) {
     FileTensors file_bytes;
-    return load_weights(f, c, backend, file_bytes);
+    return load_weights(f, c, backend, file_bytes, progress);
 }
 
-Result<ModelWeights> load_weights(const GgufFile& f, ModelConfig& c, Backend& backend, TensorSource& source) {
+Result<ModelWeights> load_weights(const GgufFile& f, ModelConfig& c, Backend& backend, TensorSource& source,
+                                  const LoadProgress& progress) {
     ModelWeights w;
-    Binder b(f, backend, source, w);
+    Binder b(f, backend, source, w, progress, progress && backend.is_host());
     const GgufTensor* emb = f.tensor("token_embd.weight");
     if (!emb) return make_error("missing tensor 'token_embd.weight'");
     if (c.n_vocab == 0) c.n_vocab = emb->ne[1];
@@ -262,7 +284,8 @@ Result<ModelWeights> load_weights(const GgufFile& f, ModelConfig& c, Backend& ba
 Status load_mtp_weights(const GgufFile& side, const ModelConfig& side_cfg, Backend& backend, ModelWeights& w) {
     if (w.has_mtp) return make_error("the model already has an MTP block");
     FileTensors file_bytes;
-    Binder b(side, backend, file_bytes, w);
+    const LoadProgress no_progress;
+    Binder b(side, backend, file_bytes, w, no_progress, false);
     const size_t owned_before = w.owned.size();
     const size_t bytes_before = w.bytes_matrices;
     const std::string np = "blk." + std::to_string(side_cfg.n_layer) + ".nextn.";

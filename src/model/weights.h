@@ -3,6 +3,8 @@
 // converted to f32 and routing tables to int32 at load, since producers store them in varying types.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +17,9 @@ namespace dsv4 {
 
 class GgufFile;
 struct GgufTensor;
+
+// Bytes of tensors bound so far, of `total`.
+using LoadProgress = std::function<void(uint64_t done, uint64_t total)>;
 
 // Where load_weights takes each tensor's bytes from: the mapped file itself, or a generator (random-weight
 // models built in memory, model/synth.h).
@@ -96,9 +101,13 @@ struct ModelWeights {
 
 // Bind every tensor of `f` the config requires. Updates cfg.n_vocab when the file omits vocab_size.
 // Errors name the tensor and, for a shape mismatch, both the expected and the found shape.
-Result<ModelWeights> load_weights(const GgufFile& f, ModelConfig& cfg, Backend& backend);
+// `progress` (optional) hears the tensor bytes bound so far of the file's total after every tensor; with it, a
+// host backend also reads every page of the mapped file during the load (not during the first prompt).
+Result<ModelWeights> load_weights(const GgufFile& f, ModelConfig& cfg, Backend& backend,
+                                  const LoadProgress& progress = {});
 // The same with the tensor bytes taken from `source` (f holds the names, types and shapes).
-Result<ModelWeights> load_weights(const GgufFile& f, ModelConfig& cfg, Backend& backend, TensorSource& source);
+Result<ModelWeights> load_weights(const GgufFile& f, ModelConfig& cfg, Backend& backend, TensorSource& source,
+                                  const LoadProgress& progress = {});
 // Bind the MTP block of a sidecar file into `w` (which has none), with side_cfg from mtp_sidecar_config
 // (model/mtp_sidecar.h): the same names and shape checks as a block inside the main file. The tensors
 // point into `side`, which must outlive `w`. On error `w` is left as it was.

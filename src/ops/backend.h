@@ -11,6 +11,7 @@
 #include <string>
 
 #include "format/ggml_type.h"
+#include "ops/sample_args.h"
 
 namespace dsv4 {
 

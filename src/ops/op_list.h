@@ -84,6 +84,14 @@ DSV4_OP(gather_rows, (float* dst, const float* src, const int32_t* idx, int64_t 
 DSV4_OP(scatter_rows, (float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols),
         (dst, src, idx, n, cols), copied)
 
+// The token draw of ops/sample_args.h for `rows` rows: args[r] names its logits row (of n_vocab floats) and
+// its slice of `adjust`; out[r] gets the token and logprobs. All in backend memory; the logits are not
+// changed.
+DSV4_OP(sample,
+        (SampleOut* out, const float* logits, int64_t n_vocab, const SampleArgs* args, int64_t rows,
+         const SampleAdjust* adjust),
+        (out, logits, n_vocab, args, rows, adjust), copied)
+
 // y = matmul(rms_norm(x) times norm[K]) (eps as rms_norm; x is left as it is): a projection of a normed
 // low-rank latent, where a backend may norm the row inside the matmul's own kernel. The default norms a
 // copy in memory of its own and frees it after a synchronize; a backend that runs ops asynchronously

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "core/check.h"
+#include "runtime/device_draw.h"
 
 namespace dsv4 {
 
@@ -45,6 +46,9 @@ struct Engine::Sequence {
 
 Engine::Engine(Model& model, const Tokenizer& tokenizer, EngineOptions opt)
     : model_(model), runner_(model), tok_(tokenizer), opt_(opt) {
+    const bool host = model_.backend().is_host();
+    if (opt_.prefill_chunk <= 0) opt_.prefill_chunk = host ? 256 : 4096;
+    if (opt_.step_token_budget <= 0) opt_.step_token_budget = host ? 512 : opt_.prefill_chunk + opt_.n_slots;
     DSV4_CHECK(opt_.n_slots > 0 && opt_.n_ctx > 0 && opt_.prefill_chunk > 0);
     opt_.step_token_budget = std::max<int64_t>(opt_.step_token_budget, opt_.n_slots);
     for (int i = 0; i < opt_.n_slots; ++i) caches_.push_back(model_.new_cache(opt_.n_ctx, false));
@@ -233,8 +237,15 @@ Result<SampleResult> Engine::sample_token(Sequence& s, std::span<const float> lo
     }
 }
 
-bool Engine::sample_and_emit(Sequence& s, std::span<const float> logits) {
-    auto r = sample_token(s, logits);
+bool Engine::draws_on_backend(const Sequence& s) const {
+    const bool backend = opt_.draw == DrawPlace::backend ||
+                         (opt_.draw == DrawPlace::automatic && !model_.backend().is_host());
+    return backend && !s.matcher && backend_draw_serves(s.req.sampling);
+}
+
+bool Engine::sample_and_emit(Sequence& s, std::span<const float> logits) { return emit_token(s, sample_token(s, logits)); }
+
+bool Engine::emit_token(Sequence& s, Result<SampleResult> r) {
     if (!r.ok()) {
         finish(s, GenerationEnd::error, r.error());
         return false;
@@ -328,12 +339,26 @@ bool Engine::step() {
     if (plan.empty()) return false;
 
     std::vector<Model::BatchItem> items(plan.size());
+    std::vector<DrawRequest> draws(plan.size());
+    std::vector<SampleOut> drawn(plan.size());
+    std::vector<std::string> draw_errors(plan.size());
     for (size_t i = 0; i < plan.size(); ++i) {
         Sequence& s = *plan[i].s;
         items[i].cache = s.cache;
         items[i].tokens = std::span<const int32_t>(s.tokens.data() + s.n_fed, plan[i].n);
         items[i].logits = plan[i].want_logits || plan[i].score ? &s.logits : nullptr;
         items[i].all_logits = plan[i].score;
+        if (plan[i].want_logits && !plan[i].score && s.req.max_tokens != 0 && draws_on_backend(s)) {
+            auto req = make_draw_request(*s.sampler, s.generated, model_.config().n_vocab);
+            items[i].logits = nullptr;
+            if (!req.ok()) {  // the step still runs the token; the sequence ends after it
+                draw_errors[i] = req.error();
+                continue;
+            }
+            draws[i] = std::move(*req);
+            items[i].draw = &draws[i];
+            items[i].drawn = &drawn[i];
+        }
     }
     StepOptions opt;
     opt.quant_sim = opt_.quant_sim;
@@ -351,7 +376,8 @@ bool Engine::step() {
         refresh_stats();
         return true;
     }
-    for (auto& p : plan) {
+    for (size_t i = 0; i < plan.size(); ++i) {
+        const Planned& p = plan[i];
         Sequence& s = *p.s;
         const int64_t begin = s.n_fed;
         s.n_fed += p.n;
@@ -364,6 +390,14 @@ bool Engine::step() {
         if (!p.want_logits) continue;
         if (s.req.max_tokens == 0) {
             finish(s, GenerationEnd::length);  // the prompt was only to be scored
+            continue;
+        }
+        if (!draw_errors[i].empty()) {
+            emit_token(s, make_error(draw_errors[i]));
+            continue;
+        }
+        if (items[i].draw) {
+            emit_token(s, draw_result(drawn[i]));
             continue;
         }
         const size_t V = s.logits.size() / static_cast<size_t>(p.score ? p.n : 1);

@@ -68,16 +68,25 @@ struct TokenEvent {
     int32_t stop_index = -1;              // final event of a generation a stop string ended: which one
 };
 
+// Where tokens are drawn: on the model's backend (only ids and logprobs cross to the host; constrained
+// requests and more than kSampleMaxTop alternatives stay on the host) or by the host Sampler over downloaded
+// logits. `automatic`: the backend unless it is the host itself.
+enum class DrawPlace { automatic, host, backend };
+
 struct EngineOptions {
     int n_slots = 4;               // sequences decoding at once (each owns a KV cache)
     int64_t n_ctx = 4096;          // tokens per sequence (prompt + generation)
-    int64_t prefill_chunk = 256;   // prompt tokens per sequence per step
-    int64_t step_token_budget = 512;  // rows per batched step (decodes first, then prefill chunks)
+    // Prompt tokens per sequence per step, and rows per batched step (decodes first, then prefill chunks);
+    // 0: by backend. A device runs a prompt's matmuls on tensor cores, whose cost per step is nearly fixed up
+    // to thousands of rows, so it takes 4096-token chunks (a 4K prompt in one step); the host takes 256.
+    int64_t prefill_chunk = 0;
+    int64_t step_token_budget = 0;
     bool quant_sim = true;         // the model's inference-time rounding
     bool prefix_cache = true;
     int64_t prefix_block = 64;     // snapshot granularity in tokens
     size_t prefix_cache_bytes = (size_t)2 << 30;
     size_t max_queue = 256;        // waiting requests beyond this are rejected (HTTP 429)
+    DrawPlace draw = DrawPlace::automatic;
 };
 
 struct EngineStats {
@@ -126,6 +135,9 @@ private:
     void publish_prefix(Sequence& s);
     void refresh_stats();
     bool sample_and_emit(Sequence& s, std::span<const float> logits);
+    // The rest of a draw (the token, or the error that ends the sequence): stop checks and the event.
+    bool emit_token(Sequence& s, Result<SampleResult> r);
+    bool draws_on_backend(const Sequence& s) const;
     Result<SampleResult> sample_token(Sequence& s, std::span<const float> logits);
     // The prompt_logprobs events of a prompt chunk just run: logits [n, n_vocab] for tokens from `begin`.
     bool emit_prompt_scores(Sequence& s, int64_t begin, int64_t n, const std::vector<float>& logits);

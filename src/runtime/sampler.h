@@ -83,10 +83,10 @@ public:
                                 std::span<const uint64_t> allowed = {});
 
     const SamplingParams& params() const { return params_; }
+    // [0, 1) from the top 53 bits of one draw of the seeded RNG (a backend draw takes its uniform from here).
+    double next_uniform();
 
 private:
-    double next_uniform();  // [0, 1) from the top 53 bits of one RNG draw
-
     SamplingParams params_;
     std::mt19937_64 rng_;
     std::vector<float> work_;     // biased and penalised logits (only when bias or a penalty applies)

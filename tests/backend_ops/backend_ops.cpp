@@ -149,6 +149,7 @@ int main(int argc, char** argv) {
     add_elementwise_cases(gens, bo);
     add_hc_cases(gens, bo);
     add_attention_cases(gens, bo);
+    add_sample_cases(gens, bo);
 
     struct Tally {
         int cases = 0, failed = 0;

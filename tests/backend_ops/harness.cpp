@@ -47,6 +47,12 @@ float* Dev::f32_out(int64_t n) {
     return static_cast<float*>(p);
 }
 
+void* Dev::bytes(size_t n) {
+    void* p = b_.alloc(std::max<size_t>(n, 1));
+    ptrs_.push_back(p);
+    return p;
+}
+
 int32_t* Dev::i32(const std::vector<int32_t>& host) {
     void* p = b_.alloc(std::max<size_t>(host.size(), 1) * sizeof(int32_t));
     ptrs_.push_back(p);

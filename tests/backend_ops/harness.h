@@ -47,6 +47,7 @@ public:
     float* f32_out(int64_t n);
     int32_t* i32(const std::vector<int32_t>& host);
     int32_t* i32_out(int64_t n);  // pre-filled with a poison value
+    void* bytes(size_t n);        // uninitialised
     // Rows [0, n) x cols [0, cols) of a strided buffer, as doubles.
     Array get(const float* p, int64_t n, int64_t cols = 1, int64_t stride = 0);
     Array get_i(const int32_t* p, int64_t n);
@@ -166,6 +167,8 @@ void add_moe_cases(std::vector<CaseGen>& out, const BuildOptions& o);
 void add_decode_cases(std::vector<CaseGen>& out, const BuildOptions& o);
 // The CUDA bf16 GEMM mode (tensor cores); every other case runs the CUDA backend in the f32 mode.
 void add_tensor_core_cases(std::vector<CaseGen>& out, const BuildOptions& o);
+// The token draw (cases_sample.cpp).
+void add_sample_cases(std::vector<CaseGen>& out, const BuildOptions& o);
 
 // Seed of a case's input stream: the run's seed mixed with the case's name, so cases stay independent.
 uint64_t case_seed(uint64_t base, const std::string& name);

@@ -242,8 +242,7 @@ void matmul_tc(CudaBackend& b, float* y, int64_t y_stride, const float* x, int64
 
 bool moe_tc_wanted(const CudaBackend& b, const MoeArgs& a) {
     const int64_t pairs = a.n * a.k;
-    return b.gemm_precision() == GemmPrecision::BF16 &&
-           pairs >= std::max<int64_t>(kTcMinRows, a.gate.n_experts * kTcMinRows / 2);
+    return b.gemm_precision() == GemmPrecision::BF16 && pairs >= kTcMinRows;
 }
 
 void moe_experts_tc(CudaBackend& b, const MoeArgs& a, const int32_t* offsets, const int32_t* x_rows,

@@ -21,10 +21,11 @@ constexpr int64_t kTcMinRows = 16;
 void matmul_tc(CudaBackend& b, float* y, int64_t y_stride, const float* x, int64_t x_stride, const Weight& w,
                int64_t n);
 
-// True when moe_experts should run its expert pass through moe_experts_tc: the bf16 mode and enough
-// (token, expert) pairs that experts commonly reach kTcMinRows rows: on average at least half of that.
-// With fewer, hardly any expert reaches the threshold (with 6 rows on average, about 1 in 2000 does) and the
-// call would pay the host synchronization that reads the per-expert counts for nothing.
+// True when moe_experts should run its expert pass through moe_experts_tc: the bf16 mode and at least
+// kTcMinRows (token, expert) pairs. The tiles are cut on the device, so few rows per expert cost no host
+// synchronization, and each expert's weights are still decoded once per tile: far less than the grouped
+// warp GEMV, which reads an expert's weights once per row group, pays at any pair count past the decode
+// kernels' (they are chosen first, up to their own limit).
 bool moe_tc_wanted(const CudaBackend& b, const MoeArgs& a);
 // The expert pass of moe_experts from the device grouping it built (offsets [E+1]; per grouped row its
 // token x_rows and its (token, slot) pair pair_of_row): y [n*k, D] = each grouped row's expert output,

@@ -24,7 +24,7 @@ namespace {
 
 using namespace gemv;
 
-constexpr int kMaxPairs = 64;  // n * k up to this takes the decode path
+constexpr int kMaxPairs = 512;  // n * k up to this takes the decode path
 constexpr int kMaxSlots = 32;  // k (moe_experts' own limit)
 // Rows per warp as the GEMV: gate_up streams the gate and up rows of one row f at a time, kGateItems rows f
 // in turn; down_sum two output rows.

@@ -1,0 +1,96 @@
+#include "cli/bench_e2e.h"
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/bench_batch.h"
+#include "runtime/engine.h"
+
+namespace dsv4::cli {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+}  // namespace
+
+namespace {
+
+struct Sampling {
+    const char* name;
+    float temperature, top_p;
+};
+constexpr Sampling kSamplings[] = {{"greedy", 0.0f, 1.0f}, {"run default", 0.6f, 0.95f}, {"temperature 1", 1.0f, 1.0f}};
+
+Result<nlohmann::ordered_json> bench_row(Engine& engine, int64_t n_vocab, int64_t n_prompt, const Sampling& sp,
+                                         const E2eBench& b, std::mt19937& rng) {
+    std::vector<double> ttft, tps;
+    // One request first, untimed: the step graphs of its shapes are captured by it.
+    for (int64_t rep = -1; rep < b.repeat; ++rep) {
+        GenerationRequest req;
+        req.prompt.resize((size_t)n_prompt);
+        for (int32_t& t : req.prompt) t = (int32_t)(rng() % (uint32_t)n_vocab);
+        req.max_tokens = b.n_gen;
+        req.ignore_eos = true;
+        req.sampling.temperature = sp.temperature;
+        req.sampling.top_p = sp.top_p;
+        req.sampling.seed = (uint64_t)(rep + 2);
+        Clock::time_point first{}, last{};
+        int64_t tokens = 0;
+        std::string error, text;
+        const auto t0 = Clock::now();
+        auto id = engine.submit(std::move(req), [&](const TokenEvent& ev) {
+            if (ev.token >= 0 && !ev.prompt) {
+                last = Clock::now();
+                if (tokens++ == 0) first = last;
+            }
+            text += ev.text;  // the text a user would be shown
+            if (ev.finished && ev.reason == GenerationEnd::error) error = ev.error;
+        });
+        if (!id.ok()) return make_error("bench --e2e: " + id.error());
+        engine.run_until_idle();
+        if (!error.empty()) return make_error("bench --e2e: " + error);
+        if (rep < 0) continue;
+        ttft.push_back(since(t0, first));
+        if (tokens > 1) tps.push_back((double)(tokens - 1) / since(first, last));
+    }
+    nlohmann::ordered_json j = {{"prompt_tokens", n_prompt}, {"tokens", b.n_gen}, {"requests", b.repeat},
+                                {"sampling", sp.name}, {"temperature", sp.temperature}, {"top_p", sp.top_p},
+                                {"ttft_ms", 1e3 * median_of(ttft)}};
+    if (!tps.empty()) j["tokens_per_s"] = median_of(tps);
+    return j;
+}
+
+}  // namespace
+
+Result<nlohmann::ordered_json> bench_e2e(Model& m, const Tokenizer& tok, const E2eBench& b, std::mt19937& rng) {
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    for (int64_t n_prompt : b.prompts) {
+        EngineOptions eo;
+        eo.n_slots = 1;
+        eo.n_ctx = n_prompt + b.n_gen + 1;
+        // Prompt chunks as `run` and the server take them (the engine's default for the backend).
+        eo.quant_sim = b.quant_sim;
+        eo.prefix_cache = false;  // every request computes its whole prompt
+        Engine engine(m, tok, eo);
+        for (const Sampling& sp : kSamplings) {
+            DSV4_ASSIGN_OR_RETURN(nlohmann::ordered_json row, bench_row(engine, m.config().n_vocab, n_prompt, sp, b, rng));
+            rows.push_back(std::move(row));
+        }
+    }
+    return rows;
+}
+
+void print_e2e(const nlohmann::ordered_json& rows) {
+    for (const auto& e : rows) {
+        std::printf("e2e      %5lld-token prompt, %-13s: first token in %7.1f ms",
+                    (long long)e["prompt_tokens"].get<int64_t>(), e["sampling"].get<std::string>().c_str(),
+                    e["ttft_ms"].get<double>());
+        if (e.contains("tokens_per_s")) std::printf(", then %.2f tokens/s", e["tokens_per_s"].get<double>());
+        std::printf(" (%lld tokens, median of %lld requests through the engine)\n", (long long)e["tokens"].get<int64_t>(),
+                    (long long)e["requests"].get<int64_t>());
+    }
+}
+
+}  // namespace dsv4::cli

@@ -1,0 +1,32 @@
+// `dsv4 bench --e2e`: what a user of `run` or of one server request sees, measured through the same loop
+// (the generation engine: prompt processing, sampling, detokenizing, stop checks, streamed text), one request
+// at a time: time to the first token and generation tokens/s, to set beside the raw decode rows.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "core/status.h"
+#include "model/deepseek4.h"
+#include "runtime/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dsv4::cli {
+
+struct E2eBench {
+    std::vector<int64_t> prompts = {32};  // random prompt tokens per request, one set of rows each
+    int64_t n_gen = 64;      // generated tokens per request
+    int64_t repeat = 3;      // requests per row; medians are reported
+    bool quant_sim = true;
+};
+
+// For every prompt length, three samplings (greedy; `run`'s default temperature 0.6 with top-p 0.95;
+// temperature 1 over the whole vocabulary), each a row of: ttft_ms (submit to the first token's event) and
+// generation tokens/s (first to last token), medians of `repeat` requests.
+Result<nlohmann::ordered_json> bench_e2e(Model& m, const Tokenizer& tok, const E2eBench& b, std::mt19937& rng);
+void print_e2e(const nlohmann::ordered_json& rows);
+
+}  // namespace dsv4::cli
