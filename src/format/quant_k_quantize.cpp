@@ -28,6 +28,21 @@ inline int nearest_int(float f) {
 
 inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
+// Eight lanes of float / int32 (GCC/Clang vector extensions: plain vector instructions where the target
+// has them, scalar code where it does not). Each lane does exactly what the scalar helpers above do.
+typedef float F8 __attribute__((vector_size(32)));
+typedef int32_t I8 __attribute__((vector_size(32)));
+
+// Lane-wise (float)clamp_int(nearest_int(f), lo, hi). Vectors travel by reference: passing 32-byte
+// vectors by value has a different ABI with and without AVX, which GCC warns about.
+inline void round_clamp(const F8& f, int lo, int hi, F8& out) {
+    const F8 v = f + 12582912.0f;
+    I8 l = ((I8)v & 0x007fffff) - 0x00400000;
+    l = l < lo ? I8{} + lo : l;
+    l = l > hi ? I8{} + hi : l;
+    out = __builtin_convertvector(l, F8);
+}
+
 // Symmetric codes l in [-nmax, nmax-1] with weights w = x^2; starting from the scale that maps the
 // extreme value to -nmax, try 18 nearby scales and keep the one maximising (sum w x l)^2 / sum w l^2,
 // i.e. the least-squares optimum. Codes come back offset by +nmax. Returns the scale.
@@ -123,9 +138,30 @@ float make_q3_quants(int n, int nmax, const float* x, int8_t* L) {
 
 // Affine codes l in [0, nmax] for x ~ scale * l - the_min (min <= 0). Starts from the min/max mapping,
 // then for nstep+1 stretched candidate scales solves the weighted least-squares (scale, min) for the
-// codes they induce, keeping the one of least weighted error (|diff| if use_mad, else diff^2).
-float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* the_min,
-                       uint8_t* Laux, float rmin, float rdelta, int nstep, bool use_mad) {
+// codes they induce, keeping the one of least weighted error (|diff| if kMad, else diff^2). As in the
+// reference, an accepted candidate's min replaces the data min for the candidates after it.
+//
+// Until a candidate is accepted the candidates are independent, so eight at a time share one pass over the
+// values, one per vector lane; after an acceptance the lanes past it are evaluated again with the new min
+// (about 2.5 acceptances per search on Gaussian data). Each lane runs the sequential search's float
+// operations in the same order, so the result is bit for bit the one of trying the candidates one after
+// another.
+constexpr int kMaxGroup = 32;  // values per sub-block: 16 (Q2_K) or 32 (Q4_K, Q5_K)
+
+template <bool kMad>
+float weighted_error(int n, const float* x, const float* weights, float scale, float mn, const uint8_t* codes) {
+    float err = 0.0f;
+    for (int i = 0; i < n; ++i) {
+        float diff = scale * (float)codes[i] + mn - x[i];
+        diff = kMad ? std::fabs(diff) : diff * diff;
+        err += weights[i] * diff;
+    }
+    return err;
+}
+
+template <bool kMad>
+float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* the_min, float rmin,
+                       float rdelta, int nstep) {
     float min = x[0], max = x[0];
     float sum_w = weights[0];
     float sum_x = sum_w * x[0];
@@ -141,45 +177,57 @@ float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, ui
         *the_min = -min;
         return 0.0f;
     }
-    auto error_of = [&](float scale, float mn, const uint8_t* codes) {
-        float err = 0.0f;
+    const float iscale0 = (float)nmax / (max - min);
+    float scale = 1.0f / iscale0;
+    for (int i = 0; i < n; ++i) L[i] = (uint8_t)clamp_int(nearest_int(iscale0 * (x[i] - min)), 0, nmax);
+    float best_error = weighted_error<kMad>(n, x, weights, scale, min, L);
+
+    // Candidates in chunks of 8 lanes from `first`, the first one not yet tried with the current min: lane c
+    // holds is = first + c (lanes past nstep are computed and never read). After an acceptance at lane c
+    // the next chunk starts at is = first + c + 1.
+    const F8 lane_index = {0, 1, 2, 3, 4, 5, 6, 7};
+    F8 codes[kMaxGroup];
+    for (int first = 0; first <= nstep;) {
+        const F8 iscale = (rmin + rdelta * ((float)first + lane_index) + (float)nmax) / (max - min);
+        F8 sum_l = {}, sum_l2 = {}, sum_xl = {};
         for (int i = 0; i < n; ++i) {
-            float diff = scale * (float)codes[i] + mn - x[i];
-            diff = use_mad ? std::fabs(diff) : diff * diff;
-            err += weights[i] * diff;
+            const float xi = x[i], xm = x[i] - min, w = weights[i];
+            F8 l;
+            round_clamp(iscale * xm, 0, nmax, l);
+            codes[i] = l;
+            const F8 wl = w * l;
+            sum_l += wl;
+            sum_l2 += wl * l;
+            sum_xl += wl * xi;
         }
-        return err;
-    };
-    float iscale = (float)nmax / (max - min);
-    float scale = 1.0f / iscale;
-    for (int i = 0; i < n; ++i) L[i] = (uint8_t)clamp_int(nearest_int(iscale * (x[i] - min)), 0, nmax);
-    float best_error = error_of(scale, min, L);
-    for (int is = 0; is <= nstep; ++is) {
-        iscale = (rmin + rdelta * (float)is + (float)nmax) / (max - min);
-        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+        const F8 D = sum_w * sum_l2 - sum_l * sum_l;
+        F8 lane_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+        F8 lane_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+        const I8 clamped = lane_min > 0.0f;
+        lane_scale = clamped ? sum_xl / sum_l2 : lane_scale;
+        lane_min = clamped ? F8{} : lane_min;
+        F8 err = {};
         for (int i = 0; i < n; ++i) {
-            const int l = clamp_int(nearest_int(iscale * (x[i] - min)), 0, nmax);
-            Laux[i] = (uint8_t)l;
-            const float w = weights[i];
-            sum_l += w * (float)l;
-            sum_l2 += w * (float)l * (float)l;
-            sum_xl += w * (float)l * x[i];
+            const F8 diff = lane_scale * codes[i] + lane_min - x[i];
+            err += weights[i] * (kMad ? (F8)((I8)diff & 0x7fffffff) : diff * diff);
         }
-        const float D = sum_w * sum_l2 - sum_l * sum_l;
-        if (D <= 0) continue;
-        float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
-        float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
-        if (this_min > 0) {
-            this_min = 0;
-            this_scale = sum_xl / sum_l2;
+        const int active = std::min(8, nstep + 1 - first);
+        int accepted = -1;
+        for (int c = 0; c < active; ++c) {
+            if (D[c] > 0 && err[c] < best_error) {
+                accepted = c;
+                break;
+            }
         }
-        const float cur_error = error_of(this_scale, this_min, Laux);
-        if (cur_error < best_error) {
-            std::memcpy(L, Laux, (size_t)n);
-            best_error = cur_error;
-            scale = this_scale;
-            min = this_min;
+        if (accepted < 0) {
+            first += active;
+            continue;
         }
+        for (int i = 0; i < n; ++i) L[i] = (uint8_t)codes[i][accepted];
+        best_error = err[accepted];
+        scale = lane_scale[accepted];
+        min = lane_min[accepted];
+        first += accepted + 1;
     }
     *the_min = -min;
     return scale;
@@ -205,7 +253,6 @@ struct K4Params {
 void quant_k4_common(const float* x, const K4Params& p, uint8_t* packed_scales, uint16_t* d16, uint16_t* dmin16,
                      uint8_t* L) {
     float scales[8], mins[8], weights[32];
-    uint8_t Laux[32];
     float max_scale = 0, max_min = 0;
     for (int j = 0; j < 8; ++j) {
         const float* xs = x + 32 * j;
@@ -213,7 +260,7 @@ void quant_k4_common(const float* x, const K4Params& p, uint8_t* packed_scales, 
         for (int l = 0; l < 32; ++l) sum_x2 += xs[l] * xs[l];
         const float av_x = std::sqrt(sum_x2 / 32);
         for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(xs[l]);
-        scales[j] = make_qkx2_quants(32, p.nmax, xs, weights, L + 32 * j, &mins[j], Laux, p.rmin, 0.1f, p.nstep, false);
+        scales[j] = make_qkx2_quants<false>(32, p.nmax, xs, weights, L + 32 * j, &mins[j], p.rmin, 0.1f, p.nstep);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -249,12 +296,12 @@ void quant_k4_common(const float* x, const K4Params& p, uint8_t* packed_scales, 
 void quant_q2_k(const float* x, BlockQ2K* y, int64_t nb) {
     constexpr float q4scale = 15.f;
     for (int64_t i = 0; i < nb; ++i, x += kQKK) {
-        uint8_t L[kQKK], Laux[16];
+        uint8_t L[kQKK];
         float weights[16], mins[16], scales[16];
         float max_scale = 0, max_min = 0;
         for (int j = 0; j < 16; ++j) {
             for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
-            scales[j] = make_qkx2_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, true);
+            scales[j] = make_qkx2_quants<true>(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], -0.5f, 0.1f, 15);
             if (scales[j] > max_scale) max_scale = scales[j];
             if (mins[j] > max_min) max_min = mins[j];
         }
