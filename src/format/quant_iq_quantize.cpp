@@ -35,6 +35,7 @@ constexpr float kIq2Levels[3] = {8.0f, 25.0f, 43.0f};
 constexpr float kIq1Levels[3] = {-1.0f, 0.0f, 1.0f};
 constexpr int kMaxCandidates = 24;
 constexpr int kTiers = 3;  // distinct distances kept per combination
+constexpr int kChunk = 8;  // candidates scored at once by the vector search
 
 struct GridIndex {
     int n = 0;
@@ -42,6 +43,13 @@ struct GridIndex {
     std::vector<float> points;          // [n][8]
     std::vector<uint32_t> first;        // candidates of combo c: cand[first[c] .. first[c+1])
     std::vector<uint16_t> cand;
+    // The same candidates in chunks of kChunk for the vector search: chunks of combo c are
+    // chunk_first[c] .. chunk_first[c+1]; chunk k holds coordinate j of its candidates at
+    // chunk_coords[(k * kGroup + j) * kChunk ..] and their indices at chunk_ids[k * kChunk ..]. A short
+    // last chunk repeats its last candidate, which ties with it and so is never chosen over it.
+    std::vector<uint32_t> chunk_first;
+    std::vector<int8_t> chunk_coords;
+    std::vector<uint16_t> chunk_ids;
 };
 
 // `levels`: the three coordinate values of the grid; `signed_bytes`: entries hold int8 (IQ1) or uint8 (IQ2).
@@ -69,7 +77,9 @@ GridIndex build_index(const uint64_t* grid, int n, const float* levels, bool sig
             }
             dist[(size_t)g] = {d2, (uint16_t)g};
         }
-        std::sort(dist.begin(), dist.end());
+        // Only the nearest kMaxCandidates are read; (distance, index) pairs have no ties, so their order is
+        // that of a full sort.
+        std::partial_sort(dist.begin(), dist.begin() + std::min(n, kMaxCandidates), dist.end());
         // The nearest few distances: the true optimum for values between levels is among them.
         gi.first[(size_t)c] = (uint32_t)gi.cand.size();
         int tiers = 0;
@@ -79,6 +89,22 @@ GridIndex build_index(const uint64_t* grid, int n, const float* levels, bool sig
         }
     }
     gi.first[kCombos] = (uint32_t)gi.cand.size();
+    gi.chunk_first.resize(kCombos + 1);
+    for (int c = 0; c < kCombos; ++c) {
+        gi.chunk_first[(size_t)c] = (uint32_t)(gi.chunk_ids.size() / kChunk);
+        const uint32_t b = gi.first[(size_t)c], e = gi.first[(size_t)c + 1];
+        for (uint32_t k0 = b; k0 < e; k0 += kChunk) {
+            const size_t base = gi.chunk_coords.size();
+            gi.chunk_coords.resize(base + kGroup * kChunk);
+            for (int lane = 0; lane < kChunk; ++lane) {
+                const uint16_t g = gi.cand[std::min<size_t>(k0 + (uint32_t)lane, e - 1)];
+                gi.chunk_ids.push_back(g);
+                for (int j = 0; j < kGroup; ++j)
+                    gi.chunk_coords[base + (size_t)(j * kChunk + lane)] = (int8_t)gi.points[(size_t)g * kGroup + j];
+            }
+        }
+    }
+    gi.chunk_first[kCombos] = (uint32_t)(gi.chunk_ids.size() / kChunk);
     return gi;
 }
 
@@ -104,7 +130,7 @@ float best_point(const GridIndex& gi, const float* a, const float* w, float dl, 
 #if defined(__AVX2__)
     // The same search 8 lanes wide: levels by two compares, the combination by a dot with powers of 3, and
     // each candidate's weighted error as one vector and a horizontal sum.
-    const __m256 va = _mm256_loadu_ps(a), vw = _mm256_loadu_ps(w);
+    const __m256 va = _mm256_loadu_ps(a);
     const __m256 t = _mm256_sub_ps(_mm256_mul_ps(va, _mm256_set1_ps(inv)), _mm256_set1_ps(shift));
     __m256i lv = _mm256_sub_epi32(_mm256_setzero_si256(),
                                   _mm256_castps_si256(_mm256_cmp_ps(t, _mm256_set1_ps(gi.cut_low), _CMP_GE_OQ)));
@@ -114,19 +140,35 @@ float best_point(const GridIndex& gi, const float* a, const float* w, float dl, 
     sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4E));
     sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xB1));
     const int combo = _mm_cvtsi128_si32(sum);
-    const __m256 vdl = _mm256_set1_ps(dl), vshift = _mm256_set1_ps(shift);
-    for (uint32_t k = gi.first[(size_t)combo]; k < gi.first[(size_t)combo + 1]; ++k) {
-        const uint16_t g = gi.cand[(size_t)k];
-        const __m256 p = _mm256_loadu_ps(&gi.points[(size_t)g * kGroup]);
-        const __m256 r = _mm256_sub_ps(va, _mm256_mul_ps(vdl, _mm256_add_ps(p, vshift)));
-        const __m256 e8 = _mm256_mul_ps(vw, _mm256_mul_ps(r, r));
-        __m128 h = _mm_add_ps(_mm256_castps256_ps128(e8), _mm256_extractf128_ps(e8, 1));
-        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
-        const float e = _mm_cvtss_f32(h);
-        if (e < best) {
-            best = e;
-            best_g = g;
+    // Eight candidates at a time, one per lane: coordinate j of all eight at once, so each candidate's
+    // error is summed in the same order as one candidate's lanes would be, with no horizontal sums.
+    const __m256 vdl = _mm256_set1_ps(dl), vshift = _mm256_set1_ps(shift), vinf = _mm256_set1_ps(INFINITY);
+    __m256 aj[kGroup], wj[kGroup];
+    for (int j = 0; j < kGroup; ++j) {
+        aj[j] = _mm256_set1_ps(a[j]);
+        wj[j] = _mm256_set1_ps(w[j]);
+    }
+    for (uint32_t ch = gi.chunk_first[(size_t)combo]; ch < gi.chunk_first[(size_t)combo + 1]; ++ch) {
+        const int8_t* pc = &gi.chunk_coords[(size_t)ch * kGroup * kChunk];
+        __m256 e[kGroup];
+        for (int j = 0; j < kGroup; ++j) {
+            const __m128i pb = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pc + j * kChunk));
+            const __m256 p = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(pb));
+            const __m256 r = _mm256_sub_ps(aj[j], _mm256_mul_ps(vdl, _mm256_add_ps(p, vshift)));
+            e[j] = _mm256_mul_ps(wj[j], _mm256_mul_ps(r, r));
+        }
+        __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(e[0], e[4]), _mm256_add_ps(e[2], e[6])),
+                                   _mm256_add_ps(_mm256_add_ps(e[1], e[5]), _mm256_add_ps(e[3], e[7])));
+        sum = _mm256_blendv_ps(sum, vinf, _mm256_cmp_ps(sum, sum, _CMP_UNORD_Q));  // a NaN is never chosen
+        __m256 m = _mm256_min_ps(sum, _mm256_permute2f128_ps(sum, sum, 1));
+        m = _mm256_min_ps(m, _mm256_shuffle_ps(m, m, 0x4E));
+        m = _mm256_min_ps(m, _mm256_shuffle_ps(m, m, 0xB1));
+        const float e_min = _mm256_cvtss_f32(m);
+        if (e_min < best) {
+            // The first lane holding the minimum: the earliest candidate, as a one-by-one scan keeps.
+            const int lane = __builtin_ctz((unsigned)_mm256_movemask_ps(_mm256_cmp_ps(sum, m, _CMP_EQ_OQ)));
+            best = e_min;
+            best_g = gi.chunk_ids[(size_t)ch * kChunk + (size_t)lane];
         }
     }
 #else
@@ -178,8 +220,10 @@ Group make_group(const float* x, const float* w) {
     return g;
 }
 
-// Error of `n` groups at sub-scale dl, with their points.
-float unit_error(const GridIndex& gi, const Group* gs, int n, float dl, uint16_t* idx) {
+// Error of `n` groups at sub-scale dl, with their points. Callers keep a result only when it is below
+// `limit`, so the sum stops once it reaches the limit (the errors are non-negative and the sum only grows);
+// the points of a stopped sum are incomplete and unused.
+float unit_error(const GridIndex& gi, const Group* gs, int n, float dl, uint16_t* idx, float limit = INFINITY) {
     if (dl <= 0) {
         float e = 0;
         for (int k = 0; k < n; ++k)
@@ -188,7 +232,7 @@ float unit_error(const GridIndex& gi, const Group* gs, int n, float dl, uint16_t
         return e;
     }
     float e = 0;
-    for (int k = 0; k < n; ++k) e += best_point(gi, gs[k].a, gs[k].w, dl, &idx[k]);
+    for (int k = 0; k < n && e < limit; ++k) e += best_point(gi, gs[k].a, gs[k].w, dl, &idx[k]);
     return e;
 }
 
@@ -217,7 +261,7 @@ void quantize_block(const GridIndex& gi, const float* x, const float* w, uint16_
         float best = INFINITY;
         for (float v = 14.0f; v <= 47.5f; v += 5.5f) {
             const float dl = amax / v;
-            const float e = unit_error(gi, ug, kPerUnit, dl, idx);
+            const float e = unit_error(gi, ug, kPerUnit, dl, idx, best);
             if (e < best) {
                 best = e;
                 free_dl[u] = dl;
@@ -232,7 +276,7 @@ void quantize_block(const GridIndex& gi, const float* x, const float* w, uint16_
                 num += ug[k].w[j] * ug[k].a[j] * p;
                 den += ug[k].w[j] * p * p;
             }
-        if (den > 0 && num > 0 && unit_error(gi, ug, kPerUnit, num / den, idx) < best) free_dl[u] = num / den;
+        if (den > 0 && num > 0 && unit_error(gi, ug, kPerUnit, num / den, idx, best) < best) free_dl[u] = num / den;
     }
     float dmax = 0;
     for (float dl : free_dl) dmax = std::max(dmax, dl);
@@ -255,7 +299,7 @@ void quantize_block(const GridIndex& gi, const float* x, const float* w, uint16_
             const int s0 = std::clamp((int)std::lround(4.0f * free_dl[u] / d - 0.5f), 0, 15);
             float best = INFINITY;
             for (int s = std::max(0, s0 - 2); s <= std::min(15, s0 + 2); ++s) {
-                const float e = unit_error(gi, gs + u * kPerUnit, kPerUnit, d * (0.5f + (float)s) * 0.25f, idx);
+                const float e = unit_error(gi, gs + u * kPerUnit, kPerUnit, d * (0.5f + (float)s) * 0.25f, idx, best);
                 if (e < best) {
                     best = e;
                     s_try[u] = (uint8_t)s;
@@ -284,9 +328,11 @@ struct Iq1Unit {
     uint16_t idx[4] = {};
 };
 
-float iq1_unit_error(const GridIndex& gi, const float* x, const float* w, float dl, bool neg, uint16_t* idx) {
+// As unit_error: stops at `limit` (the weights are non-negative, as an imatrix's are).
+float iq1_unit_error(const GridIndex& gi, const float* x, const float* w, float dl, bool neg, uint16_t* idx,
+                     float limit) {
     float e = 0;
-    for (int k = 0; k < 4; ++k)
+    for (int k = 0; k < 4 && e < limit; ++k)
         e += best_point(gi, x + k * kGroup, w + k * kGroup, dl, &idx[k], neg ? -kIq1Delta : kIq1Delta);
     return e;
 }
@@ -310,7 +356,7 @@ void quantize_iq1_block(const GridIndex& gi, const float* x, const float* w_in, 
         for (bool neg : {false, true}) {
             for (float v : {0.7f, 0.85f, 1.0f, 1.15f, 1.3f, 1.5f}) {
                 const float dl = amax / v;
-                const float e = iq1_unit_error(gi, xu, wu, dl, neg, idx);
+                const float e = iq1_unit_error(gi, xu, wu, dl, neg, idx, free_u[u].err);
                 if (e < free_u[u].err) free_u[u] = {e, dl, 0, neg, {idx[0], idx[1], idx[2], idx[3]}};
             }
         }
@@ -324,7 +370,7 @@ void quantize_iq1_block(const GridIndex& gi, const float* x, const float* w_in, 
                 den += wu[k * kGroup + j] * p * p;
             }
         if (den > 0 && num > 0) {
-            const float e = iq1_unit_error(gi, xu, wu, num / den, free_u[u].neg, idx);
+            const float e = iq1_unit_error(gi, xu, wu, num / den, free_u[u].neg, idx, free_u[u].err);
             if (e < free_u[u].err) free_u[u] = {e, num / den, 0, free_u[u].neg, {idx[0], idx[1], idx[2], idx[3]}};
         }
     }
@@ -346,7 +392,7 @@ void quantize_iq1_block(const GridIndex& gi, const float* x, const float* w_in, 
             for (int s = std::max(0, s0 - 1); s <= std::min(7, s0 + 1); ++s)
                 for (bool neg : {false, true}) {
                     const float dl = d * (float)(2 * s + 1);
-                    const float e = iq1_unit_error(gi, x + u * 32, w + u * 32, dl, neg, idx);
+                    const float e = iq1_unit_error(gi, x + u * 32, w + u * 32, dl, neg, idx, trial[u].err);
                     if (e < trial[u].err) trial[u] = {e, dl, s, neg, {idx[0], idx[1], idx[2], idx[3]}};
                 }
             total += trial[u].err;
