@@ -17,6 +17,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/check.h"
 #include "core/fp16.h"
 #include "format/quant_codecs.h"
 
@@ -43,12 +44,14 @@ struct GridIndex {
     std::vector<float> points;          // [n][8]
     std::vector<uint32_t> first;        // candidates of combo c: cand[first[c] .. first[c+1])
     std::vector<uint16_t> cand;
+    float levels[3] = {};               // every coordinate of every point is one of these
     // The same candidates in chunks of kChunk for the vector search: chunks of combo c are
-    // chunk_first[c] .. chunk_first[c+1]; chunk k holds coordinate j of its candidates at
-    // chunk_coords[(k * kGroup + j) * kChunk ..] and their indices at chunk_ids[k * kChunk ..]. A short
-    // last chunk repeats its last candidate, which ties with it and so is never chosen over it.
+    // chunk_first[c] .. chunk_first[c+1]; chunk k holds the level (0..2) of coordinate j of its
+    // candidates at chunk_levels[(k * kGroup + j) * kChunk ..], plus 4 for j >= 4 (best_point's table
+    // layout), and their indices at chunk_ids[k * kChunk ..]. A short last chunk repeats its last
+    // candidate, which ties with it and so is never chosen over it.
     std::vector<uint32_t> chunk_first;
-    std::vector<int8_t> chunk_coords;
+    std::vector<uint8_t> chunk_levels;
     std::vector<uint16_t> chunk_ids;
 };
 
@@ -58,6 +61,7 @@ GridIndex build_index(const uint64_t* grid, int n, const float* levels, bool sig
     gi.n = n;
     gi.cut_low = 0.5f * (levels[0] + levels[1]);
     gi.cut_high = 0.5f * (levels[1] + levels[2]);
+    std::copy(levels, levels + 3, gi.levels);
     gi.points.resize((size_t)n * kGroup);
     for (int g = 0; g < n; ++g)
         for (int j = 0; j < kGroup; ++j) {
@@ -94,13 +98,17 @@ GridIndex build_index(const uint64_t* grid, int n, const float* levels, bool sig
         gi.chunk_first[(size_t)c] = (uint32_t)(gi.chunk_ids.size() / kChunk);
         const uint32_t b = gi.first[(size_t)c], e = gi.first[(size_t)c + 1];
         for (uint32_t k0 = b; k0 < e; k0 += kChunk) {
-            const size_t base = gi.chunk_coords.size();
-            gi.chunk_coords.resize(base + kGroup * kChunk);
+            const size_t base = gi.chunk_levels.size();
+            gi.chunk_levels.resize(base + kGroup * kChunk);
             for (int lane = 0; lane < kChunk; ++lane) {
                 const uint16_t g = gi.cand[std::min<size_t>(k0 + (uint32_t)lane, e - 1)];
                 gi.chunk_ids.push_back(g);
-                for (int j = 0; j < kGroup; ++j)
-                    gi.chunk_coords[base + (size_t)(j * kChunk + lane)] = (int8_t)gi.points[(size_t)g * kGroup + j];
+                for (int j = 0; j < kGroup; ++j) {
+                    const float p = gi.points[(size_t)g * kGroup + j];
+                    const int level = p == levels[0] ? 0 : p == levels[1] ? 1 : 2;
+                    DSV4_CHECK_MSG(p == levels[level], "IQ grid point %d has a coordinate off its levels", (int)g);
+                    gi.chunk_levels[base + (size_t)(j * kChunk + lane)] = (uint8_t)(level + (j >= 4 ? 4 : 0));
+                }
             }
         }
     }
@@ -130,7 +138,7 @@ float best_point(const GridIndex& gi, const float* a, const float* w, float dl, 
 #if defined(__AVX2__)
     // The same search 8 lanes wide: levels by two compares, the combination by a dot with powers of 3, and
     // each candidate's weighted error as one vector and a horizontal sum.
-    const __m256 va = _mm256_loadu_ps(a);
+    const __m256 va = _mm256_loadu_ps(a), vw = _mm256_loadu_ps(w);
     const __m256 t = _mm256_sub_ps(_mm256_mul_ps(va, _mm256_set1_ps(inv)), _mm256_set1_ps(shift));
     __m256i lv = _mm256_sub_epi32(_mm256_setzero_si256(),
                                   _mm256_castps_si256(_mm256_cmp_ps(t, _mm256_set1_ps(gi.cut_low), _CMP_GE_OQ)));
@@ -140,22 +148,30 @@ float best_point(const GridIndex& gi, const float* a, const float* w, float dl, 
     sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4E));
     sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xB1));
     const int combo = _mm_cvtsi128_si32(sum);
-    // Eight candidates at a time, one per lane: coordinate j of all eight at once, so each candidate's
-    // error is summed in the same order as one candidate's lanes would be, with no horizontal sums.
-    const __m256 vdl = _mm256_set1_ps(dl), vshift = _mm256_set1_ps(shift), vinf = _mm256_set1_ps(INFINITY);
-    __m256 aj[kGroup], wj[kGroup];
-    for (int j = 0; j < kGroup; ++j) {
-        aj[j] = _mm256_set1_ps(a[j]);
-        wj[j] = _mm256_set1_ps(w[j]);
+    // Eight candidates at a time, one per lane. Every coordinate is one of three levels, so the error
+    // term w_j (a_j - dl (level + shift))^2 of coordinate j takes three values, computed once per call
+    // with the same operations as per candidate; each candidate's terms are then looked up by its
+    // levels (one permute per coordinate) and summed in the order of the one-candidate sum above.
+    // table[j % 4] holds coordinate j's three terms in lanes 0..2 (j < 4) or 4..6 (j >= 4).
+    const __m256 vdl = _mm256_set1_ps(dl), vshift = _mm256_set1_ps(shift);
+    __m256 term[3];
+    for (int v = 0; v < 3; ++v) {
+        const __m256 r = _mm256_sub_ps(va, _mm256_mul_ps(vdl, _mm256_add_ps(_mm256_set1_ps(gi.levels[v]), vshift)));
+        term[v] = _mm256_mul_ps(vw, _mm256_mul_ps(r, r));
     }
+    const __m256 lo01 = _mm256_unpacklo_ps(term[0], term[1]), hi01 = _mm256_unpackhi_ps(term[0], term[1]);
+    const __m256 lo22 = _mm256_unpacklo_ps(term[2], term[2]), hi22 = _mm256_unpackhi_ps(term[2], term[2]);
+    const __m256 table[4] = {_mm256_shuffle_ps(lo01, lo22, _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm256_shuffle_ps(lo01, lo22, _MM_SHUFFLE(3, 2, 3, 2)),
+                         _mm256_shuffle_ps(hi01, hi22, _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm256_shuffle_ps(hi01, hi22, _MM_SHUFFLE(3, 2, 3, 2))};
+    const __m256 vinf = _mm256_set1_ps(INFINITY);
     for (uint32_t ch = gi.chunk_first[(size_t)combo]; ch < gi.chunk_first[(size_t)combo + 1]; ++ch) {
-        const int8_t* pc = &gi.chunk_coords[(size_t)ch * kGroup * kChunk];
+        const uint8_t* lv = &gi.chunk_levels[(size_t)ch * kGroup * kChunk];
         __m256 e[kGroup];
         for (int j = 0; j < kGroup; ++j) {
-            const __m128i pb = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pc + j * kChunk));
-            const __m256 p = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(pb));
-            const __m256 r = _mm256_sub_ps(aj[j], _mm256_mul_ps(vdl, _mm256_add_ps(p, vshift)));
-            e[j] = _mm256_mul_ps(wj[j], _mm256_mul_ps(r, r));
+            const __m256i sel = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(lv + j * kChunk)));
+            e[j] = _mm256_permutevar8x32_ps(table[j % 4], sel);
         }
         __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(e[0], e[4]), _mm256_add_ps(e[2], e[6])),
                                    _mm256_add_ps(_mm256_add_ps(e[1], e[5]), _mm256_add_ps(e[3], e[7])));
