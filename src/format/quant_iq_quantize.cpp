@@ -37,6 +37,8 @@ constexpr float kIq1Levels[3] = {-1.0f, 0.0f, 1.0f};
 constexpr int kMaxCandidates = 24;
 constexpr int kTiers = 3;  // distinct distances kept per combination
 constexpr int kChunk = 8;  // candidates scored at once by the vector search
+constexpr int kMaxChunks = (kMaxCandidates + kChunk - 1) / kChunk;
+static_assert(kMaxChunks * kChunk <= 32, "chunk hits fit one 32-bit mask");
 
 struct GridIndex {
     int n = 0;
@@ -54,6 +56,19 @@ struct GridIndex {
     std::vector<uint8_t> chunk_levels;
     std::vector<uint16_t> chunk_ids;
 };
+
+// Entry m: the sum of 3^j over the set bits j of m (the base-3 number with digits m's bits).
+struct Pow3Sums {
+    uint16_t v[256];
+};
+constexpr Pow3Sums make_pow3_sums() {
+    Pow3Sums t{};
+    for (int m = 0; m < 256; ++m)
+        for (int j = 0, p = 1; j < kGroup; ++j, p *= 3)
+            if ((m >> j) & 1) t.v[m] = (uint16_t)(t.v[m] + p);
+    return t;
+}
+constexpr Pow3Sums kPow3Sums = make_pow3_sums();
 
 // `levels`: the three coordinate values of the grid; `signed_bytes`: entries hold int8 (IQ1) or uint8 (IQ2).
 GridIndex build_index(const uint64_t* grid, int n, const float* levels, bool signed_bytes) {
@@ -136,18 +151,13 @@ float best_point(const GridIndex& gi, const float* a, const float* w, float dl, 
     float best = INFINITY;
     uint16_t best_g = 0;
 #if defined(__AVX2__)
-    // The same search 8 lanes wide: levels by two compares, the combination by a dot with powers of 3, and
-    // each candidate's weighted error as one vector and a horizontal sum.
+    // The level of each coordinate is the count of the two cuts it reaches, so the combination is
+    // sum_j 3^j ([t_j >= cut_low] + [t_j >= cut_high]): two compares, their sign masks, two lookups.
     const __m256 va = _mm256_loadu_ps(a), vw = _mm256_loadu_ps(w);
     const __m256 t = _mm256_sub_ps(_mm256_mul_ps(va, _mm256_set1_ps(inv)), _mm256_set1_ps(shift));
-    __m256i lv = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                  _mm256_castps_si256(_mm256_cmp_ps(t, _mm256_set1_ps(gi.cut_low), _CMP_GE_OQ)));
-    lv = _mm256_sub_epi32(lv, _mm256_castps_si256(_mm256_cmp_ps(t, _mm256_set1_ps(gi.cut_high), _CMP_GE_OQ)));
-    const __m256i prod = _mm256_mullo_epi32(lv, _mm256_setr_epi32(1, 3, 9, 27, 81, 243, 729, 2187));
-    __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(prod), _mm256_extracti128_si256(prod, 1));
-    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4E));
-    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xB1));
-    const int combo = _mm_cvtsi128_si32(sum);
+    const int low = _mm256_movemask_ps(_mm256_cmp_ps(t, _mm256_set1_ps(gi.cut_low), _CMP_GE_OQ));
+    const int high = _mm256_movemask_ps(_mm256_cmp_ps(t, _mm256_set1_ps(gi.cut_high), _CMP_GE_OQ));
+    const int combo = kPow3Sums.v[low] + kPow3Sums.v[high];
     // Eight candidates at a time, one per lane. Every coordinate is one of three levels, so the error
     // term w_j (a_j - dl (level + shift))^2 of coordinate j takes three values, computed once per call
     // with the same operations as per candidate; each candidate's terms are then looked up by its
@@ -165,9 +175,15 @@ float best_point(const GridIndex& gi, const float* a, const float* w, float dl, 
                          _mm256_shuffle_ps(lo01, lo22, _MM_SHUFFLE(3, 2, 3, 2)),
                          _mm256_shuffle_ps(hi01, hi22, _MM_SHUFFLE(1, 0, 1, 0)),
                          _mm256_shuffle_ps(hi01, hi22, _MM_SHUFFLE(3, 2, 3, 2))};
+    // All chunks first, then one minimum over them and the first candidate holding it (the earliest, as
+    // a one-by-one scan keeps), without a data-dependent branch per chunk.
     const __m256 vinf = _mm256_set1_ps(INFINITY);
-    for (uint32_t ch = gi.chunk_first[(size_t)combo]; ch < gi.chunk_first[(size_t)combo + 1]; ++ch) {
-        const uint8_t* lv = &gi.chunk_levels[(size_t)ch * kGroup * kChunk];
+    const uint32_t ch0 = gi.chunk_first[(size_t)combo];
+    const int n_chunks = (int)(gi.chunk_first[(size_t)combo + 1] - ch0);
+    __m256 sums[kMaxChunks];
+    __m256 m = vinf;
+    for (int c = 0; c < n_chunks; ++c) {
+        const uint8_t* lv = &gi.chunk_levels[(size_t)(ch0 + (uint32_t)c) * kGroup * kChunk];
         __m256 e[kGroup];
         for (int j = 0; j < kGroup; ++j) {
             const __m256i sel = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(lv + j * kChunk)));
@@ -176,16 +192,19 @@ float best_point(const GridIndex& gi, const float* a, const float* w, float dl, 
         __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(e[0], e[4]), _mm256_add_ps(e[2], e[6])),
                                    _mm256_add_ps(_mm256_add_ps(e[1], e[5]), _mm256_add_ps(e[3], e[7])));
         sum = _mm256_blendv_ps(sum, vinf, _mm256_cmp_ps(sum, sum, _CMP_UNORD_Q));  // a NaN is never chosen
-        __m256 m = _mm256_min_ps(sum, _mm256_permute2f128_ps(sum, sum, 1));
-        m = _mm256_min_ps(m, _mm256_shuffle_ps(m, m, 0x4E));
-        m = _mm256_min_ps(m, _mm256_shuffle_ps(m, m, 0xB1));
-        const float e_min = _mm256_cvtss_f32(m);
-        if (e_min < best) {
-            // The first lane holding the minimum: the earliest candidate, as a one-by-one scan keeps.
-            const int lane = __builtin_ctz((unsigned)_mm256_movemask_ps(_mm256_cmp_ps(sum, m, _CMP_EQ_OQ)));
-            best = e_min;
-            best_g = gi.chunk_ids[(size_t)ch * kChunk + (size_t)lane];
-        }
+        sums[c] = sum;
+        m = _mm256_min_ps(m, sum);
+    }
+    m = _mm256_min_ps(m, _mm256_permute2f128_ps(m, m, 1));
+    m = _mm256_min_ps(m, _mm256_shuffle_ps(m, m, 0x4E));
+    m = _mm256_min_ps(m, _mm256_shuffle_ps(m, m, 0xB1));
+    const float e_min = _mm256_cvtss_f32(m);
+    if (e_min < best) {
+        uint32_t hits = 0;
+        for (int c = 0; c < n_chunks; ++c)
+            hits |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(sums[c], m, _CMP_EQ_OQ)) << (kChunk * c);
+        best = e_min;
+        best_g = gi.chunk_ids[(size_t)ch0 * kChunk + (size_t)__builtin_ctz(hits)];
     }
 #else
     int combo = 0;
