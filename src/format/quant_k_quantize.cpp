@@ -1,7 +1,8 @@
 // K-quant encoders (Q2_K..Q6_K) following llama.cpp's reference, non-imatrix algorithms
 // (quantize_row_*_ref): per sub-block a scale (and min) is searched to minimise a weighted error, the
 // sub-block scales are quantized against one f16 super-scale, and the values are re-quantized with the
-// scales as they will be decoded.
+// scales as they will be decoded. With importance weights (an imatrix) the same searches minimise the
+// squared error weighted by importance_weights. tests/test_quant_k.cpp pins the unweighted bytes.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -43,10 +44,11 @@ inline void round_clamp(const F8& f, int lo, int hi, F8& out) {
     out = __builtin_convertvector(l, F8);
 }
 
-// Symmetric codes l in [-nmax, nmax-1] with weights w = x^2; starting from the scale that maps the
-// extreme value to -nmax, try 18 nearby scales and keep the one maximising (sum w x l)^2 / sum w l^2,
-// i.e. the least-squares optimum. Codes come back offset by +nmax. Returns the scale.
-float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
+// Symmetric codes l in [-nmax, nmax-1] with weights w (x^2 in the reference); starting from the scale that
+// maps the extreme value to -nmax, try 18 nearby scales and keep the one maximising
+// (sum w x l)^2 / sum w l^2, i.e. the weighted least-squares optimum. Codes come back offset by +nmax.
+// Returns the scale.
+float make_qx_quants(int n, int nmax, const float* x, const float* weights, int8_t* L) {
     float max = 0.0f, amax = 0.0f;
     for (int i = 0; i < n; ++i) {
         const float ax = std::fabs(x[i]);
@@ -65,7 +67,7 @@ float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
         for (int i = 0; i < n; ++i) {
             const int l = clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1);
             if (store) L[i] = (int8_t)(l + nmax);
-            const float w = x[i] * x[i];
+            const float w = weights[i];
             *sumlx += w * x[i] * (float)l;
             *suml2 += w * (float)l * (float)l;
         }
@@ -88,9 +90,9 @@ float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
 }
 
 // Q3_K's symmetric search: start from the extreme-value scale, then up to 5 rounds of coordinate
-// descent, moving one code at a time when that raises (sum w x l)^2 / sum w l^2 (w = x^2). Codes come
-// back offset by +nmax. Returns the least-squares scale.
-float make_q3_quants(int n, int nmax, const float* x, int8_t* L) {
+// descent, moving one code at a time when that raises (sum w x l)^2 / sum w l^2 (w = x^2 in the
+// reference). Codes come back offset by +nmax. Returns the weighted least-squares scale.
+float make_q3_quants(int n, int nmax, const float* x, const float* weights, int8_t* L) {
     float max = 0.0f, amax = 0.0f;
     for (int i = 0; i < n; ++i) {
         const float ax = std::fabs(x[i]);
@@ -108,14 +110,14 @@ float make_q3_quants(int n, int nmax, const float* x, int8_t* L) {
     for (int i = 0; i < n; ++i) {
         const int l = clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1);
         L[i] = (int8_t)l;
-        const float w = x[i] * x[i];
+        const float w = weights[i];
         sumlx += w * x[i] * (float)l;
         suml2 += w * (float)l * (float)l;
     }
     for (int round = 0; round < 5; ++round) {
         int n_changed = 0;
         for (int i = 0; i < n; ++i) {
-            const float w = x[i] * x[i];
+            const float w = weights[i];
             float slx = sumlx - w * x[i] * (float)L[i];
             if (slx <= 0) continue;
             float sl2 = suml2 - w * (float)L[i] * (float)L[i];
@@ -242,6 +244,23 @@ void pack_2bit(const uint8_t* L, uint8_t* qs) {
     }
 }
 
+// Importance weights of one super-block from an imatrix's per-column weights qw: qw * sqrt(sigma2 + x^2)
+// with sigma2 twice the block's mean square, as llama.cpp weights its K-quant searches. The imatrix says
+// which columns matter to the layer's output; the data term makes large values count more while every
+// value keeps a floor set by the block's spread. Returns false where the block's qw are all zero (no
+// activation reached those columns), and the type's own weights are used instead.
+bool importance_weights(const float* x, const float* qw, float* out) {
+    float sum_x2 = 0, sum_qw = 0;
+    for (int i = 0; i < kQKK; ++i) {
+        sum_x2 += x[i] * x[i];
+        sum_qw += std::max(qw[i], 0.0f);
+    }
+    if (!(sum_qw > 0)) return false;
+    const float sigma2 = 2 * sum_x2 / kQKK;
+    for (int i = 0; i < kQKK; ++i) out[i] = std::max(qw[i], 0.0f) * std::sqrt(sigma2 + x[i] * x[i]);
+    return true;
+}
+
 // Q4_K/Q5_K share everything but the code range and the search parameters.
 struct K4Params {
     int nmax;
@@ -250,16 +269,22 @@ struct K4Params {
 };
 
 // Fills the 6-bit scales/mins, d, dmin and the final codes L (0..nmax) of one Q4_K/Q5_K super-block.
-void quant_k4_common(const float* x, const K4Params& p, uint8_t* packed_scales, uint16_t* d16, uint16_t* dmin16,
-                     uint8_t* L) {
-    float scales[8], mins[8], weights[32];
+// `qw`: the block's imatrix weights, or null.
+void quant_k4_common(const float* x, const float* qw, const K4Params& p, uint8_t* packed_scales, uint16_t* d16,
+                     uint16_t* dmin16, uint8_t* L) {
+    float scales[8], mins[8], weights[32], importance[kQKK];
+    const bool weighted = qw && importance_weights(x, qw, importance);
     float max_scale = 0, max_min = 0;
     for (int j = 0; j < 8; ++j) {
         const float* xs = x + 32 * j;
-        float sum_x2 = 0;
-        for (int l = 0; l < 32; ++l) sum_x2 += xs[l] * xs[l];
-        const float av_x = std::sqrt(sum_x2 / 32);
-        for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(xs[l]);
+        if (weighted) {
+            std::memcpy(weights, importance + 32 * j, sizeof weights);
+        } else {
+            float sum_x2 = 0;
+            for (int l = 0; l < 32; ++l) sum_x2 += xs[l] * xs[l];
+            const float av_x = std::sqrt(sum_x2 / 32);
+            for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(xs[l]);
+        }
         scales[j] = make_qkx2_quants<false>(32, p.nmax, xs, weights, L + 32 * j, &mins[j], p.rmin, 0.1f, p.nstep);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
@@ -293,15 +318,25 @@ void quant_k4_common(const float* x, const K4Params& p, uint8_t* packed_scales, 
 
 }  // namespace
 
-void quant_q2_k(const float* x, BlockQ2K* y, int64_t nb) {
+// Without importance weights each K type follows its reference search; with them (qw non-null: one per
+// value), every sub-block search minimises the squared error weighted by importance_weights.
+void quant_q2_k(const float* x, const float* qw, BlockQ2K* y, int64_t nb) {
     constexpr float q4scale = 15.f;
-    for (int64_t i = 0; i < nb; ++i, x += kQKK) {
+    for (int64_t i = 0; i < nb; ++i, x += kQKK, qw = qw ? qw + kQKK : nullptr) {
         uint8_t L[kQKK];
-        float weights[16], mins[16], scales[16];
+        float weights[16], mins[16], scales[16], importance[kQKK];
+        const bool weighted = qw && importance_weights(x, qw, importance);
         float max_scale = 0, max_min = 0;
         for (int j = 0; j < 16; ++j) {
-            for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
-            scales[j] = make_qkx2_quants<true>(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], -0.5f, 0.1f, 15);
+            if (weighted) {
+                // Squared error, as the weights already grow with |x| (the reference's |x|-weighted
+                // absolute error has no weighted least-squares counterpart).
+                std::memcpy(weights, importance + 16 * j, sizeof weights);
+                scales[j] = make_qkx2_quants<false>(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], -0.5f, 0.1f, 15);
+            } else {
+                for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
+                scales[j] = make_qkx2_quants<true>(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], -0.5f, 0.1f, 15);
+            }
             if (scales[j] > max_scale) max_scale = scales[j];
             if (mins[j] > max_min) max_min = mins[j];
         }
@@ -330,13 +365,16 @@ void quant_q2_k(const float* x, BlockQ2K* y, int64_t nb) {
     }
 }
 
-void quant_q3_k(const float* x, BlockQ3K* y, int64_t nb) {
-    for (int64_t i = 0; i < nb; ++i, x += kQKK) {
+void quant_q3_k(const float* x, const float* qw, BlockQ3K* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, x += kQKK, qw = qw ? qw + kQKK : nullptr) {
         int8_t L[kQKK];
-        float scales[16];
+        float scales[16], weights[kQKK];
+        if (!(qw && importance_weights(x, qw, weights))) {
+            for (int l = 0; l < kQKK; ++l) weights[l] = x[l] * x[l];
+        }
         float max_scale = 0, amax = 0;
         for (int j = 0; j < 16; ++j) {
-            scales[j] = make_q3_quants(16, 4, x + 16 * j, L + 16 * j);
+            scales[j] = make_q3_quants(16, 4, x + 16 * j, weights + 16 * j, L + 16 * j);
             const float a = std::fabs(scales[j]);
             if (a > amax) {
                 amax = a;
@@ -377,22 +415,22 @@ void quant_q3_k(const float* x, BlockQ3K* y, int64_t nb) {
     }
 }
 
-void quant_q4_k(const float* x, BlockQ4K* y, int64_t nb) {
-    for (int64_t i = 0; i < nb; ++i, x += kQKK) {
+void quant_q4_k(const float* x, const float* qw, BlockQ4K* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, x += kQKK, qw = qw ? qw + kQKK : nullptr) {
         uint8_t L[kQKK];
         std::memset(y[i].scales, 0, sizeof y[i].scales);
-        quant_k4_common(x, K4Params{15, -1.f, 20}, y[i].scales, &y[i].d, &y[i].dmin, L);
+        quant_k4_common(x, qw, K4Params{15, -1.f, 20}, y[i].scales, &y[i].d, &y[i].dmin, L);
         for (int j = 0; j < kQKK; j += 64) {
             for (int l = 0; l < 32; ++l) y[i].qs[j / 2 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
         }
     }
 }
 
-void quant_q5_k(const float* x, BlockQ5K* y, int64_t nb) {
-    for (int64_t i = 0; i < nb; ++i, x += kQKK) {
+void quant_q5_k(const float* x, const float* qw, BlockQ5K* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, x += kQKK, qw = qw ? qw + kQKK : nullptr) {
         uint8_t L[kQKK];
         std::memset(y[i].scales, 0, sizeof y[i].scales);
-        quant_k4_common(x, K4Params{31, -0.5f, 15}, y[i].scales, &y[i].d, &y[i].dmin, L);
+        quant_k4_common(x, qw, K4Params{31, -0.5f, 15}, y[i].scales, &y[i].d, &y[i].dmin, L);
         // Codes of 32-value group g: low nibbles in qs (groups paired per 32 bytes), bit 4 in qh bit g.
         std::memset(y[i].qh, 0, sizeof y[i].qh);
         for (int g = 0; g < 8; ++g) {
@@ -409,13 +447,16 @@ void quant_q5_k(const float* x, BlockQ5K* y, int64_t nb) {
     }
 }
 
-void quant_q6_k(const float* x, BlockQ6K* y, int64_t nb) {
-    for (int64_t i = 0; i < nb; ++i, x += kQKK) {
+void quant_q6_k(const float* x, const float* qw, BlockQ6K* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, x += kQKK, qw = qw ? qw + kQKK : nullptr) {
         int8_t L[kQKK];
-        float scales[16];
+        float scales[16], weights[kQKK];
+        if (!(qw && importance_weights(x, qw, weights))) {
+            for (int l = 0; l < kQKK; ++l) weights[l] = x[l] * x[l];
+        }
         float max_scale = 0, max_abs_scale = 0;
         for (int ib = 0; ib < 16; ++ib) {
-            scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
+            scales[ib] = make_qx_quants(16, 32, x + 16 * ib, weights + 16 * ib, L + 16 * ib);
             const float a = std::fabs(scales[ib]);
             if (a > max_abs_scale) {
                 max_abs_scale = a;
