@@ -14,8 +14,9 @@
 // compares the result with an exhaustive search.
 //
 // With AVX2 the point search (best_points) scores eight candidates per vector and all groups of a
-// sub-scale together; it does the scalar search's float operations per candidate and keeps the same
-// (first) minimum, so both give the same bytes up to the order of each candidate's sum.
+// sub-scale together. Each candidate's error comes from the same float operations, summed in the same
+// order, as when one candidate filled a vector, and the first minimum is kept, so the bytes are those of
+// scoring the candidates one at a time that way (the scalar path sums each candidate left to right).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -56,7 +57,7 @@ struct GridIndex {
     // ties with it and so is never chosen over it.
     struct Chunk {
         // Bits 4j..4j+2 of levels[lane]: the level (0..2) of the candidate's coordinate j, plus 4 for
-        // j >= 4 (best_point's table layout).
+        // j >= 4 (best_points' table layout).
         uint32_t levels[kChunk];
         uint16_t ids[kChunk];
     };
