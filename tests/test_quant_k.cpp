@@ -23,7 +23,9 @@ uint64_t splitmix(uint64_t& s) {
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
 }
-float unit(uint64_t& s) { return (float)(splitmix(s) >> 40) * (1.0f / 16777216.0f); }
+float unit(uint64_t& s) {
+    return (float)(splitmix(s) >> 40) * (1.0f / 16777216.0f);
+}
 
 // Values made with exact float operations only, so every platform gets the same bits: near-Gaussian blocks
 // (a sum of four uniforms), heavy-tailed ones (a ratio), blocks with zeros and all-positive blocks.
@@ -69,8 +71,8 @@ double weighted_sse(GgmlType t, const std::vector<float>& x, const std::vector<u
 
 TEST(QuantK, BytesWithoutImportanceArePinned) {
     const std::vector<float> x = pinned_data(256 * 64, 42);
-    const uint64_t want[] = {0x550379aac2eef13full, 0xd734ce2aac1ba445ull, 0xb6260a49f3d95065ull,
-                             0xc4c3cd610295a628ull, 0xfbc9edb37b109c44ull};
+    const uint64_t want[] = {0x550379aac2eef13full, 0xd734ce2aac1ba445ull, 0xb6260a49f3d95065ull, 0xc4c3cd610295a628ull,
+                             0xfbc9edb37b109c44ull};
     for (size_t k = 0; k < std::size(kKTypes); ++k) {
         EXPECT_EQ(fnv1a(quantize(kKTypes[k], x, nullptr)), want[k]) << ggml_type_name(kKTypes[k]);
     }

@@ -292,9 +292,9 @@ TEST(Quantize, ImatrixWeightsTheKQuantSearch) {
         const GgufTensor* t = (*full)->tensor(name);
         ASSERT_NE(t, nullptr) << name;
         ASSERT_EQ(t->n_dims, 3) << name;
-        ASSERT_TRUE(stacks.add_tensor_data(name, t->type, std::vector<int64_t>(t->ne, t->ne + 3),
-                                           std::vector<uint8_t>(t->data, t->data + t->n_bytes))
-                        .ok());
+        const std::vector<int64_t> ne(t->ne, t->ne + 3);
+        const std::vector<uint8_t> bytes(t->data, t->data + t->n_bytes);
+        ASSERT_TRUE(stacks.add_tensor_data(name, t->type, ne, bytes).ok());
         const int64_t n_cols = t->ne[0], n_mat = t->ne[2];
         std::vector<float> sums((size_t)(n_cols * n_mat)), counts((size_t)n_mat, 10.0f);
         for (size_t i = 0; i < sums.size(); ++i) sums[i] = (i % 16 == 0 ? 100.0f : 1.0f) * 10.0f;
