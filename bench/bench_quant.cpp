@@ -1,6 +1,6 @@
 // Quantizer speed per core: MB/s of output (and of f32 input) per CPU-second for every type quantize_row supports, on
 // Gaussian rows of 4096 values, one thread and then all threads of the pool. The targets: K types
-// >= 10 MB/s and IQ2_XXS / IQ2_XS >= 1.5 MB/s of output per core.
+// >= 10 MB/s and IQ2_XXS / IQ2_XS / IQ1_S >= 1.5 MB/s of output per core.
 //   build/bin/bench_quant [seconds per type, default 0.5] [threads, default all cores]
 #include <chrono>
 #include <cstdio>

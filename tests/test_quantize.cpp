@@ -224,7 +224,7 @@ TEST(Quantize, CliWritesTheMixAndInspectShowsIt) {
 TEST(Quantize, ImatrixWeightsTheIqSearch) {
     TempDir tmp;
     const fs::path subset = quant_mini_subset(tmp.path);
-    // quant-mini's gate/up stacks are IQ2_XXS already (kept as they are); its down stack is Q3_K.
+    // quant-mini's gate/up stacks are IQ2_XXS already (kept as they are); its down stack is Q4_K.
     const std::string name = "blk.2.ffn_down_exps.weight";
     auto write_imatrix = [&](const fs::path& path, int64_t n_cols) {
         GgufWriter w;
@@ -274,6 +274,71 @@ TEST(Quantize, ImatrixWeightsTheIqSearch) {
     EXPECT_NE(st.error().find(name), std::string::npos) << st.error();
     EXPECT_FALSE(fs::exists(out));
     EXPECT_FALSE(Imatrix::open((tmp.path / "none.gguf").string()).ok());
+}
+
+// The K types take the imatrix through the same file path: quant-mini's layer-2 expert stacks (gate
+// IQ2_XXS, down Q4_K; rows of 256) requantized to each K type, with and without an imatrix whose columns
+// k % 16 == 0 weigh 100x. Every stack whose type changes has a smaller error under those weights.
+TEST(Quantize, ImatrixWeightsTheKQuantSearch) {
+    TempDir tmp;
+    auto full = GgufFile::open(kQuantMini);
+    ASSERT_TRUE(full.ok()) << full.error();
+    const std::vector<std::string> names = {"blk.2.ffn_gate_exps.weight", "blk.2.ffn_down_exps.weight"};
+    // Just the two stacks and the metadata: ten requantizations stay quick.
+    GgufWriter stacks, imatrix;
+    for (const auto& [key, value] : (*full)->metadata()) stacks.copy_value(key, value);
+    imatrix.set_arr_str("imatrix.datasets", {"test"});
+    for (const std::string& name : names) {
+        const GgufTensor* t = (*full)->tensor(name);
+        ASSERT_NE(t, nullptr) << name;
+        ASSERT_EQ(t->n_dims, 3) << name;
+        const std::vector<int64_t> ne(t->ne, t->ne + 3);
+        const std::vector<uint8_t> bytes(t->data, t->data + t->n_bytes);
+        ASSERT_TRUE(stacks.add_tensor_data(name, t->type, ne, bytes).ok());
+        const int64_t n_cols = t->ne[0], n_mat = t->ne[2];
+        std::vector<float> sums((size_t)(n_cols * n_mat)), counts((size_t)n_mat, 10.0f);
+        for (size_t i = 0; i < sums.size(); ++i) sums[i] = (i % 16 == 0 ? 100.0f : 1.0f) * 10.0f;
+        std::vector<uint8_t> sb(sums.size() * 4), cb(counts.size() * 4);
+        std::memcpy(sb.data(), sums.data(), sb.size());
+        std::memcpy(cb.data(), counts.data(), cb.size());
+        ASSERT_TRUE(imatrix.add_tensor_data(name + ".in_sum2", GgmlType::F32, {n_cols, n_mat}, sb).ok());
+        ASSERT_TRUE(imatrix.add_tensor_data(name + ".counts", GgmlType::F32, {1, n_mat}, cb).ok());
+    }
+    const fs::path in_path = tmp.path / "stacks.gguf", im_path = tmp.path / "imatrix.gguf";
+    ASSERT_TRUE(stacks.write(in_path.string()).ok());
+    ASSERT_TRUE(imatrix.write(im_path.string()).ok());
+    auto im = Imatrix::open(im_path.string());
+    ASSERT_TRUE(im.ok()) << im.error();
+    auto in = open(in_path);
+    ASSERT_TRUE(in);
+    int checked = 0;
+    for (GgmlType type : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+        RequantizeOptions o;
+        o.selection.base = type;
+        o.threads = 2;
+        const std::string tn(ggml_type_name(type));
+        const fs::path plain_path = tmp.path / (tn + "_plain.gguf"), weighted_path = tmp.path / (tn + "_im.gguf");
+        ASSERT_TRUE(requantize_gguf(in_path.string(), plain_path.string(), o).ok()) << tn;
+        o.imatrix = im->get();
+        Status st = requantize_gguf(in_path.string(), weighted_path.string(), o);
+        ASSERT_TRUE(st.ok()) << tn << ": " << st.error();
+        auto plain = open(plain_path), weighted = open(weighted_path);
+        ASSERT_TRUE(plain && weighted);
+        for (const std::string& name : names) {
+            if (in->tensor(name)->type == type) continue;  // kept byte for byte
+            ASSERT_EQ(weighted->tensor(name)->type, type) << name;
+            const std::vector<float> a = values(*in->tensor(name));
+            auto weighted_sse = [&](const GgufFile& f) {
+                const std::vector<float> b = values(*f.tensor(name));
+                double e = 0;
+                for (size_t i = 0; i < a.size(); ++i) e += (i % 16 == 0 ? 100.0 : 1.0) * (a[i] - b[i]) * (a[i] - b[i]);
+                return e;
+            };
+            EXPECT_LT(weighted_sse(*weighted), 0.8 * weighted_sse(*plain)) << name << " as " << tn;
+            ++checked;
+        }
+    }
+    EXPECT_EQ(checked, 9);  // both stacks for each type, but the down stack as Q4_K, which it is already
 }
 
 TEST(Quantize, BadInputLeavesNoOutput) {

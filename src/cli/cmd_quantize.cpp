@@ -41,7 +41,7 @@ int cmd_quantize(int argc, char** argv) {
     type_opt->excludes(recipe_opt);
     app.add_option("--tensor-type", overrides, "REGEX=TYPE: tensors whose name matches get TYPE (first match wins)");
     app.add_option("--imatrix", imatrix_path, "importance matrix (llama.cpp's GGUF imatrix format); used by the "
-                                              "IQ2_XXS / IQ2_XS / IQ1_S quantizers, the others take none");
+                                              "K (Q2_K..Q6_K) and IQ quantizers, the others take none");
     app.add_option("-t,--threads", threads, "quantizer threads (default: all cores)")->check(CLI::NonNegativeNumber);
     app.add_flag("-q,--quiet", quiet, "no progress on stderr");
     CLI11_PARSE(app, argc, argv);

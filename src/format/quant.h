@@ -18,14 +18,15 @@ bool has_quantizer(GgmlType type);
 
 // Quantize n values into dst (ggml_row_bytes(type, n) bytes). For Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, F16,
 // BF16 the output matches llama.cpp's reference quantizer byte for byte; Q2_K..Q6_K follow llama.cpp's
-// reference (non-imatrix) algorithms; IQ2_XXS / IQ2_XS / IQ1_S use this engine's grid search (quant_iq_quantize.cpp). Returns the bytes written; aborts if the type has no quantizer.
+// reference (non-imatrix) algorithms; IQ2_XXS / IQ2_XS / IQ1_S use this engine's grid search
+// (quant_iq_quantize.cpp). Returns the bytes written; aborts if the type has no quantizer.
 size_t quantize_row(GgmlType type, const float* src, void* dst, int64_t n);
 
-// True if quantize_row_weighted uses importance weights for `type` (IQ2_XXS, IQ2_XS, IQ1_S); the other quantizers
-// follow llama.cpp's reference algorithms, which take none.
+// True if quantize_row_weighted uses importance weights for `type` (Q2_K..Q6_K, IQ2_XXS, IQ2_XS, IQ1_S); the
+// legacy, MXFP4 and float quantizers take none.
 bool uses_importance(GgmlType type);
-// quantize_row with one importance weight per value (e.g. an imatrix's mean squared activation of each
-// input column); null weights, or a type that takes none, give quantize_row's result.
+// quantize_row with one importance weight (>= 0) per value (e.g. an imatrix's mean squared activation of
+// each input column); null weights, or a type that takes none, give quantize_row's result.
 size_t quantize_row_weighted(GgmlType type, const float* src, void* dst, int64_t n, const float* weights);
 
 }  // namespace dsv4

@@ -96,18 +96,18 @@ void quant_mxfp4(const float* x, BlockMxfp4* y, int64_t nb);
 void dequant_tq1_0(const BlockTq1_0* x, float* y, int64_t nb);
 void dequant_tq2_0(const BlockTq2_0* x, float* y, int64_t nb);
 
-// ---- K (quant_k.cpp: dequantizers, quant_k_quantize.cpp: quantizers) ----
+// ---- K (quant_k.cpp: dequantizers, quant_k_quantize.cpp: quantizers; `w` as for the IQ quantizers) ----
 void dequant_q2_k(const BlockQ2K* x, float* y, int64_t nb);
 void dequant_q3_k(const BlockQ3K* x, float* y, int64_t nb);
 void dequant_q4_k(const BlockQ4K* x, float* y, int64_t nb);
 void dequant_q5_k(const BlockQ5K* x, float* y, int64_t nb);
 void dequant_q6_k(const BlockQ6K* x, float* y, int64_t nb);
 void dequant_q8_k(const BlockQ8K* x, float* y, int64_t nb);
-void quant_q2_k(const float* x, BlockQ2K* y, int64_t nb);
-void quant_q3_k(const float* x, BlockQ3K* y, int64_t nb);
-void quant_q4_k(const float* x, BlockQ4K* y, int64_t nb);
-void quant_q5_k(const float* x, BlockQ5K* y, int64_t nb);
-void quant_q6_k(const float* x, BlockQ6K* y, int64_t nb);
+void quant_q2_k(const float* x, const float* w, BlockQ2K* y, int64_t nb);
+void quant_q3_k(const float* x, const float* w, BlockQ3K* y, int64_t nb);
+void quant_q4_k(const float* x, const float* w, BlockQ4K* y, int64_t nb);
+void quant_q5_k(const float* x, const float* w, BlockQ5K* y, int64_t nb);
+void quant_q6_k(const float* x, const float* w, BlockQ6K* y, int64_t nb);
 
 // ---- IQ (quant_iq.cpp) ----
 void dequant_iq2_xxs(const BlockIq2Xxs* x, float* y, int64_t nb);

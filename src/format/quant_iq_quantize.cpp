@@ -12,11 +12,17 @@
 // sub-block taking the best of the five 4-bit sub-scales nearest its free scale. With importance weights
 // (an imatrix's mean squared activation per column) every error and least-squares fit is weighted by them. tests/test_quant_iq.cpp
 // compares the result with an exhaustive search.
+//
+// With AVX2 the point search (best_points) scores eight candidates per vector and all groups of a
+// sub-scale together. Each candidate's error comes from the same float operations, summed in the same
+// order, as when one candidate filled a vector, and the first minimum is kept, so the bytes are those of
+// scoring the candidates one at a time that way (the scalar path sums each candidate left to right).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "core/check.h"
 #include "core/fp16.h"
 #include "format/quant_codecs.h"
 
@@ -35,6 +41,9 @@ constexpr float kIq2Levels[3] = {8.0f, 25.0f, 43.0f};
 constexpr float kIq1Levels[3] = {-1.0f, 0.0f, 1.0f};
 constexpr int kMaxCandidates = 24;
 constexpr int kTiers = 3;  // distinct distances kept per combination
+constexpr int kChunk = 8;  // candidates scored at once by the vector search
+constexpr int kMaxChunks = (kMaxCandidates + kChunk - 1) / kChunk;
+static_assert(kMaxChunks * kChunk <= 32, "chunk hits fit one 32-bit mask");
 
 struct GridIndex {
     int n = 0;
@@ -42,7 +51,32 @@ struct GridIndex {
     std::vector<float> points;          // [n][8]
     std::vector<uint32_t> first;        // candidates of combo c: cand[first[c] .. first[c+1])
     std::vector<uint16_t> cand;
+    float levels[3] = {};               // every coordinate of every point is one of these
+    // The same candidates in chunks of kChunk for the vector search: chunks of combo c are
+    // chunks[chunk_first[c] .. chunk_first[c+1]). A short last chunk repeats its last candidate, which
+    // ties with it and so is never chosen over it.
+    struct Chunk {
+        // Bits 4j..4j+2 of levels[lane]: the level (0..2) of the candidate's coordinate j, plus 4 for
+        // j >= 4 (best_points' table layout).
+        uint32_t levels[kChunk];
+        uint16_t ids[kChunk];
+    };
+    std::vector<uint32_t> chunk_first;
+    std::vector<Chunk> chunks;
 };
+
+// Entry m: the sum of 3^j over the set bits j of m (the base-3 number with digits m's bits).
+struct Pow3Sums {
+    uint16_t v[256];
+};
+constexpr Pow3Sums make_pow3_sums() {
+    Pow3Sums t{};
+    for (int m = 0; m < 256; ++m)
+        for (int j = 0, p = 1; j < kGroup; ++j, p *= 3)
+            if ((m >> j) & 1) t.v[m] = (uint16_t)(t.v[m] + p);
+    return t;
+}
+constexpr Pow3Sums kPow3Sums = make_pow3_sums();
 
 // `levels`: the three coordinate values of the grid; `signed_bytes`: entries hold int8 (IQ1) or uint8 (IQ2).
 GridIndex build_index(const uint64_t* grid, int n, const float* levels, bool signed_bytes) {
@@ -50,6 +84,7 @@ GridIndex build_index(const uint64_t* grid, int n, const float* levels, bool sig
     gi.n = n;
     gi.cut_low = 0.5f * (levels[0] + levels[1]);
     gi.cut_high = 0.5f * (levels[1] + levels[2]);
+    std::copy(levels, levels + 3, gi.levels);
     gi.points.resize((size_t)n * kGroup);
     for (int g = 0; g < n; ++g)
         for (int j = 0; j < kGroup; ++j) {
@@ -69,7 +104,9 @@ GridIndex build_index(const uint64_t* grid, int n, const float* levels, bool sig
             }
             dist[(size_t)g] = {d2, (uint16_t)g};
         }
-        std::sort(dist.begin(), dist.end());
+        // Only the nearest kMaxCandidates are read; (distance, index) pairs have no ties, so their order is
+        // that of a full sort.
+        std::partial_sort(dist.begin(), dist.begin() + std::min(n, kMaxCandidates), dist.end());
         // The nearest few distances: the true optimum for values between levels is among them.
         gi.first[(size_t)c] = (uint32_t)gi.cand.size();
         int tiers = 0;
@@ -79,6 +116,29 @@ GridIndex build_index(const uint64_t* grid, int n, const float* levels, bool sig
         }
     }
     gi.first[kCombos] = (uint32_t)gi.cand.size();
+    gi.chunk_first.resize(kCombos + 1);
+    for (int c = 0; c < kCombos; ++c) {
+        gi.chunk_first[(size_t)c] = (uint32_t)gi.chunks.size();
+        const uint32_t b = gi.first[(size_t)c], e = gi.first[(size_t)c + 1];
+        for (uint32_t k0 = b; k0 < e; k0 += kChunk) {
+            GridIndex::Chunk ch{};
+            for (int lane = 0; lane < kChunk; ++lane) {
+                const uint16_t g = gi.cand[std::min<size_t>(k0 + (uint32_t)lane, e - 1)];
+                ch.ids[lane] = g;
+                for (int j = 0; j < kGroup; ++j) {
+                    const float p = gi.points[(size_t)g * kGroup + j];
+                    const int level = p == levels[0] ? 0 : p == levels[1] ? 1 : 2;
+                    DSV4_CHECK_MSG(p == levels[level], "IQ grid point %d has a coordinate off its levels", (int)g);
+                    ch.levels[lane] |= (uint32_t)(level + (j >= 4 ? 4 : 0)) << (4 * j);
+                }
+            }
+            gi.chunks.push_back(ch);
+        }
+        // Every combination gets kMaxChunks chunks, so the vector search runs fixed loops; the copies
+        // tie with the candidates they repeat and come after them, so they are never chosen.
+        while (gi.chunks.size() - gi.chunk_first[(size_t)c] < (size_t)kMaxChunks) gi.chunks.push_back(gi.chunks.back());
+    }
+    gi.chunk_first[kCombos] = (uint32_t)gi.chunks.size();
     return gi;
 }
 
@@ -95,41 +155,13 @@ const GridIndex& iq1s_index() {
     return gi;
 }
 
+#if !defined(__AVX2__)
 // Best grid point for targets a at sub-scale dl, the grid shifted by `shift` (IQ1's delta; 0 for IQ2):
-// minimizes sum w (a - dl (g + shift))^2 and returns it.
-float best_point(const GridIndex& gi, const float* a, const float* w, float dl, uint16_t* out, float shift = 0.0f) {
+// minimizes sum w (a - dl (g + shift))^2 and returns it. One candidate at a time.
+float best_point_scalar(const GridIndex& gi, const float* a, const float* w, float dl, uint16_t* out, float shift) {
     const float inv = 1.0f / dl;
     float best = INFINITY;
     uint16_t best_g = 0;
-#if defined(__AVX2__)
-    // The same search 8 lanes wide: levels by two compares, the combination by a dot with powers of 3, and
-    // each candidate's weighted error as one vector and a horizontal sum.
-    const __m256 va = _mm256_loadu_ps(a), vw = _mm256_loadu_ps(w);
-    const __m256 t = _mm256_sub_ps(_mm256_mul_ps(va, _mm256_set1_ps(inv)), _mm256_set1_ps(shift));
-    __m256i lv = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                  _mm256_castps_si256(_mm256_cmp_ps(t, _mm256_set1_ps(gi.cut_low), _CMP_GE_OQ)));
-    lv = _mm256_sub_epi32(lv, _mm256_castps_si256(_mm256_cmp_ps(t, _mm256_set1_ps(gi.cut_high), _CMP_GE_OQ)));
-    const __m256i prod = _mm256_mullo_epi32(lv, _mm256_setr_epi32(1, 3, 9, 27, 81, 243, 729, 2187));
-    __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(prod), _mm256_extracti128_si256(prod, 1));
-    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4E));
-    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xB1));
-    const int combo = _mm_cvtsi128_si32(sum);
-    const __m256 vdl = _mm256_set1_ps(dl), vshift = _mm256_set1_ps(shift);
-    for (uint32_t k = gi.first[(size_t)combo]; k < gi.first[(size_t)combo + 1]; ++k) {
-        const uint16_t g = gi.cand[(size_t)k];
-        const __m256 p = _mm256_loadu_ps(&gi.points[(size_t)g * kGroup]);
-        const __m256 r = _mm256_sub_ps(va, _mm256_mul_ps(vdl, _mm256_add_ps(p, vshift)));
-        const __m256 e8 = _mm256_mul_ps(vw, _mm256_mul_ps(r, r));
-        __m128 h = _mm_add_ps(_mm256_castps256_ps128(e8), _mm256_extractf128_ps(e8, 1));
-        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
-        const float e = _mm_cvtss_f32(h);
-        if (e < best) {
-            best = e;
-            best_g = g;
-        }
-    }
-#else
     int combo = 0;
     for (int j = kGroup - 1; j >= 0; --j) {
         const float t = a[j] * inv - shift;
@@ -148,9 +180,92 @@ float best_point(const GridIndex& gi, const float* a, const float* w, float dl, 
             best_g = g;
         }
     }
-#endif
     *out = best_g;
     return best;
+}
+#endif
+
+// best_point_scalar for n groups at once (the groups of one sub-scale): err[k] and idx[k] for targets a[k] with
+// weights w[k]. The vector form runs every stage for all n groups together, so their independent work
+// overlaps.
+template <int n>
+void best_points(const GridIndex& gi, const float* const* a, const float* const* w, float dl, float shift,
+                 uint16_t* idx, float* err) {
+#if defined(__AVX2__)
+    const float inv = 1.0f / dl;
+    // The level of each coordinate is the count of the two cuts it reaches, so the combination is
+    // sum_j 3^j ([t_j >= cut_low] + [t_j >= cut_high]): two compares, their sign masks, two lookups.
+    __m256 va[n], vw[n];
+    int combo[n];
+    for (int k = 0; k < n; ++k) {
+        va[k] = _mm256_loadu_ps(a[k]);
+        vw[k] = _mm256_loadu_ps(w[k]);
+        const __m256 t = _mm256_sub_ps(_mm256_mul_ps(va[k], _mm256_set1_ps(inv)), _mm256_set1_ps(shift));
+        const int low = _mm256_movemask_ps(_mm256_cmp_ps(t, _mm256_set1_ps(gi.cut_low), _CMP_GE_OQ));
+        const int high = _mm256_movemask_ps(_mm256_cmp_ps(t, _mm256_set1_ps(gi.cut_high), _CMP_GE_OQ));
+        combo[k] = kPow3Sums.v[low] + kPow3Sums.v[high];
+    }
+    // Eight candidates at a time, one per lane. Every coordinate is one of three levels, so the error
+    // term w_j (a_j - dl (level + shift))^2 of coordinate j takes three values, computed once per call
+    // with the same operations as the scalar search; each candidate's terms are then looked up by its
+    // levels (one permute per coordinate) and summed in the order ((e0+e4)+(e2+e6))+((e1+e5)+(e3+e7)).
+    // table[j % 4] holds coordinate j's three terms in lanes 0..2 (j < 4) or 4..6 (j >= 4).
+    const __m256 vdl = _mm256_set1_ps(dl), vshift = _mm256_set1_ps(shift), vinf = _mm256_set1_ps(INFINITY);
+    __m256 table[n][4];
+    for (int k = 0; k < n; ++k) {
+        __m256 term[3];
+        for (int v = 0; v < 3; ++v) {
+            const __m256 r =
+                _mm256_sub_ps(va[k], _mm256_mul_ps(vdl, _mm256_add_ps(_mm256_set1_ps(gi.levels[v]), vshift)));
+            term[v] = _mm256_mul_ps(vw[k], _mm256_mul_ps(r, r));
+        }
+        const __m256 lo01 = _mm256_unpacklo_ps(term[0], term[1]), hi01 = _mm256_unpackhi_ps(term[0], term[1]);
+        const __m256 lo22 = _mm256_unpacklo_ps(term[2], term[2]), hi22 = _mm256_unpackhi_ps(term[2], term[2]);
+        table[k][0] = _mm256_shuffle_ps(lo01, lo22, _MM_SHUFFLE(1, 0, 1, 0));
+        table[k][1] = _mm256_shuffle_ps(lo01, lo22, _MM_SHUFFLE(3, 2, 3, 2));
+        table[k][2] = _mm256_shuffle_ps(hi01, hi22, _MM_SHUFFLE(1, 0, 1, 0));
+        table[k][3] = _mm256_shuffle_ps(hi01, hi22, _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    // All chunks first, then one minimum over them and the first candidate holding it (the earliest, as
+    // the scalar scan keeps), without a data-dependent branch.
+    for (int k = 0; k < n; ++k) {
+        const GridIndex::Chunk* ch = &gi.chunks[gi.chunk_first[(size_t)combo[k]]];
+        __m256 sums[kMaxChunks];
+        __m256 m = vinf;
+        for (int c = 0; c < kMaxChunks; ++c) {
+            // A permute reads the low 3 bits of each index lane, so coordinate j's levels need one shift.
+            const __m256i lv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ch[c].levels));
+            const __m256* tk = table[k];
+            const __m256 e0 = _mm256_permutevar8x32_ps(tk[0], lv);
+            const __m256 e1 = _mm256_permutevar8x32_ps(tk[1], _mm256_srli_epi32(lv, 4));
+            const __m256 e2 = _mm256_permutevar8x32_ps(tk[2], _mm256_srli_epi32(lv, 8));
+            const __m256 e3 = _mm256_permutevar8x32_ps(tk[3], _mm256_srli_epi32(lv, 12));
+            const __m256 e4 = _mm256_permutevar8x32_ps(tk[0], _mm256_srli_epi32(lv, 16));
+            const __m256 e5 = _mm256_permutevar8x32_ps(tk[1], _mm256_srli_epi32(lv, 20));
+            const __m256 e6 = _mm256_permutevar8x32_ps(tk[2], _mm256_srli_epi32(lv, 24));
+            const __m256 e7 = _mm256_permutevar8x32_ps(tk[3], _mm256_srli_epi32(lv, 28));
+            __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(e0, e4), _mm256_add_ps(e2, e6)),
+                                       _mm256_add_ps(_mm256_add_ps(e1, e5), _mm256_add_ps(e3, e7)));
+            sum = _mm256_blendv_ps(sum, vinf, _mm256_cmp_ps(sum, sum, _CMP_UNORD_Q));  // a NaN is never chosen
+            sums[c] = sum;
+            m = _mm256_min_ps(m, sum);
+        }
+        m = _mm256_min_ps(m, _mm256_permute2f128_ps(m, m, 1));
+        m = _mm256_min_ps(m, _mm256_shuffle_ps(m, m, 0x4E));
+        m = _mm256_min_ps(m, _mm256_shuffle_ps(m, m, 0xB1));
+        err[k] = _mm256_cvtss_f32(m);
+        idx[k] = 0;
+        if (err[k] < INFINITY) {
+            uint32_t hits = 0;
+            for (int c = 0; c < kMaxChunks; ++c)
+                hits |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(sums[c], m, _CMP_EQ_OQ)) << (kChunk * c);
+            const int first = __builtin_ctz(hits);
+            idx[k] = ch[first / kChunk].ids[first % kChunk];
+        }
+    }
+#else
+    for (int k = 0; k < n; ++k) err[k] = best_point_scalar(gi, a[k], w[k], dl, &idx[k], shift);
+#endif
 }
 
 struct Group {
@@ -178,17 +293,25 @@ Group make_group(const float* x, const float* w) {
     return g;
 }
 
-// Error of `n` groups at sub-scale dl, with their points.
-float unit_error(const GridIndex& gi, const Group* gs, int n, float dl, uint16_t* idx) {
+// Error of the n groups of one sub-scale at sub-scale dl, with their points.
+template <int n>
+float unit_error(const GridIndex& gi, const Group* gs, float dl, uint16_t* idx) {
+    float e = 0;
     if (dl <= 0) {
-        float e = 0;
         for (int k = 0; k < n; ++k)
             for (int j = 0; j < kGroup; ++j) e += gs[k].w[j] * gs[k].a[j] * gs[k].a[j];
         for (int k = 0; k < n; ++k) idx[k] = 0;
         return e;
     }
-    float e = 0;
-    for (int k = 0; k < n; ++k) e += best_point(gi, gs[k].a, gs[k].w, dl, &idx[k]);
+    const float* a[n];
+    const float* w[n];
+    float err[n];
+    for (int k = 0; k < n; ++k) {
+        a[k] = gs[k].a;
+        w[k] = gs[k].w;
+    }
+    best_points<n>(gi, a, w, dl, 0.0f, idx, err);
+    for (int k = 0; k < n; ++k) e += err[k];
     return e;
 }
 
@@ -217,14 +340,14 @@ void quantize_block(const GridIndex& gi, const float* x, const float* w, uint16_
         float best = INFINITY;
         for (float v = 14.0f; v <= 47.5f; v += 5.5f) {
             const float dl = amax / v;
-            const float e = unit_error(gi, ug, kPerUnit, dl, idx);
+            const float e = unit_error<kPerUnit>(gi, ug, dl, idx);
             if (e < best) {
                 best = e;
                 free_dl[u] = dl;
             }
         }
         // Least-squares scale for the best candidate's points.
-        unit_error(gi, ug, kPerUnit, free_dl[u], idx);
+        unit_error<kPerUnit>(gi, ug, free_dl[u], idx);
         float num = 0, den = 0;
         for (int k = 0; k < kPerUnit; ++k)
             for (int j = 0; j < kGroup; ++j) {
@@ -232,7 +355,7 @@ void quantize_block(const GridIndex& gi, const float* x, const float* w, uint16_
                 num += ug[k].w[j] * ug[k].a[j] * p;
                 den += ug[k].w[j] * p * p;
             }
-        if (den > 0 && num > 0 && unit_error(gi, ug, kPerUnit, num / den, idx) < best) free_dl[u] = num / den;
+        if (den > 0 && num > 0 && unit_error<kPerUnit>(gi, ug, num / den, idx) < best) free_dl[u] = num / den;
     }
     float dmax = 0;
     for (float dl : free_dl) dmax = std::max(dmax, dl);
@@ -255,7 +378,7 @@ void quantize_block(const GridIndex& gi, const float* x, const float* w, uint16_
             const int s0 = std::clamp((int)std::lround(4.0f * free_dl[u] / d - 0.5f), 0, 15);
             float best = INFINITY;
             for (int s = std::max(0, s0 - 2); s <= std::min(15, s0 + 2); ++s) {
-                const float e = unit_error(gi, gs + u * kPerUnit, kPerUnit, d * (0.5f + (float)s) * 0.25f, idx);
+                const float e = unit_error<kPerUnit>(gi, gs + u * kPerUnit, d * (0.5f + (float)s) * 0.25f, idx);
                 if (e < best) {
                     best = e;
                     s_try[u] = (uint8_t)s;
@@ -285,9 +408,12 @@ struct Iq1Unit {
 };
 
 float iq1_unit_error(const GridIndex& gi, const float* x, const float* w, float dl, bool neg, uint16_t* idx) {
+    const float* a[4] = {x, x + kGroup, x + 2 * kGroup, x + 3 * kGroup};
+    const float* ws[4] = {w, w + kGroup, w + 2 * kGroup, w + 3 * kGroup};
+    float err[4];
+    best_points<4>(gi, a, ws, dl, neg ? -kIq1Delta : kIq1Delta, idx, err);
     float e = 0;
-    for (int k = 0; k < 4; ++k)
-        e += best_point(gi, x + k * kGroup, w + k * kGroup, dl, &idx[k], neg ? -kIq1Delta : kIq1Delta);
+    for (int k = 0; k < 4; ++k) e += err[k];
     return e;
 }
 

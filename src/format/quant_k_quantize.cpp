@@ -1,7 +1,8 @@
 // K-quant encoders (Q2_K..Q6_K) following llama.cpp's reference, non-imatrix algorithms
 // (quantize_row_*_ref): per sub-block a scale (and min) is searched to minimise a weighted error, the
 // sub-block scales are quantized against one f16 super-scale, and the values are re-quantized with the
-// scales as they will be decoded.
+// scales as they will be decoded. With importance weights (an imatrix) the same searches minimise the
+// squared error weighted by importance_weights. tests/test_quant_k.cpp pins the unweighted bytes.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -28,10 +29,26 @@ inline int nearest_int(float f) {
 
 inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
-// Symmetric codes l in [-nmax, nmax-1] with weights w = x^2; starting from the scale that maps the
-// extreme value to -nmax, try 18 nearby scales and keep the one maximising (sum w x l)^2 / sum w l^2,
-// i.e. the least-squares optimum. Codes come back offset by +nmax. Returns the scale.
-float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
+// Eight lanes of float / int32 (GCC/Clang vector extensions: plain vector instructions where the target
+// has them, scalar code where it does not). Each lane does exactly what the scalar helpers above do.
+typedef float F8 __attribute__((vector_size(32)));
+typedef int32_t I8 __attribute__((vector_size(32)));
+
+// Lane-wise (float)clamp_int(nearest_int(f), lo, hi). Vectors travel by reference: passing 32-byte
+// vectors by value has a different ABI with and without AVX, which GCC warns about.
+inline void round_clamp(const F8& f, int lo, int hi, F8& out) {
+    const F8 v = f + 12582912.0f;
+    I8 l = ((I8)v & 0x007fffff) - 0x00400000;
+    l = l < lo ? I8{} + lo : l;
+    l = l > hi ? I8{} + hi : l;
+    out = __builtin_convertvector(l, F8);
+}
+
+// Symmetric codes l in [-nmax, nmax-1] with weights w (x^2 in the reference); starting from the scale that
+// maps the extreme value to -nmax, try 18 nearby scales and keep the one maximising
+// (sum w x l)^2 / sum w l^2, i.e. the weighted least-squares optimum. Codes come back offset by +nmax.
+// Returns the scale.
+float make_qx_quants(int n, int nmax, const float* x, const float* weights, int8_t* L) {
     float max = 0.0f, amax = 0.0f;
     for (int i = 0; i < n; ++i) {
         const float ax = std::fabs(x[i]);
@@ -50,7 +67,7 @@ float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
         for (int i = 0; i < n; ++i) {
             const int l = clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1);
             if (store) L[i] = (int8_t)(l + nmax);
-            const float w = x[i] * x[i];
+            const float w = weights[i];
             *sumlx += w * x[i] * (float)l;
             *suml2 += w * (float)l * (float)l;
         }
@@ -73,9 +90,9 @@ float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
 }
 
 // Q3_K's symmetric search: start from the extreme-value scale, then up to 5 rounds of coordinate
-// descent, moving one code at a time when that raises (sum w x l)^2 / sum w l^2 (w = x^2). Codes come
-// back offset by +nmax. Returns the least-squares scale.
-float make_q3_quants(int n, int nmax, const float* x, int8_t* L) {
+// descent, moving one code at a time when that raises (sum w x l)^2 / sum w l^2 (w = x^2 in the
+// reference). Codes come back offset by +nmax. Returns the weighted least-squares scale.
+float make_q3_quants(int n, int nmax, const float* x, const float* weights, int8_t* L) {
     float max = 0.0f, amax = 0.0f;
     for (int i = 0; i < n; ++i) {
         const float ax = std::fabs(x[i]);
@@ -93,14 +110,14 @@ float make_q3_quants(int n, int nmax, const float* x, int8_t* L) {
     for (int i = 0; i < n; ++i) {
         const int l = clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1);
         L[i] = (int8_t)l;
-        const float w = x[i] * x[i];
+        const float w = weights[i];
         sumlx += w * x[i] * (float)l;
         suml2 += w * (float)l * (float)l;
     }
     for (int round = 0; round < 5; ++round) {
         int n_changed = 0;
         for (int i = 0; i < n; ++i) {
-            const float w = x[i] * x[i];
+            const float w = weights[i];
             float slx = sumlx - w * x[i] * (float)L[i];
             if (slx <= 0) continue;
             float sl2 = suml2 - w * (float)L[i] * (float)L[i];
@@ -123,9 +140,30 @@ float make_q3_quants(int n, int nmax, const float* x, int8_t* L) {
 
 // Affine codes l in [0, nmax] for x ~ scale * l - the_min (min <= 0). Starts from the min/max mapping,
 // then for nstep+1 stretched candidate scales solves the weighted least-squares (scale, min) for the
-// codes they induce, keeping the one of least weighted error (|diff| if use_mad, else diff^2).
-float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* the_min,
-                       uint8_t* Laux, float rmin, float rdelta, int nstep, bool use_mad) {
+// codes they induce, keeping the one of least weighted error (|diff| if kMad, else diff^2). As in the
+// reference, an accepted candidate's min replaces the data min for the candidates after it.
+//
+// Until a candidate is accepted the candidates are independent, so eight at a time share one pass over the
+// values, one per vector lane; after an acceptance the lanes past it are evaluated again with the new min
+// (about 2.5 acceptances per search on Gaussian data). Each lane runs the sequential search's float
+// operations in the same order, so the result is bit for bit the one of trying the candidates one after
+// another.
+constexpr int kMaxGroup = 32;  // values per sub-block: 16 (Q2_K) or 32 (Q4_K, Q5_K)
+
+template <bool kMad>
+float weighted_error(int n, const float* x, const float* weights, float scale, float mn, const uint8_t* codes) {
+    float err = 0.0f;
+    for (int i = 0; i < n; ++i) {
+        float diff = scale * (float)codes[i] + mn - x[i];
+        diff = kMad ? std::fabs(diff) : diff * diff;
+        err += weights[i] * diff;
+    }
+    return err;
+}
+
+template <bool kMad>
+float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* the_min, float rmin,
+                       float rdelta, int nstep) {
     float min = x[0], max = x[0];
     float sum_w = weights[0];
     float sum_x = sum_w * x[0];
@@ -141,45 +179,57 @@ float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, ui
         *the_min = -min;
         return 0.0f;
     }
-    auto error_of = [&](float scale, float mn, const uint8_t* codes) {
-        float err = 0.0f;
+    const float iscale0 = (float)nmax / (max - min);
+    float scale = 1.0f / iscale0;
+    for (int i = 0; i < n; ++i) L[i] = (uint8_t)clamp_int(nearest_int(iscale0 * (x[i] - min)), 0, nmax);
+    float best_error = weighted_error<kMad>(n, x, weights, scale, min, L);
+
+    // Candidates in chunks of 8 lanes from `first`, the first one not yet tried with the current min: lane c
+    // holds is = first + c (lanes past nstep are computed and never read). After an acceptance at lane c
+    // the next chunk starts at is = first + c + 1.
+    const F8 lane_index = {0, 1, 2, 3, 4, 5, 6, 7};
+    F8 codes[kMaxGroup];
+    for (int first = 0; first <= nstep;) {
+        const F8 iscale = (rmin + rdelta * ((float)first + lane_index) + (float)nmax) / (max - min);
+        F8 sum_l = {}, sum_l2 = {}, sum_xl = {};
         for (int i = 0; i < n; ++i) {
-            float diff = scale * (float)codes[i] + mn - x[i];
-            diff = use_mad ? std::fabs(diff) : diff * diff;
-            err += weights[i] * diff;
+            const float xi = x[i], xm = x[i] - min, w = weights[i];
+            F8 l;
+            round_clamp(iscale * xm, 0, nmax, l);
+            codes[i] = l;
+            const F8 wl = w * l;
+            sum_l += wl;
+            sum_l2 += wl * l;
+            sum_xl += wl * xi;
         }
-        return err;
-    };
-    float iscale = (float)nmax / (max - min);
-    float scale = 1.0f / iscale;
-    for (int i = 0; i < n; ++i) L[i] = (uint8_t)clamp_int(nearest_int(iscale * (x[i] - min)), 0, nmax);
-    float best_error = error_of(scale, min, L);
-    for (int is = 0; is <= nstep; ++is) {
-        iscale = (rmin + rdelta * (float)is + (float)nmax) / (max - min);
-        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+        const F8 D = sum_w * sum_l2 - sum_l * sum_l;
+        F8 lane_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+        F8 lane_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+        const I8 clamped = lane_min > 0.0f;
+        lane_scale = clamped ? sum_xl / sum_l2 : lane_scale;
+        lane_min = clamped ? F8{} : lane_min;
+        F8 err = {};
         for (int i = 0; i < n; ++i) {
-            const int l = clamp_int(nearest_int(iscale * (x[i] - min)), 0, nmax);
-            Laux[i] = (uint8_t)l;
-            const float w = weights[i];
-            sum_l += w * (float)l;
-            sum_l2 += w * (float)l * (float)l;
-            sum_xl += w * (float)l * x[i];
+            const F8 diff = lane_scale * codes[i] + lane_min - x[i];
+            err += weights[i] * (kMad ? (F8)((I8)diff & 0x7fffffff) : diff * diff);
         }
-        const float D = sum_w * sum_l2 - sum_l * sum_l;
-        if (D <= 0) continue;
-        float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
-        float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
-        if (this_min > 0) {
-            this_min = 0;
-            this_scale = sum_xl / sum_l2;
+        const int active = std::min(8, nstep + 1 - first);
+        int accepted = -1;
+        for (int c = 0; c < active; ++c) {
+            if (D[c] > 0 && err[c] < best_error) {
+                accepted = c;
+                break;
+            }
         }
-        const float cur_error = error_of(this_scale, this_min, Laux);
-        if (cur_error < best_error) {
-            std::memcpy(L, Laux, (size_t)n);
-            best_error = cur_error;
-            scale = this_scale;
-            min = this_min;
+        if (accepted < 0) {
+            first += active;
+            continue;
         }
+        for (int i = 0; i < n; ++i) L[i] = (uint8_t)codes[i][accepted];
+        best_error = err[accepted];
+        scale = lane_scale[accepted];
+        min = lane_min[accepted];
+        first += accepted + 1;
     }
     *the_min = -min;
     return scale;
@@ -194,6 +244,23 @@ void pack_2bit(const uint8_t* L, uint8_t* qs) {
     }
 }
 
+// Importance weights of one super-block from an imatrix's per-column weights qw: qw * sqrt(sigma2 + x^2)
+// with sigma2 twice the block's mean square, as llama.cpp weights its K-quant searches. The imatrix says
+// which columns matter to the layer's output; the data term makes large values count more while every
+// value keeps a floor set by the block's spread. Returns false where the block's qw are all zero (no
+// activation reached those columns), and the type's own weights are used instead.
+bool importance_weights(const float* x, const float* qw, float* out) {
+    float sum_x2 = 0, sum_qw = 0;
+    for (int i = 0; i < kQKK; ++i) {
+        sum_x2 += x[i] * x[i];
+        sum_qw += std::max(qw[i], 0.0f);
+    }
+    if (!(sum_qw > 0)) return false;
+    const float sigma2 = 2 * sum_x2 / kQKK;
+    for (int i = 0; i < kQKK; ++i) out[i] = std::max(qw[i], 0.0f) * std::sqrt(sigma2 + x[i] * x[i]);
+    return true;
+}
+
 // Q4_K/Q5_K share everything but the code range and the search parameters.
 struct K4Params {
     int nmax;
@@ -202,18 +269,23 @@ struct K4Params {
 };
 
 // Fills the 6-bit scales/mins, d, dmin and the final codes L (0..nmax) of one Q4_K/Q5_K super-block.
-void quant_k4_common(const float* x, const K4Params& p, uint8_t* packed_scales, uint16_t* d16, uint16_t* dmin16,
-                     uint8_t* L) {
-    float scales[8], mins[8], weights[32];
-    uint8_t Laux[32];
+// `qw`: the block's imatrix weights, or null.
+void quant_k4_common(const float* x, const float* qw, const K4Params& p, uint8_t* packed_scales, uint16_t* d16,
+                     uint16_t* dmin16, uint8_t* L) {
+    float scales[8], mins[8], weights[32], importance[kQKK];
+    const bool weighted = qw && importance_weights(x, qw, importance);
     float max_scale = 0, max_min = 0;
     for (int j = 0; j < 8; ++j) {
         const float* xs = x + 32 * j;
-        float sum_x2 = 0;
-        for (int l = 0; l < 32; ++l) sum_x2 += xs[l] * xs[l];
-        const float av_x = std::sqrt(sum_x2 / 32);
-        for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(xs[l]);
-        scales[j] = make_qkx2_quants(32, p.nmax, xs, weights, L + 32 * j, &mins[j], Laux, p.rmin, 0.1f, p.nstep, false);
+        if (weighted) {
+            std::memcpy(weights, importance + 32 * j, sizeof weights);
+        } else {
+            float sum_x2 = 0;
+            for (int l = 0; l < 32; ++l) sum_x2 += xs[l] * xs[l];
+            const float av_x = std::sqrt(sum_x2 / 32);
+            for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(xs[l]);
+        }
+        scales[j] = make_qkx2_quants<false>(32, p.nmax, xs, weights, L + 32 * j, &mins[j], p.rmin, 0.1f, p.nstep);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -246,15 +318,25 @@ void quant_k4_common(const float* x, const K4Params& p, uint8_t* packed_scales, 
 
 }  // namespace
 
-void quant_q2_k(const float* x, BlockQ2K* y, int64_t nb) {
+// Without importance weights each K type follows its reference search; with them (qw non-null: one per
+// value), every sub-block search minimises the squared error weighted by importance_weights.
+void quant_q2_k(const float* x, const float* qw, BlockQ2K* y, int64_t nb) {
     constexpr float q4scale = 15.f;
-    for (int64_t i = 0; i < nb; ++i, x += kQKK) {
-        uint8_t L[kQKK], Laux[16];
-        float weights[16], mins[16], scales[16];
+    for (int64_t i = 0; i < nb; ++i, x += kQKK, qw = qw ? qw + kQKK : nullptr) {
+        uint8_t L[kQKK];
+        float weights[16], mins[16], scales[16], importance[kQKK];
+        const bool weighted = qw && importance_weights(x, qw, importance);
         float max_scale = 0, max_min = 0;
         for (int j = 0; j < 16; ++j) {
-            for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
-            scales[j] = make_qkx2_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, true);
+            if (weighted) {
+                // Squared error, as the weights already grow with |x| (the reference's |x|-weighted
+                // absolute error has no weighted least-squares counterpart).
+                std::memcpy(weights, importance + 16 * j, sizeof weights);
+                scales[j] = make_qkx2_quants<false>(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], -0.5f, 0.1f, 15);
+            } else {
+                for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
+                scales[j] = make_qkx2_quants<true>(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], -0.5f, 0.1f, 15);
+            }
             if (scales[j] > max_scale) max_scale = scales[j];
             if (mins[j] > max_min) max_min = mins[j];
         }
@@ -283,13 +365,16 @@ void quant_q2_k(const float* x, BlockQ2K* y, int64_t nb) {
     }
 }
 
-void quant_q3_k(const float* x, BlockQ3K* y, int64_t nb) {
-    for (int64_t i = 0; i < nb; ++i, x += kQKK) {
+void quant_q3_k(const float* x, const float* qw, BlockQ3K* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, x += kQKK, qw = qw ? qw + kQKK : nullptr) {
         int8_t L[kQKK];
-        float scales[16];
+        float scales[16], weights[kQKK];
+        if (!(qw && importance_weights(x, qw, weights))) {
+            for (int l = 0; l < kQKK; ++l) weights[l] = x[l] * x[l];
+        }
         float max_scale = 0, amax = 0;
         for (int j = 0; j < 16; ++j) {
-            scales[j] = make_q3_quants(16, 4, x + 16 * j, L + 16 * j);
+            scales[j] = make_q3_quants(16, 4, x + 16 * j, weights + 16 * j, L + 16 * j);
             const float a = std::fabs(scales[j]);
             if (a > amax) {
                 amax = a;
@@ -330,22 +415,22 @@ void quant_q3_k(const float* x, BlockQ3K* y, int64_t nb) {
     }
 }
 
-void quant_q4_k(const float* x, BlockQ4K* y, int64_t nb) {
-    for (int64_t i = 0; i < nb; ++i, x += kQKK) {
+void quant_q4_k(const float* x, const float* qw, BlockQ4K* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, x += kQKK, qw = qw ? qw + kQKK : nullptr) {
         uint8_t L[kQKK];
         std::memset(y[i].scales, 0, sizeof y[i].scales);
-        quant_k4_common(x, K4Params{15, -1.f, 20}, y[i].scales, &y[i].d, &y[i].dmin, L);
+        quant_k4_common(x, qw, K4Params{15, -1.f, 20}, y[i].scales, &y[i].d, &y[i].dmin, L);
         for (int j = 0; j < kQKK; j += 64) {
             for (int l = 0; l < 32; ++l) y[i].qs[j / 2 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
         }
     }
 }
 
-void quant_q5_k(const float* x, BlockQ5K* y, int64_t nb) {
-    for (int64_t i = 0; i < nb; ++i, x += kQKK) {
+void quant_q5_k(const float* x, const float* qw, BlockQ5K* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, x += kQKK, qw = qw ? qw + kQKK : nullptr) {
         uint8_t L[kQKK];
         std::memset(y[i].scales, 0, sizeof y[i].scales);
-        quant_k4_common(x, K4Params{31, -0.5f, 15}, y[i].scales, &y[i].d, &y[i].dmin, L);
+        quant_k4_common(x, qw, K4Params{31, -0.5f, 15}, y[i].scales, &y[i].d, &y[i].dmin, L);
         // Codes of 32-value group g: low nibbles in qs (groups paired per 32 bytes), bit 4 in qh bit g.
         std::memset(y[i].qh, 0, sizeof y[i].qh);
         for (int g = 0; g < 8; ++g) {
@@ -362,13 +447,16 @@ void quant_q5_k(const float* x, BlockQ5K* y, int64_t nb) {
     }
 }
 
-void quant_q6_k(const float* x, BlockQ6K* y, int64_t nb) {
-    for (int64_t i = 0; i < nb; ++i, x += kQKK) {
+void quant_q6_k(const float* x, const float* qw, BlockQ6K* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, x += kQKK, qw = qw ? qw + kQKK : nullptr) {
         int8_t L[kQKK];
-        float scales[16];
+        float scales[16], weights[kQKK];
+        if (!(qw && importance_weights(x, qw, weights))) {
+            for (int l = 0; l < kQKK; ++l) weights[l] = x[l] * x[l];
+        }
         float max_scale = 0, max_abs_scale = 0;
         for (int ib = 0; ib < 16; ++ib) {
-            scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
+            scales[ib] = make_qx_quants(16, 32, x + 16 * ib, weights + 16 * ib, L + 16 * ib);
             const float a = std::fabs(scales[ib]);
             if (a > max_abs_scale) {
                 max_abs_scale = a;

@@ -1,8 +1,8 @@
 // An importance matrix in llama.cpp's GGUF imatrix format: for each weight tensor T, `T.in_sum2` (F32,
 // ne = [n_cols, n_mat]: the sum of squared activations of each input column, per expert for stacks) and
 // `T.counts` (F32, n_mat values: how many activations were summed). The weights of one matrix are the mean
-// squared activations in_sum2 / counts; quantizers that take importance weights minimize the error they
-// weight (format/quant.h uses_importance).
+// squared activations in_sum2 / counts; quantizers that take importance weights (the K and IQ types,
+// format/quant.h uses_importance) minimize the error they weight.
 #pragma once
 
 #include <map>
