@@ -306,32 +306,25 @@ Result<SampleResult> Sampler::sample(std::span<const float> logits, std::span<co
     const sampling::Scan raw = sampling::scan_logits(logits);
     DSV4_TRY(check_scan(logits, raw, "logit"));
     std::span<const float> l = logits;
-    sampling::Scan s = raw;
     const bool modified = modifies_logits(params_) || !allowed.empty();
-    if (modified) {
+    if (modifies_logits(params_)) {
         work_.assign(logits.begin(), logits.end());
         DSV4_TRY(apply_bias_and_penalties(work_, history, params_));
-        if (!allowed.empty()) {
-            // Word by word: whole words banned or allowed at once, else only the banned bits.
-            const size_t n = work_.size();
-            for (size_t w = 0; w * 64 < n; ++w) {
-                const uint64_t bits = w < allowed.size() ? allowed[w] : 0;  // tokens past the mask: banned
-                if (bits == ~uint64_t{0}) continue;
-                const size_t base = w * 64;
-                if (bits == 0) {
-                    std::fill(work_.begin() + static_cast<std::ptrdiff_t>(base),
-                              work_.begin() + static_cast<std::ptrdiff_t>(std::min(n, base + 64)), kNegInf);
-                    continue;
-                }
-                for (uint64_t z = ~bits; z != 0; z &= z - 1) {
-                    const size_t i = base + static_cast<size_t>(std::countr_zero(z));
-                    if (i < n) work_[i] = kNegInf;
-                }
-            }
-        }
         l = work_;
-        s = sampling::scan_logits(work_);
-        DSV4_TRY(check_scan(work_, s, "biased and penalised logit"));
+    }
+    // With a mask, everything below runs on the allowed tokens alone, gathered in id order: the selection
+    // orders ties by position, which is then the id order, so the kept set and its weights are those of the
+    // full row with the other tokens banned, at a cost that scales with the allowed set.
+    std::span<const int32_t> ids;
+    if (!allowed.empty()) {
+        sampling::gather_allowed(l, allowed, allowed_ids_, allowed_logits_);
+        ids = allowed_ids_;
+        l = allowed_logits_;
+    }
+    sampling::Scan s = raw;
+    if (modified) {
+        s = sampling::scan_logits(l);
+        if (!l.empty()) DSV4_TRY(check_scan(l, s, "biased and penalised logit"));
     }
     if (s.n_finite == 0)
         return make_error(allowed.empty() ? "sampler: every token is banned (all logits are -inf)"
@@ -357,6 +350,7 @@ Result<SampleResult> Sampler::sample(std::span<const float> logits, std::span<co
             result.token = draw(sel, weights_, blocks_, next_uniform());
         }
     }
+    if (!ids.empty()) result.token = ids[static_cast<size_t>(result.token)];
 
     // Logprobs of the model's distribution (the logits as given). At temperature 1 without bias or penalties
     // the draw's weights are exactly the log-sum-exp's terms, so their sum is reused.

@@ -236,6 +236,21 @@ void top_n(std::span<const float> l, size_t n, std::vector<Ranked>& out) {
     std::sort(out.begin(), out.end(), more_likely);
 }
 
+void gather_allowed(std::span<const float> l, std::span<const uint64_t> mask, std::vector<int32_t>& ids,
+                    std::vector<float>& logits) {
+    ids.clear();
+    logits.clear();
+    const size_t n_words = std::min(mask.size(), (l.size() + 63) / 64);
+    for (size_t w = 0; w < n_words; ++w) {
+        for (uint64_t bits = mask[w]; bits != 0; bits &= bits - 1) {
+            const size_t i = w * 64 + static_cast<size_t>(std::countr_zero(bits));
+            if (i >= l.size()) break;
+            ids.push_back(static_cast<int32_t>(i));
+            logits.push_back(l[i]);
+        }
+    }
+}
+
 void keep_prefix(std::span<const float> l, const Prefix& keep, float* w, std::vector<double>& block_sums) {
     const size_t n = l.size();
     const float tau = keep.tau;
