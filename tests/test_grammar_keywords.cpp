@@ -148,7 +148,7 @@ bool random_walk(const Grammar& g, std::mt19937_64& rng, std::string& out) {
     GrammarState s = run.initial(), next;
     out.clear();
     std::vector<std::pair<uint8_t, GrammarState>> live;
-    for (int step = 0; step < 4000; ++step) {
+    for (int step = 0; step < 1000; ++step) {
         if (run.accepting(s) && (run.finished(s) || rng() % 4 == 0)) return true;
         live.clear();
         double total = 0;
@@ -173,7 +173,8 @@ bool random_walk(const Grammar& g, std::mt19937_64& rng, std::string& out) {
 
 const char* kWalkSchemas[] = {
     R"({"type": "string", "pattern": "^[A-Z][a-z]{1,6}( [A-Z][a-z]+)?$"})",
-    R"({"type": "string", "pattern": "(ab|c)+\\d"})",
+    R"({"type": "string", "pattern": "^(ab|c)+\\d$"})",
+    R"({"type": "string", "pattern": "[a-z][0-9]"})",
     R"({"type": "string", "pattern": "^[^a-z\"]{2,5}$"})",
     R"({"type": "string", "pattern": "^\\w+\\.\\w{2,3}$"})",
     R"({"type": "string", "minLength": 3, "maxLength": 6})",
@@ -194,7 +195,7 @@ TEST(GrammarKeywords, RandomWalksValidate) {
         const Grammar g = schema(text);
         const json s = json::parse(text);
         int ended = 0;
-        for (int k = 0; k < 150; ++k) {
+        for (int k = 0; k < 60; ++k) {
             std::string v;
             if (!random_walk(g, rng, v)) continue;
             ++ended;
@@ -203,7 +204,7 @@ TEST(GrammarKeywords, RandomWalksValidate) {
             std::string why;
             EXPECT_TRUE(test::schema_validate(parsed, s, s, why)) << text << ": " << why << ": " << v;
         }
-        EXPECT_GE(ended, 50) << text;  // the weights make most values end within the step bound
+        EXPECT_GE(ended, 40) << text;  // the weights make most values end within the step bound
     }
 }
 

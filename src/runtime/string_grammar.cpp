@@ -428,6 +428,7 @@ int32_t StringGrammarBuilder::character(const CodePointSet& set) {
     GrammarNode raw;
     raw.kind = GrammarNodeKind::byte_set;
     bool any_raw = false;
+    std::vector<std::string> escapes;  // after the '\\': one node for all of them, so a step tries few alternatives
     static const char* kHex = "0123456789abcdef";
     for (auto [lo, hi] : set) {
         for (uint32_t c = lo; c <= std::min<uint32_t>(hi, 0x7F); ++c) {
@@ -447,7 +448,7 @@ int32_t StringGrammarBuilder::character(const CodePointSet& set) {
                 raw.bytes[c >> 6] |= uint64_t{1} << (c & 63);
                 any_raw = true;
             } else {
-                alt.children.push_back(add_literal(std::move(esc)));
+                escapes.push_back(esc.substr(1));
             }
         }
         if (hi < 0x80) continue;
@@ -464,6 +465,16 @@ int32_t StringGrammarBuilder::character(const CodePointSet& set) {
                 alt.children.push_back(g_.add(std::move(sq)));
             }
         }
+    }
+    if (!escapes.empty()) {
+        GrammarNode rest;
+        rest.kind = GrammarNodeKind::any_of;
+        for (std::string& e : escapes) rest.children.push_back(add_literal(std::move(e)));
+        const int32_t after = rest.children.size() == 1 ? rest.children[0] : g_.add(std::move(rest));
+        GrammarNode esc;
+        esc.kind = GrammarNodeKind::sequence;
+        esc.children = {add_literal("\\"), after};
+        alt.children.insert(alt.children.begin(), g_.add(std::move(esc)));
     }
     if (any_raw) alt.children.insert(alt.children.begin(), g_.add(std::move(raw)));
     const int32_t id = alt.children.size() == 1 ? alt.children[0] : g_.add(std::move(alt));
