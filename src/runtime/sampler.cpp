@@ -317,9 +317,14 @@ Result<SampleResult> Sampler::sample(std::span<const float> logits, std::span<co
     // full row with the other tokens banned, at a cost that scales with the allowed set.
     std::span<const int32_t> ids;
     if (!allowed.empty()) {
-        sampling::gather_allowed(l, allowed, allowed_ids_, allowed_logits_);
-        ids = allowed_ids_;
-        l = allowed_logits_;
+        if (auto r = dense_mask_draw(logits, raw, allowed)) return std::move(*r);
+        if (allowed_ids_.size() < l.size()) {
+            allowed_ids_.resize(l.size());
+            allowed_logits_.resize(l.size());
+        }
+        const size_t k = sampling::gather_allowed(l, allowed, allowed_ids_.data(), allowed_logits_.data());
+        ids = std::span<const int32_t>(allowed_ids_.data(), k);
+        l = std::span<const float>(allowed_logits_.data(), k);
     }
     sampling::Scan s = raw;
     if (modified) {
@@ -357,6 +362,31 @@ Result<SampleResult> Sampler::sample(std::span<const float> logits, std::span<co
     const bool reuse = !modified && params_.temperature == 1.0f && full_sum >= 0.0;
     fill_logprobs(logits, raw.max, reuse ? full_sum : -1.0, params_.top_logprobs, result);
     return result;
+}
+
+// A mask that allows at least half the tokens, with no truncation, bias or penalty: draw from the whole row and
+// draw again while the token is not allowed. The accepted draw follows the row restricted to the allowed set
+// exactly, and the row's weights are the log-sum-exp's terms, so this costs what an unmasked draw costs. After
+// kMaskRedraws refusals (the allowed tokens hold little of the mass) the caller draws from the gathered set,
+// which keeps the distribution exact: a capped rejection followed by an exact draw is still exact.
+std::optional<SampleResult> Sampler::dense_mask_draw(std::span<const float> logits, const sampling::Scan& raw,
+                                                     std::span<const uint64_t> allowed) {
+    constexpr int kMaskRedraws = 8;
+    const SamplingParams& p = params_;
+    if (modifies_logits(p) || p.temperature == 0.0f || p.top_k > 0 || p.top_p < 1.0f || p.min_p > 0.0f || raw.n_finite == 0)
+        return std::nullopt;
+    if (sampling::count_allowed(allowed, logits.size()) * 2 < logits.size()) return std::nullopt;
+    Selection sel;
+    select(logits, raw, p, weights_, blocks_, sel);
+    for (int tries = 0; tries < kMaskRedraws; ++tries) {
+        const int32_t t = draw(sel, weights_, blocks_, next_uniform());
+        if (static_cast<size_t>(t) >> 6 >= allowed.size() || !((allowed[static_cast<size_t>(t) >> 6] >> (t & 63)) & 1)) continue;
+        SampleResult result;
+        result.token = t;
+        fill_logprobs(logits, raw.max, p.temperature == 1.0f ? sel.full_sum : -1.0, p.top_logprobs, result);
+        return result;
+    }
+    return std::nullopt;
 }
 
 Result<SampleResult> score_token(std::span<const float> logits, int32_t token, int32_t top_n) {

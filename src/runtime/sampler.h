@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -17,6 +18,10 @@
 #include "core/status.h"
 
 namespace dsv4 {
+
+namespace sampling {
+struct Scan;
+}
 
 struct SamplingParams {
     float temperature = 1.0f;         // 0 = greedy (argmax after bias and penalties)
@@ -87,6 +92,8 @@ public:
 
 private:
     double next_uniform();  // [0, 1) from the top 53 bits of one RNG draw
+    std::optional<SampleResult> dense_mask_draw(std::span<const float> logits, const sampling::Scan& raw,
+                                                std::span<const uint64_t> allowed);
 
     SamplingParams params_;
     std::mt19937_64 rng_;
