@@ -195,7 +195,7 @@ TEST(GrammarKeywords, RandomWalksValidate) {
         const Grammar g = schema(text);
         const json s = json::parse(text);
         int ended = 0;
-        for (int k = 0; k < 60; ++k) {
+        for (int k = 0; k < 40; ++k) {
             std::string v;
             if (!random_walk(g, rng, v)) continue;
             ++ended;
@@ -204,7 +204,7 @@ TEST(GrammarKeywords, RandomWalksValidate) {
             std::string why;
             EXPECT_TRUE(test::schema_validate(parsed, s, s, why)) << text << ": " << why << ": " << v;
         }
-        EXPECT_GE(ended, 40) << text;  // the weights make most values end within the step bound
+        EXPECT_GE(ended, 25) << text;  // the weights make most values end within the step bound
     }
 }
 
