@@ -1,6 +1,8 @@
-// Constrained-decoding mask cost over the real DeepSeek vocabulary (128k tokens): for a few typical schemas,
-// simulated generations (each step picks a random allowed token, as a random-weight model would, up to 256
-// tokens per value) time GrammarMatcher::mask + accept per token, in microseconds of this thread's CPU time.
+// Constrained-decoding cost over the real DeepSeek vocabulary (128k tokens): for a few typical schemas,
+// simulated generations (each step draws from random logits under the mask at temperature 1, as a
+// random-weight model would, up to 256 tokens per value) time GrammarMatcher::mask + accept per token and
+// mask + draw + accept per token (the whole constrained step but the forward pass), in microseconds of this
+// thread's CPU time.
 // "warm" reuses the schema's mask cache across generations (the server keeps compiled schemas); "cold" is
 // one uncached trie walk (a state seen the first time). The target is <= 50 us per token warm.
 //   usage: bench_grammar [VOCAB_GGUF] [GENERATIONS_PER_SCHEMA]
@@ -47,6 +49,11 @@ const Case kCases[] = {
         "label": {"type": "string"}, "value": {"anyOf": [{"type": "number"}, {"type": "null"}]},
         "children": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}},
         "required": ["label", "value", "children"], "additionalProperties": false}}})"},
+    {"pattern + bounds + email", R"({"type": "object", "properties": {"code": {"type": "string",
+        "pattern": "^[A-Z]{3}-\\d{4}$"}, "qty": {"type": "integer", "minimum": 1, "maximum": 500},
+        "price": {"type": "number", "minimum": 0, "maximum": 10000}, "note": {"type": "string", "maxLength": 40},
+        "contact": {"type": "string", "format": "email"}}, "required": ["code", "qty", "price", "note", "contact"],
+        "additionalProperties": false})"},
 };
 
 }  // namespace
@@ -68,8 +75,17 @@ int main(int argc, char** argv) {
     auto trie = dsv4::TokenTrie::from_tokenizer(**tok);
     std::printf("vocabulary: %lld tokens, trie %zu nodes (built in %.0f ms)\n", (long long)(*tok)->n_vocab(),
                 trie->nodes.size(), (thread_cpu_seconds() - t_trie) * 1e3);
-    std::printf("%-24s %10s %10s %12s %10s %12s\n", "schema", "tokens", "us/token", "cache hits", "states", "cold us");
+    std::printf("%-24s %10s %10s %12s %12s %10s %12s\n", "schema", "tokens", "us/token", "+draw us/tok", "cache hits",
+                "states", "cold us");
     const int32_t eos = (*tok)->eos();
+    // A pool of random logit rows, one picked per step.
+    std::vector<std::vector<float>> pool(8, std::vector<float>((size_t)(*tok)->n_vocab()));
+    {
+        std::mt19937_64 prng(11);
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        for (auto& row : pool)
+            for (float& x : row) x = nd(prng);
+    }
     for (const Case& c : kCases) {
         dsv4::Grammar g;
         if (c.schema) {
@@ -84,23 +100,25 @@ int main(int argc, char** argv) {
         }
         auto tg = std::make_shared<dsv4::TokenGrammar>(std::move(g), trie);
         std::mt19937_64 rng(7);
-        double timed = 0;
+        double timed = 0, drawn = 0;
         long long n_tokens = 0;
-        std::vector<int32_t> allowed;
         for (int gen = 0; gen < n_gen; ++gen) {
             dsv4::GrammarMatcher m(dsv4::GrammarConstraint{tg}, {eos});
+            dsv4::SamplingParams sp;
+            sp.seed = static_cast<uint64_t>(gen);
+            dsv4::Sampler sampler(sp);
             for (int step = 0; step < 256; ++step) {
                 const double t0 = thread_cpu_seconds();
                 auto mask = m.mask();
-                timed += thread_cpu_seconds() - t0;
-                allowed.clear();
-                for (int32_t id = 0; id < (int32_t)(*tok)->n_vocab(); ++id)
-                    if (dsv4::mask_test(mask, id)) allowed.push_back(id);
-                if (allowed.empty()) break;
-                const int32_t pick = allowed[rng() % allowed.size()];
                 const double t1 = thread_cpu_seconds();
+                auto r = sampler.sample(pool[rng() % pool.size()], {}, mask);
+                const double t2 = thread_cpu_seconds();
+                if (!r.ok()) break;
+                const int32_t pick = r->token;
                 const bool ok = m.accept(pick, (*tok)->token_text(pick)).ok();
-                timed += thread_cpu_seconds() - t1;
+                const double t3 = thread_cpu_seconds();
+                timed += (t1 - t0) + (t3 - t2);
+                drawn += t3 - t0;
                 ++n_tokens;
                 if (!ok) {
                     std::fprintf(stderr, "bench_grammar: an allowed token was rejected\n");
@@ -118,7 +136,8 @@ int main(int argc, char** argv) {
         for (int i = 0; i < reps; ++i) tg->compute_mask(s, scratch);
         const double cold_start = (thread_cpu_seconds() - t2) / reps;
         const auto st = tg->cache_stats();
-        std::printf("%-24s %10lld %10.2f %11.1f%% %10llu %12.0f\n", c.name, n_tokens, timed / (double)n_tokens * 1e6,
+        std::printf("%-24s %10lld %10.2f %12.2f %11.1f%% %10llu %12.0f\n", c.name, n_tokens, timed / (double)n_tokens * 1e6,
+                    drawn / (double)n_tokens * 1e6,
                     100.0 * (double)st.hits / (double)(st.hits + st.misses), (unsigned long long)st.misses, cold_start * 1e6);
     }
     // The widest mask: inside a string (nearly every token allowed), uncached; and what applying a mask adds
@@ -149,6 +168,7 @@ int main(int argc, char** argv) {
     };
     std::printf("draw at temperature 1: %.0f us unmasked, %.0f us with a string's mask, %.0f us with a mask after a key\n",
                 draw_us({}), draw_us(wide), draw_us(narrow));
-    std::printf("us/token: mask + accept, cached masks reused across generations; cold us: one uncached walk from the start\n");
+    std::printf("us/token: mask + accept; +draw: mask + draw + accept (cached masks reused across generations); cold us: one\n"
+                "uncached walk from the start\n");
     return 0;
 }

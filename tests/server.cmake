@@ -1,10 +1,11 @@
 # `dsv4 serve`: the unit tests of the server layer (request parsing, the pre-handler checks, constrained output,
-# the Anthropic / Responses writers, scoring through the completions handler) link the server library, and the end-to-end test drives a real server
-# with the official openai npm client and raw HTTP (tests/server/*.test.mjs, run by `node --test`). Fixtures: a
+# the Anthropic / Responses writers, scoring through the completions handler) link the server library, and the
+# end-to-end test drives a real server with the official openai npm client and raw HTTP (tests/server/*.test.mjs, run by `node --test`). Fixtures: a
 # tiny random-weight model with the real DeepSeek vocabulary, and the npm packages installed in a build-dir copy
 # of tests/server. The Node tests start the server themselves on a free loopback port (--port 0) and stop it
 # with a signal.
-foreach(_t test_openai_request test_server_constrained test_http_guard test_server_agent_apis test_server_scoring)
+foreach(_t test_openai_request test_server_constrained test_server_constrained_slow test_http_guard test_server_agent_apis
+           test_server_scoring)
   if(TARGET ${_t})
     target_link_libraries(${_t} PRIVATE dsv4_server)
   endif()

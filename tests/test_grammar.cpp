@@ -138,14 +138,12 @@ TEST(Grammar, RootScalarsEndAnywhereTheyMay) {
 }
 
 TEST(Grammar, UnsupportedSchemasNameTheKeyword) {
-    EXPECT_NE(schema_error(R"({"type": "string", "pattern": "^a$"})").find("'pattern'"), std::string::npos);
-    EXPECT_NE(schema_error(R"({"type": "object", "properties": {"d": {"type": "string", "format": "email"}}})")
-                  .find("#/properties/d/format: format 'email' is not supported"),
+    EXPECT_NE(schema_error(R"({"type": "object", "properties": {"d": {"type": "string", "format": "hostname"}}})")
+                  .find("#/properties/d/format: format 'hostname' is not supported"),
               std::string::npos);
+    EXPECT_NE(schema_error(R"({"type": "integer", "multipleOf": 3})").find("'multipleOf'"), std::string::npos);
     EXPECT_NE(schema_error(R"({"type": "integer", "format": "int32"})").find("'format' does not apply to type 'integer'"),
               std::string::npos);
-    EXPECT_NE(schema_error(R"({"oneOf": [{"type": "string"}]})").find("'oneOf'"), std::string::npos);
-    EXPECT_NE(schema_error(R"({"type": "integer", "minimum": 0})").find("'minimum'"), std::string::npos);
     EXPECT_NE(schema_error(R"({"type": "date"})").find("unknown type 'date'"), std::string::npos);
     EXPECT_NE(schema_error(R"({"$ref": "#/$defs/missing"})").find("names nothing"), std::string::npos);
     EXPECT_NE(schema_error(R"({"$ref": "https://example.com/s.json"})").find("only references into this schema"),

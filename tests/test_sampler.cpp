@@ -288,9 +288,11 @@ TEST(Sampler, LogprobsAreTheModelsLogSoftmax) {
 }
 
 // Pearson chi-square of `n` draws against the expected distribution.
-double chi_square(Sampler& s, const std::vector<float>& logits, const std::vector<double>& expected, int n) {
+// With `mask`, the draws are masked (runtime/token_mask.h's bit layout).
+double chi_square(Sampler& s, const std::vector<float>& logits, const std::vector<double>& expected, int n,
+                  std::span<const uint64_t> mask = {}) {
     std::vector<int> counts(logits.size(), 0);
-    for (int i = 0; i < n; ++i) ++counts[static_cast<size_t>(s.sample(logits, {})->token)];
+    for (int i = 0; i < n; ++i) ++counts[static_cast<size_t>(s.sample(logits, {}, mask)->token)];
     double chi2 = 0.0;
     for (size_t i = 0; i < logits.size(); ++i) {
         if (expected[i] == 0.0) {
@@ -534,6 +536,50 @@ TEST(Sampler, LargeKeptSetsSampleTheExactDistributionChiSquare) {
         const double chi2 = chi_square(s, logits, expected, n);
         EXPECT_LT(chi2, chi_square_critical(static_cast<double>(ref.size() - 1)))
             << "T=" << c.t << " top_p=" << c.top_p << " min_p=" << c.min_p << " kept " << ref.size();
+    }
+}
+
+TEST(Sampler, MaskedDrawsSampleTheUnmaskedDistributionRestrictedChiSquare) {
+    // A masked draw works on the allowed tokens only (a sparse mask) or draws from the whole row and redraws
+    // (a dense one, without truncation): either way the counts must fit the full sampler's distribution on
+    // the row with the other tokens banned (-inf), truncation included.
+    const auto logits = random_logits(1500, 91, 0.7f);
+    struct Case {
+        int stride;  // the mask allows tokens i % stride == 0 (sparse) or != 0 when negative (dense)
+        float t;
+        int32_t k;
+        float top_p;
+    };
+    const int n = 100000;
+    for (const Case& c : {Case{7, 1.0f, 0, 1.0f}, Case{-5, 1.0f, 0, 1.0f}, Case{-5, 0.7f, 0, 1.0f}, Case{3, 0.8f, 40, 1.0f},
+                          Case{-4, 1.0f, 0, 0.9f}, Case{400, 1.0f, 0, 1.0f}}) {
+        std::vector<uint64_t> mask((logits.size() + 63) / 64, 0);
+        std::vector<float> banned = logits;
+        for (size_t i = 0; i < logits.size(); ++i) {
+            const bool ok = c.stride > 0 ? i % static_cast<size_t>(c.stride) == 0 : i % static_cast<size_t>(-c.stride) != 0;
+            if (ok) mask[i / 64] |= uint64_t{1} << (i % 64);
+            else banned[i] = -std::numeric_limits<float>::infinity();
+        }
+        SamplingParams p;
+        p.temperature = c.t;
+        p.top_k = c.k;
+        p.top_p = c.top_p;
+        p.seed = 99;
+        auto ref = sampling_distribution(banned, p);
+        ASSERT_TRUE(ref.ok()) << ref.error();
+        std::vector<double> expected(logits.size(), 0.0);
+        for (const auto& tp : *ref) expected[static_cast<size_t>(tp.token)] = tp.prob;
+        Sampler s(p);
+        const double chi2 = chi_square(s, logits, expected, n, mask);
+        EXPECT_LT(chi2, chi_square_critical(static_cast<double>(ref->size() - 1)))
+            << "stride " << c.stride << " T=" << c.t << " top_k=" << c.k << " top_p=" << c.top_p << " kept " << ref->size();
+        // The reported logprob stays the model's own (the unmasked row's log-softmax).
+        auto r = Sampler(p).sample(logits, {}, mask);
+        ASSERT_TRUE(r.ok());
+        auto scored = dsv4::score_token(logits, r->token, 0);
+        ASSERT_TRUE(scored.ok());
+        EXPECT_FLOAT_EQ(r->logprob, scored->logprob);
+        EXPECT_TRUE((mask[static_cast<size_t>(r->token) / 64] >> (r->token % 64)) & 1);
     }
 }
 

@@ -12,6 +12,7 @@
 //             read, c: whitespace
 //   sequence  a: the child being read; phase 0: push it next, 1: it is on the stack
 //   byte_set  nothing (one byte, then done)
+//   repeat    a: repetitions read (held at min_items once reached when unbounded, so the states recur)
 #include "runtime/grammar.h"
 
 #include <cstring>
@@ -386,6 +387,9 @@ void GrammarRunner::child_done(Stack& st) {
                 ++f.a;
                 set_phase(f, 5);
                 return;
+            case GrammarNodeKind::repeat:
+                if (n.max_items >= 0 || f.a < n.min_items) ++f.a;
+                return;
             case GrammarNodeKind::sequence:
                 if (++f.a < static_cast<int32_t>(n.children.size())) {
                     f.phase = 0;
@@ -436,6 +440,20 @@ void GrammarRunner::step(Stack& st, uint8_t c, GrammarState& out, int depth) {
         case GrammarNodeKind::number: r = number_step(f, c, true); break;
         case GrammarNodeKind::object: r = object_step(f, n, c, g_.max_whitespace, child); break;
         case GrammarNodeKind::array: r = array_step(f, n, c, g_.max_whitespace, child); break;
+        case GrammarNodeKind::repeat: {
+            // Both ways at once: one more repetition, and (when enough were read) past the repeat.
+            if (n.max_items < 0 || f.a < n.max_items) {
+                Stack more = st;
+                more.push_back(GrammarFrame{n.items});
+                feed(more, c, out, depth + 1);
+            }
+            if (f.a >= n.min_items) {
+                st.pop_back();
+                child_done(st);
+                feed(st, c, out, depth + 1);
+            }
+            return;
+        }
         case GrammarNodeKind::any_of:
         case GrammarNodeKind::sequence: return;  // normalized away before a byte is read
     }
@@ -448,27 +466,31 @@ void GrammarRunner::step(Stack& st, uint8_t c, GrammarState& out, int depth) {
             normalize(st, out, 0);
             return;
         case Step::pass:
-        case Step::delegate: {
+        case Step::delegate:
             if (r == Step::pass) {
                 st.pop_back();
                 child_done(st);
             } else {
                 st.push_back(GrammarFrame{child});
             }
-            if (concrete(g_, st)) {
-                step(st, c, out, depth + 1);
-                return;
-            }
-            GrammarState alts;
-            normalize(st, alts, 0);
-            uint32_t begin = 0;
-            for (uint32_t end : alts.ends) {
-                Stack s(alts.frames.begin() + begin, alts.frames.begin() + end);
-                step(s, c, out, depth + 1);
-                begin = end;
-            }
+            feed(st, c, out, depth + 1);
             return;
-        }
+    }
+}
+
+// Gives byte `c` to the stack's top frame, resolving alternatives and pending sequence children first.
+void GrammarRunner::feed(Stack& st, uint8_t c, GrammarState& out, int depth) {
+    if (concrete(g_, st)) {
+        step(st, c, out, depth);
+        return;
+    }
+    GrammarState alts;
+    normalize(st, alts, 0);
+    uint32_t begin = 0;
+    for (uint32_t end : alts.ends) {
+        Stack s(alts.frames.begin() + begin, alts.frames.begin() + end);
+        step(s, c, out, depth);
+        begin = end;
     }
 }
 

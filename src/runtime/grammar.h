@@ -29,6 +29,7 @@ enum class GrammarNodeKind : int32_t {
     any_of,    // one of `children` (never on a stack: replaced by its alternatives)
     sequence,  // `children` one after the other (no separators)
     byte_set,  // one byte of `bytes` (string formats: digits, hex)
+    repeat,    // `items` from min_items to max_items times (-1: unbounded); items must read at least one byte
 };
 
 struct GrammarProperty {
@@ -43,8 +44,8 @@ struct GrammarNode {
     std::vector<int32_t> children;           // any_of, sequence
     std::vector<GrammarProperty> properties; // object with known keys
     int32_t any_value = -1;                  // object with any keys: every value is this node (-1: known keys)
-    int32_t items = -1;                      // array
-    int32_t min_items = 0, max_items = -1;   // array (-1: unbounded)
+    int32_t items = -1;                      // array, repeat
+    int32_t min_items = 0, max_items = -1;   // array, repeat (-1: unbounded)
     bool no_lt = false;                      // string: no raw '<' (inside DSML markup), escapes still allowed
     uint64_t bytes[4] = {0, 0, 0, 0};        // byte_set: bit b of bytes[b / 64]
 };
@@ -112,6 +113,7 @@ private:
     void normalize(Stack& st, GrammarState& out, int depth);
     void step(Stack& st, uint8_t c, GrammarState& out, int depth);
     void child_done(Stack& st);
+    void feed(Stack& st, uint8_t c, GrammarState& out, int depth);
     void push_out(const Stack& st, GrammarState& out);
 
     const Grammar& g_;

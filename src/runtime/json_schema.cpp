@@ -2,8 +2,14 @@
 // placeholder alternative that the target's node fills, so recursive schemas are finite graphs.
 #include "runtime/json_schema.h"
 
+#include <cmath>
 #include <map>
 #include <set>
+
+#include "core/check.h"
+#include "runtime/number_grammar.h"
+#include "runtime/schema_all_of.h"
+#include "runtime/string_grammar.h"
 
 namespace dsv4 {
 namespace {
@@ -15,9 +21,18 @@ constexpr int kMaxSchemaDepth = 64;  // nested subschemas (the compiler recurses
 const std::set<std::string, std::less<>> kAnnotations = {"title",   "description", "default", "examples",
                                                           "$schema", "$id",         "$comment", "$defs",
                                                           "definitions", "strict"};
-const std::set<std::string, std::less<>> kKeywords = {"type",  "properties", "required", "additionalProperties",
-                                                       "enum",  "const",      "anyOf",    "$ref",
-                                                       "items", "minItems",   "maxItems", "format"};
+const std::set<std::string, std::less<>> kKeywords = {
+    "type",     "properties", "required",  "additionalProperties", "enum",    "const",
+    "anyOf",    "oneOf",      "allOf",     "$ref",                 "items",   "minItems",
+    "maxItems", "format",     "pattern",   "minLength",            "maxLength", "minimum",
+    "maximum",  "exclusiveMinimum", "exclusiveMaximum"};
+
+// A simple address every common checker accepts: up to three dot-atom pieces of letters and digits joined by
+// one of . _ + - (local part <= 62 characters), '@', a label (one inner hyphen at most), up to two more labels,
+// and a last label of 2-10 letters; labels <= 41 characters, the whole <= 160.
+constexpr const char* kEmailPattern =
+    "^[A-Za-z0-9]{1,20}([._+-][A-Za-z0-9]{1,20}){0,2}@[A-Za-z0-9]{1,20}(-[A-Za-z0-9]{1,20})?"
+    "(\\.[A-Za-z0-9]{1,20}){0,2}\\.[A-Za-z]{2,10}$";
 
 std::string escape_pointer(const std::string& key) {
     std::string out;
@@ -31,7 +46,8 @@ std::string escape_pointer(const std::string& key) {
 
 class Compiler {
 public:
-    Compiler(Grammar& g, const ojson& root, const JsonGrammarOptions& opt) : g_(g), root_(root), opt_(opt) {}
+    Compiler(Grammar& g, const ojson& root, const JsonGrammarOptions& opt)
+        : g_(g), root_(root), opt_(opt), strings_(g, opt.no_lt_in_strings) {}
 
     Result<int32_t> compile(const ojson& s, const std::string& path) {
         if (++depth_ > kMaxSchemaDepth) return err(path, "the schema nests deeper than " + std::to_string(kMaxSchemaDepth) + " levels");
@@ -71,16 +87,26 @@ public:
             }
             return g_.add(std::move(n));
         }
-        if (const auto it = s.find("anyOf"); it != s.end()) {
-            if (!it->is_array() || it->empty()) return err(path + "/anyOf", "must be a non-empty array");
+        if (s.contains("allOf")) {
+            auto merged = merge_all_of(s, root_, path);
+            if (!merged.ok()) return make_error("response schema: " + merged.error());
+            return compile(*merged, path);
+        }
+        for (const char* which : {"anyOf", "oneOf"}) {
+            const auto it = s.find(which);
+            if (it == s.end()) continue;
+            // oneOf as anyOf: the value matches at least one branch; that it matches only one is not checked
+            // (it holds when the branches exclude each other, as branches of different types or consts do).
+            if (!it->is_array() || it->empty()) return err(path + "/" + which, "must be a non-empty array");
             for (const auto& [k, v] : s.items()) {
                 (void)v;
-                if (k != "anyOf" && kKeywords.count(k)) return err(path, "'anyOf' beside '" + k + "' is not supported");
+                if (k != which && kKeywords.count(k))
+                    return err(path, std::string("'") + which + "' beside '" + k + "' is not supported");
             }
             GrammarNode n;
             n.kind = GrammarNodeKind::any_of;
             for (size_t i = 0; i < it->size(); ++i) {
-                DSV4_ASSIGN_OR_RETURN(int32_t child, compile((*it)[i], path + "/anyOf/" + std::to_string(i)));
+                DSV4_ASSIGN_OR_RETURN(int32_t child, compile((*it)[i], path + "/" + which + "/" + std::to_string(i)));
                 n.children.push_back(child);
             }
             return g_.add(std::move(n));
@@ -90,6 +116,10 @@ public:
             if (s.contains("properties") || s.contains("additionalProperties") || s.contains("required"))
                 return typed(s, "object", path);
             if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) return typed(s, "array", path);
+            if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength") || s.contains("format"))
+                return typed(s, "string", path);
+            for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+                if (s.contains(k)) return typed(s, "number", path);
             return any();
         }
         if (t->is_string()) return typed(s, t->get<std::string>(), path);
@@ -211,10 +241,67 @@ private:
                 for (int i = 0; i < group; ++i) kids.push_back(bytes("0123456789abcdef"));
             }
             body = seq(std::move(kids));
+        } else if (name == "email") {
+            auto r = strings_.pattern_string(kEmailPattern);
+            DSV4_CHECK_MSG(r.ok(), "%s", r.error().c_str());
+            return *r;
         } else {
-            return err(path, "format '" + name + "' is not supported (date, time, date-time and uuid are)");
+            return err(path, "format '" + name + "' is not supported (date, time, date-time, uuid and email are)");
         }
         return seq({literal("\""), body, literal("\"")});
+    }
+
+    // A string with format, pattern or length bounds (one kind of constraint at a time).
+    Result<int32_t> string_of(const ojson& s, const std::string& path) {
+        const auto f = s.find("format"), pat = s.find("pattern");
+        const bool sized = s.contains("minLength") || s.contains("maxLength");
+        if ((f != s.end()) + (pat != s.end()) + sized > 1)
+            return err(path, "only one of 'format', 'pattern' and 'minLength' / 'maxLength' is supported on a string");
+        if (f != s.end()) return format(*f, path + "/format");
+        if (pat != s.end()) {
+            if (!pat->is_string()) return err(path + "/pattern", "must be a string");
+            auto r = strings_.pattern_string(pat->get<std::string>());
+            if (!r.ok()) return err(path + "/pattern", r.error());
+            return *r;
+        }
+        if (!sized) return string_node();
+        int32_t len[2] = {0, -1};
+        const char* keys[2] = {"minLength", "maxLength"};
+        for (int i = 0; i < 2; ++i) {
+            const auto it = s.find(keys[i]);
+            if (it == s.end()) continue;
+            if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > 1000000)
+                return err(path + "/" + keys[i], "must be an integer from 0 to 1000000");
+            len[i] = static_cast<int32_t>(it->get<int64_t>());
+        }
+        if (len[1] >= 0 && len[0] > len[1]) return err(path, "minLength is above maxLength");
+        if (len[0] == 0 && len[1] < 0) return string_node();
+        return strings_.sized_string(len[0], len[1]);
+    }
+
+    Result<int32_t> number_of(const ojson& s, bool integer, const std::string& path) {
+        NumberBounds b;
+        bool bounded = false;
+        for (const char* k : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+            const auto it = s.find(k);
+            if (it == s.end()) continue;
+            if (!it->is_number() || !std::isfinite(it->get<double>()))
+                return err(path + "/" + k, "must be a number");
+            const double v = it->get<double>();
+            const std::string_view key = k;
+            bounded = true;
+            if (key.find("inimum") != std::string_view::npos) {
+                const bool ex = key == "exclusiveMinimum";
+                if (v > b.lo || (v == b.lo && ex)) b.lo = v, b.lo_exclusive = ex;
+            } else {
+                const bool ex = key == "exclusiveMaximum";
+                if (v < b.hi || (v == b.hi && ex)) b.hi = v, b.hi_exclusive = ex;
+            }
+        }
+        if (!bounded) return number_node(integer ? GrammarNodeKind::integer : GrammarNodeKind::number);
+        auto r = integer ? add_bounded_integer(g_, b) : add_bounded_number(g_, b);
+        if (!r.ok()) return err(path, r.error());
+        return *r;
     }
 
     Result<int32_t> ref(const ojson& r, const std::string& path) {
@@ -253,13 +340,12 @@ private:
             return {};
         };
         if (type == "string") {
-            DSV4_TRY(only({"format"}));
-            if (const auto f = s.find("format"); f != s.end()) return format(*f, path + "/format");
-            return string_node();
+            DSV4_TRY(only({"format", "pattern", "minLength", "maxLength"}));
+            return string_of(s, path);
         }
         if (type == "number" || type == "integer") {
-            DSV4_TRY(only({}));
-            return number_node(type == "number" ? GrammarNodeKind::number : GrammarNodeKind::integer);
+            DSV4_TRY(only({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}));
+            return number_of(s, type == "integer", path);
         }
         if (type == "boolean") {
             DSV4_TRY(only({}));
@@ -341,6 +427,7 @@ private:
     Grammar& g_;
     const ojson& root_;
     JsonGrammarOptions opt_;
+    StringGrammarBuilder strings_;
     std::map<std::string, int32_t> refs_;
     int32_t any_ = -1, string_ = -1;
     int depth_ = 0;
@@ -369,6 +456,7 @@ std::vector<bool> productive(const Grammar& g) {
                         if (pr.required) ok = ok && p[static_cast<size_t>(pr.value)];
                     break;
                 case GrammarNodeKind::array:
+                case GrammarNodeKind::repeat:
                     ok = n.min_items == 0 || p[static_cast<size_t>(n.items)];
                     break;
                 default: ok = true;
@@ -390,7 +478,8 @@ Status finalize_grammar(Grammar& g) {
             std::erase_if(n.children, [&](int32_t c) { return !p[static_cast<size_t>(c)]; });
         if (n.kind == GrammarNodeKind::object)
             std::erase_if(n.properties, [&](const GrammarProperty& pr) { return !p[static_cast<size_t>(pr.value)]; });
-        if (n.kind == GrammarNodeKind::array && !p[static_cast<size_t>(n.items)]) n.max_items = 0;
+        if ((n.kind == GrammarNodeKind::array || n.kind == GrammarNodeKind::repeat) && !p[static_cast<size_t>(n.items)])
+            n.max_items = 0;
     }
     // Alternatives (and a sequence's first child) are resolved without reading a byte: a cycle through them
     // would never end.

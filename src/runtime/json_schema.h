@@ -1,18 +1,27 @@
 // JSON schemas into byte grammars (runtime/grammar.h), for constrained decoding.
 //
-// The subset is what OpenAI's structured outputs accept, minus `pattern` and the number facets: `type`
-// (object, array, string, number, integer, boolean, null, or a list of them), `properties`, `required`,
-// `additionalProperties` (false, true or a schema), `enum`, `const`, `anyOf`, `$ref` into `$defs` /
-// `definitions` or "#" (nested and recursive), `items`, `minItems`, `maxItems`, string `format` date / time /
-// date-time / uuid; annotations (`title`, `description`, `default`, `examples`, `$schema`, `$id`,
-// `$comment`) are ignored. Anything else (`pattern`, `minLength`, `minimum`, `oneOf`, format `email`, ...)
-// is an error naming the keyword and where it is, never silently ignored, so output that the grammar
-// accepts validates against the schema.
+// The subset is what OpenAI's structured outputs accept: `type` (object, array, string, number, integer,
+// boolean, null, or a list of them), `properties`, `required`, `additionalProperties` (false, true or a
+// schema), `enum`, `const`, `anyOf`, `oneOf`, `allOf`, `$ref` into `$defs` / `definitions` or "#" (nested and
+// recursive), `items`, `minItems`, `maxItems`; strings: `pattern` (the regex subset of runtime/string_grammar.h,
+// matched against the decoded string and searched, as JSON Schema says), `minLength` / `maxLength` (code
+// points), `format` date / time / date-time / uuid / email (one of these three kinds per string); numbers:
+// `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` (runtime/number_grammar.h: exact for integers,
+// for numbers exact when the bounds are integers and rounded inward to integers otherwise). Annotations
+// (`title`, `description`, `default`, `examples`, `$schema`, `$id`, `$comment`) are ignored. Anything else
+// (`multipleOf`, `not`, `prefixItems`, `patternProperties`, other formats, regex constructs outside the
+// subset, ...) is an error naming the keyword and where it is, never silently ignored, so output that the
+// grammar accepts validates against the schema, with one exception: `oneOf` is compiled as `anyOf`, so a
+// value matching two of its branches is not excluded (it cannot happen when the branches exclude each other,
+// as branches of different types, consts or required keys do). `allOf` is merged into one schema where that is
+// exact (runtime/schema_all_of.h), else an error.
 //
 // The generated value: object properties in the schema's order, every required one present; an object
 // schema with `properties` writes only those (also when extra keys would be allowed: a value without them
-// still validates); integers of at most 15 digits, numbers of at most 15 + 15 digits and a 2-digit exponent (always a finite double);
-// at most Grammar::max_whitespace whitespace bytes between structural bytes, none around the value.
+// still validates); integers of at most 15 digits, numbers of at most 15 + 15 digits and a 2-digit exponent
+// (always a finite double; no exponent when bounded); formats as a subset every checker accepts (days 01-28,
+// UTC times with whole seconds, lowercase uuids, simple short addresses); at most Grammar::max_whitespace
+// whitespace bytes between structural bytes, none around the value.
 #pragma once
 
 #include <string_view>

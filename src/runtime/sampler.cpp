@@ -306,32 +306,30 @@ Result<SampleResult> Sampler::sample(std::span<const float> logits, std::span<co
     const sampling::Scan raw = sampling::scan_logits(logits);
     DSV4_TRY(check_scan(logits, raw, "logit"));
     std::span<const float> l = logits;
-    sampling::Scan s = raw;
     const bool modified = modifies_logits(params_) || !allowed.empty();
-    if (modified) {
+    if (modifies_logits(params_)) {
         work_.assign(logits.begin(), logits.end());
         DSV4_TRY(apply_bias_and_penalties(work_, history, params_));
-        if (!allowed.empty()) {
-            // Word by word: whole words banned or allowed at once, else only the banned bits.
-            const size_t n = work_.size();
-            for (size_t w = 0; w * 64 < n; ++w) {
-                const uint64_t bits = w < allowed.size() ? allowed[w] : 0;  // tokens past the mask: banned
-                if (bits == ~uint64_t{0}) continue;
-                const size_t base = w * 64;
-                if (bits == 0) {
-                    std::fill(work_.begin() + static_cast<std::ptrdiff_t>(base),
-                              work_.begin() + static_cast<std::ptrdiff_t>(std::min(n, base + 64)), kNegInf);
-                    continue;
-                }
-                for (uint64_t z = ~bits; z != 0; z &= z - 1) {
-                    const size_t i = base + static_cast<size_t>(std::countr_zero(z));
-                    if (i < n) work_[i] = kNegInf;
-                }
-            }
-        }
         l = work_;
-        s = sampling::scan_logits(work_);
-        DSV4_TRY(check_scan(work_, s, "biased and penalised logit"));
+    }
+    // With a mask, everything below runs on the allowed tokens alone, gathered in id order: the selection
+    // orders ties by position, which is then the id order, so the kept set and its weights are those of the
+    // full row with the other tokens banned, at a cost that scales with the allowed set.
+    std::span<const int32_t> ids;
+    if (!allowed.empty()) {
+        if (auto r = dense_mask_draw(logits, raw, allowed)) return std::move(*r);
+        if (allowed_ids_.size() < l.size()) {
+            allowed_ids_.resize(l.size());
+            allowed_logits_.resize(l.size());
+        }
+        const size_t k = sampling::gather_allowed(l, allowed, allowed_ids_.data(), allowed_logits_.data());
+        ids = std::span<const int32_t>(allowed_ids_.data(), k);
+        l = std::span<const float>(allowed_logits_.data(), k);
+    }
+    sampling::Scan s = raw;
+    if (modified) {
+        s = sampling::scan_logits(l);
+        if (!l.empty()) DSV4_TRY(check_scan(l, s, "biased and penalised logit"));
     }
     if (s.n_finite == 0)
         return make_error(allowed.empty() ? "sampler: every token is banned (all logits are -inf)"
@@ -357,12 +355,38 @@ Result<SampleResult> Sampler::sample(std::span<const float> logits, std::span<co
             result.token = draw(sel, weights_, blocks_, next_uniform());
         }
     }
+    if (!ids.empty()) result.token = ids[static_cast<size_t>(result.token)];
 
     // Logprobs of the model's distribution (the logits as given). At temperature 1 without bias or penalties
     // the draw's weights are exactly the log-sum-exp's terms, so their sum is reused.
     const bool reuse = !modified && params_.temperature == 1.0f && full_sum >= 0.0;
     fill_logprobs(logits, raw.max, reuse ? full_sum : -1.0, params_.top_logprobs, result);
     return result;
+}
+
+// A mask that allows at least half the tokens, with no truncation, bias or penalty: draw from the whole row and
+// draw again while the token is not allowed. The accepted draw follows the row restricted to the allowed set
+// exactly, and the row's weights are the log-sum-exp's terms, so this costs what an unmasked draw costs. After
+// kMaskRedraws refusals (the allowed tokens hold little of the mass) the caller draws from the gathered set,
+// which keeps the distribution exact: a capped rejection followed by an exact draw is still exact.
+std::optional<SampleResult> Sampler::dense_mask_draw(std::span<const float> logits, const sampling::Scan& raw,
+                                                     std::span<const uint64_t> allowed) {
+    constexpr int kMaskRedraws = 8;
+    const SamplingParams& p = params_;
+    if (modifies_logits(p) || p.temperature == 0.0f || p.top_k > 0 || p.top_p < 1.0f || p.min_p > 0.0f || raw.n_finite == 0)
+        return std::nullopt;
+    if (sampling::count_allowed(allowed, logits.size()) * 2 < logits.size()) return std::nullopt;
+    Selection sel;
+    select(logits, raw, p, weights_, blocks_, sel);
+    for (int tries = 0; tries < kMaskRedraws; ++tries) {
+        const int32_t t = draw(sel, weights_, blocks_, next_uniform());
+        if (static_cast<size_t>(t) >> 6 >= allowed.size() || !((allowed[static_cast<size_t>(t) >> 6] >> (t & 63)) & 1)) continue;
+        SampleResult result;
+        result.token = t;
+        fill_logprobs(logits, raw.max, p.temperature == 1.0f ? sel.full_sum : -1.0, p.top_logprobs, result);
+        return result;
+    }
+    return std::nullopt;
 }
 
 Result<SampleResult> score_token(std::span<const float> logits, int32_t token, int32_t top_n) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -17,6 +18,10 @@
 #include "core/status.h"
 
 namespace dsv4 {
+
+namespace sampling {
+struct Scan;
+}
 
 struct SamplingParams {
     float temperature = 1.0f;         // 0 = greedy (argmax after bias and penalties)
@@ -77,8 +82,9 @@ public:
     // vocabulary, or when every token is banned.
     // allowed: when not empty, a bitmask over the vocabulary (bit i of word i / 64: token i may be drawn; a
     // grammar's token mask, runtime/token_mask.h); the other tokens (and any past the mask's end) are banned
-    // after bias and penalties.
-    // Logprobs stay those of the model's own distribution.
+    // after bias and penalties. The draw then works on the allowed tokens only (its cost scales with how many
+    // there are, beyond one pass over the mask's words); logprobs stay those of the model's own distribution,
+    // which needs the full row's log-sum-exp.
     Result<SampleResult> sample(std::span<const float> logits, std::span<const int32_t> history,
                                 std::span<const uint64_t> allowed = {});
 
@@ -87,11 +93,16 @@ public:
     double next_uniform();
 
 private:
+    std::optional<SampleResult> dense_mask_draw(std::span<const float> logits, const sampling::Scan& raw,
+                                                std::span<const uint64_t> allowed);
+
     SamplingParams params_;
     std::mt19937_64 rng_;
     std::vector<float> work_;     // biased and penalised logits (only when bias or a penalty applies)
     std::vector<float> weights_;  // the draw's weights, reused across steps
     std::vector<double> blocks_;  // their sums per block of tokens
+    std::vector<int32_t> allowed_ids_;   // a mask's allowed tokens, in id order
+    std::vector<float> allowed_logits_;  // their (biased and penalised) logits
 };
 
 enum class FinishReason { none, stop, length };

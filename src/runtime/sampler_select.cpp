@@ -236,6 +236,40 @@ void top_n(std::span<const float> l, size_t n, std::vector<Ranked>& out) {
     std::sort(out.begin(), out.end(), more_likely);
 }
 
+size_t gather_allowed(std::span<const float> l, std::span<const uint64_t> mask, int32_t* ids, float* logits) {
+    size_t k = 0;
+    const size_t n = l.size();
+    const size_t n_words = std::min(mask.size(), (n + 63) / 64);
+    for (size_t w = 0; w < n_words; ++w) {
+        const size_t base = w * 64;
+        const uint64_t bits = mask[w];
+        if (bits == ~uint64_t{0} && base + 64 <= n) {  // a whole word: one copy
+            std::copy(l.begin() + static_cast<std::ptrdiff_t>(base), l.begin() + static_cast<std::ptrdiff_t>(base + 64), logits + k);
+            for (size_t j = 0; j < 64; ++j) ids[k + j] = static_cast<int32_t>(base + j);
+            k += 64;
+            continue;
+        }
+        for (uint64_t b = bits; b != 0; b &= b - 1) {
+            const size_t i = base + static_cast<size_t>(std::countr_zero(b));
+            if (i >= n) break;
+            ids[k] = static_cast<int32_t>(i);
+            logits[k++] = l[i];
+        }
+    }
+    return k;
+}
+
+size_t count_allowed(std::span<const uint64_t> mask, size_t n) {
+    size_t c = 0;
+    const size_t n_words = std::min(mask.size(), (n + 63) / 64);
+    for (size_t w = 0; w < n_words; ++w) {
+        uint64_t bits = mask[w];
+        if (w * 64 + 64 > n) bits &= (uint64_t{1} << (n - w * 64)) - 1;
+        c += static_cast<size_t>(std::popcount(bits));
+    }
+    return c;
+}
+
 void keep_prefix(std::span<const float> l, const Prefix& keep, float* w, std::vector<double>& block_sums) {
     const size_t n = l.size();
     const float tau = keep.tau;

@@ -89,6 +89,12 @@ inline bool shorter(const Prefix& a, const Prefix& b) {
     return a.tau > b.tau || (a.tau == b.tau && a.last_id < b.last_id);
 }
 
+// The tokens whose bit is set in `mask` (bit i of word i / 64; tokens past its end are not allowed), in id
+// order, and their logits, into ids[0, n) and logits[0, n) (each room for l.size()); returns n.
+size_t gather_allowed(std::span<const float> l, std::span<const uint64_t> mask, int32_t* ids, float* logits);
+// How many tokens of a row of n the mask allows.
+size_t count_allowed(std::span<const uint64_t> mask, size_t n);
+
 // Zeroes w outside `keep` and sums the blocks again.
 void keep_prefix(std::span<const float> l, const Prefix& keep, float* w, std::vector<double>& block_sums);
 
