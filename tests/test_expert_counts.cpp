@@ -186,4 +186,29 @@ TEST(ExpertCountsHash, MoreUsedThanExpertsIsRefused) {
         << cfg.error();
 }
 
+// A backend whose MoE kernels take fewer experts (the CUDA backend: 2048 routed, 32 per token) refuses such a
+// file at load, naming the key; the CPU backend takes any count.
+TEST(ExpertCountsLimits, FilesBeyondTheBackendsLimitsAreRefusedNamingTheKey) {
+    GgufWriter w;
+    synth_metadata(w, hparams({40, 6, 2}));
+    auto header = w.header();
+    ASSERT_TRUE(header.ok()) << header.error();
+    auto f = GgufFile::parse_header(std::move(*header), "e40.gguf");
+    ASSERT_TRUE(f.ok()) << f.error();
+    auto cfg = ModelConfig::from_gguf(**f);
+    ASSERT_TRUE(cfg.ok()) << cfg.error();
+    EXPECT_TRUE(check_moe_limits(*cfg, Backend::MoeLimits{40, 6}, "test").ok());
+    const Status experts = check_moe_limits(*cfg, Backend::MoeLimits{32, 32}, "test");
+    ASSERT_FALSE(experts.ok());
+    EXPECT_NE(experts.error().find("key 'deepseek4.expert_count' is 40; the test backend's MoE kernels take at most "
+                                   "32 routed experts"),
+              std::string::npos)
+        << experts.error();
+    const Status used = check_moe_limits(*cfg, Backend::MoeLimits{2048, 4}, "test");
+    ASSERT_FALSE(used.ok());
+    EXPECT_NE(used.error().find("key 'deepseek4.expert_used_count' is 6"), std::string::npos) << used.error();
+    auto cpu = make_cpu_backend(1);
+    EXPECT_TRUE(check_moe_limits(*cfg, cpu->moe_limits(), cpu->name()).ok());
+}
+
 }  // namespace

@@ -1,10 +1,14 @@
 // The generator's random valid blocks for quantizable types (SynthWriteOptions::random_quantized, used by
-// `dsv4 bench --synth` and `dsv4 synth --random-blocks`): for Q8_0 and every K-quant the blocks decode to
-// finite values with the wanted spread and about zero mean, the bytes depend only on the seed, the option
-// really changes how the tensor is made, and a whole model built this way runs and gives finite logits.
+// `dsv4 bench --synth` and `dsv4 synth --random-blocks`): for the legacy formats, Q8_0 and every K-quant the
+// blocks decode to finite values with the wanted spread and about zero mean, the bytes depend only on the seed,
+// the option really changes how the tensor is made, and a whole model built this way runs and gives finite
+// logits; the blocks of every other block type (MXFP4, IQ*, TQ*) decode to finite values too. Prints the rate
+// rows are made at (not asserted: it depends on the machine).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include "format/ggml_type.h"
@@ -51,8 +55,8 @@ TEST(SynthRandomBlocks, QuantizableTypesDecodeToTheWantedSpread) {
     auto hp = synth_preset("tiny");
     ASSERT_TRUE(hp.ok());
     const float target = 0.02f;
-    for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,
-                       GgmlType::Q6_K}) {
+    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K,
+                       GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
         SCOPED_TRACE(std::string(ggml_type_name(t)));
         SynthTensor st;
         st.name = "blk.0.test.weight";
@@ -71,6 +75,53 @@ TEST(SynthRandomBlocks, QuantizableTypesDecodeToTheWantedSpread) {
         EXPECT_GT(m.std, 0.8 * target);
         EXPECT_LT(m.std, 1.25 * target);
         EXPECT_LT(std::fabs(m.mean), 0.2 * target);
+    }
+}
+
+// The formats written as random blocks with or without the option. MXFP4's scale is a power of two, the one
+// nearest the wanted scale: its spread is within a factor sqrt(2) of the target.
+TEST(SynthRandomBlocks, EveryOtherBlockTypeDecodesToFiniteValues) {
+    auto hp = synth_preset("tiny");
+    ASSERT_TRUE(hp.ok());
+    const float target = 0.02f;
+    for (GgmlType t : {GgmlType::MXFP4, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
+                       GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::IQ1_S, GgmlType::IQ1_M,
+                       GgmlType::TQ1_0, GgmlType::TQ2_0}) {
+        SCOPED_TRACE(std::string(ggml_type_name(t)));
+        SynthTensor st;
+        st.name = "blk.0.test.weight";
+        st.type = t;
+        st.ne = {256 * 8, 64};
+        st.std = target;
+        const std::vector<SynthTensor> plan{st};
+        const auto a = generate(plan, *hp, true, 7);
+        const Moments m = moments(t, a, st.ne[0], st.ne[1]);
+        EXPECT_TRUE(m.finite);
+        EXPECT_GT(m.std, 0.7 * target);
+        EXPECT_LT(m.std, 1.45 * target);
+    }
+}
+
+// Rows of a few MB per type on 2 threads, the rate printed.
+TEST(SynthRandomBlocks, PrintsTheRateRowsAreMadeAt) {
+    auto hp = synth_preset("tiny");
+    ASSERT_TRUE(hp.ok());
+    for (GgmlType t : {GgmlType::MXFP4, GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q4_K,
+                       GgmlType::IQ2_XXS, GgmlType::IQ1_M, GgmlType::IQ4_XS}) {
+        SynthTensor st;
+        st.name = "blk.0.ffn_gate_exps.weight";
+        st.type = t;
+        st.ne = {4096, 1024};
+        st.std = 0.02f;
+        const std::vector<SynthTensor> plan{st};
+        SynthGenerator gen(plan, *hp, 5, 2, true);
+        std::vector<uint8_t> bytes(st.n_bytes());
+        const auto t0 = std::chrono::steady_clock::now();
+        gen.fill(0, 0, st.n_rows(), bytes.data());
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        EXPECT_GT(s, 0.0);
+        std::printf("%-8s %6.2f MB in %7.2f ms: %5.2f GB/s\n", std::string(ggml_type_name(t)).c_str(),
+                    (double)bytes.size() / 1e6, 1e3 * s, (double)bytes.size() / 1e9 / s);
     }
 }
 

@@ -51,8 +51,8 @@ int cmd_synth(int argc, char** argv) {
     app.add_option("-t,--threads", n_threads, "generator threads (default: all cores)")->check(non_negative_number());
     app.add_flag("--no-mtp", no_mtp, "leave out the MTP block");
     app.add_flag("--random-blocks", random_blocks,
-                 "write Q8_0 and K-quant tensors as random valid blocks instead of quantizing Gaussian values "
-                 "(same types and sizes, ~100x faster for Q2_K; for benchmarks)");
+                 "write Q4_0..Q5_1, Q8_0, MXFP4 and K-quant tensors as random valid blocks instead of quantizing "
+                 "Gaussian values (same types and sizes, ~100x faster for Q2_K; for benchmarks)");
     app.add_flag("-q,--quiet", quiet, "no progress on stderr");
     app.add_option("-o,--output", out_path, "output GGUF path")->required();
     CLI11_PARSE(app, argc, argv);

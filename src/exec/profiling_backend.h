@@ -28,6 +28,7 @@ public:
     void set_enabled(bool on) { enabled_ = on; }
     // Off, steps may be replayed as graphs of the wrapped backend; on, every op must run (and be timed) alone.
     GraphSupport* graph_support() override { return enabled_ ? nullptr : b_.graph_support(); }
+    MoeLimits moe_limits() const override { return b_.moe_limits(); }
     const char* last_kernel() const override { return b_.last_kernel(); }
     void clear_last_kernel() override { b_.clear_last_kernel(); }
 

@@ -43,6 +43,7 @@ public:
 
     const char* name() const override { return t_.name(); }
     bool is_host() const override { return t_.is_host(); }
+    MoeLimits moe_limits() const override { return t_.moe_limits(); }
     void* alloc(size_t bytes) override;
     void free(void* p) override;
     void upload(void* dst, const void* src, size_t bytes) override;

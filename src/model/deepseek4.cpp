@@ -39,6 +39,19 @@ std::vector<float> rope_freqs(const ModelConfig& cfg, bool compressed) {
     return f;
 }
 
+// A file with more routed experts, or more of them per token, than the backend's MoE ops take is refused at
+// load, with the key that says so, rather than failing inside the first step.
+Status check_moe_limits(const ModelConfig& c, const Backend::MoeLimits& lim, const std::string& backend) {
+    if (c.n_expert > lim.max_experts)
+        return make_error("key 'deepseek4.expert_count' is " + std::to_string(c.n_expert) + "; the " + backend +
+                          " backend's MoE kernels take at most " + std::to_string(lim.max_experts) + " routed experts");
+    if (c.n_expert_used > lim.max_used)
+        return make_error("key 'deepseek4.expert_used_count' is " + std::to_string(c.n_expert_used) + "; the " +
+                          backend + " backend's MoE kernels take at most " + std::to_string(lim.max_used) +
+                          " experts per token");
+    return {};
+}
+
 Result<std::unique_ptr<Model>> Model::load(const std::string& path, Backend& backend, const ModelLoadOptions& o) {
     DSV4_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::open(path));
     if (std::string r = dflash_refusal(*f); !r.empty()) return make_error(r);
@@ -83,6 +96,7 @@ Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<GgufFile> f, std::uni
                                            Backend& backend, const LoadProgress& progress) {
     std::unique_ptr<Model> m(new Model(backend));
     DSV4_ASSIGN_OR_RETURN(m->cfg_, ModelConfig::from_gguf(*f));
+    DSV4_TRY(check_moe_limits(m->cfg_, backend.moe_limits(), backend.name()));
     if (source) {
         DSV4_ASSIGN_OR_RETURN(m->w_, load_weights(*f, m->cfg_, backend, *source, progress));
         source->finish();

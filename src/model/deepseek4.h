@@ -55,6 +55,10 @@ struct ModelLoadOptions {
     LoadProgress progress;
 };
 
+// Whether a backend with MoE limits `lim` (Backend::moe_limits) runs a model of config c: an error naming the
+// key (expert_count, expert_used_count) and the backend when it does not. Model::load checks it first.
+Status check_moe_limits(const ModelConfig& c, const Backend::MoeLimits& lim, const std::string& backend);
+
 class Model {
 public:
     static Result<std::unique_ptr<Model>> load(const std::string& path, Backend& backend,

@@ -119,8 +119,8 @@ struct SynthWriteOptions {
     int n_threads = 0;             // 0: ThreadPool::default_threads()
     bool progress = false;         // percent, GB done and GB/s on stderr
     const GgufFile* vocab = nullptr;  // copy its tokenizer.* keys (hp.n_vocab must already match it)
-    // Write Q8_0 and K-quant tensors (Q2_K..Q6_K) as random valid blocks, as the IQ/TQ types always are,
-    // instead of quantizing Gaussian values: the same bytes per value and the same work to decode, about
+    // Write Q4_0..Q5_1, Q8_0, MXFP4 and K-quant tensors (Q2_K..Q6_K) as random valid blocks, as the IQ/TQ
+    // types always are, instead of quantizing Gaussian values: the same bytes per value and the same work to decode, about
     // 100x faster to build (the Q2_K reference quantizer makes ~12 M values per core-second). For benchmarks.
     bool random_quantized = false;
 };

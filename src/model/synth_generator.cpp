@@ -83,7 +83,8 @@ uint64_t row_seed(uint64_t tensor_key, int64_t row) {
 
 // ---------------------------------------------------------------------------------------------------------
 // Random valid blocks for the types without a quantizer (IQ*, TQ*), and on request (random_quantized) for
-// Q8_0 and the K-quants: every byte pattern decodes to finite values in these formats, so the bytes are
+// the legacy formats (Q4_0 .. Q5_1, Q8_0), MXFP4 and the K-quants: every byte pattern decodes to finite values
+// in these formats, so the bytes are
 // random except the fp16 super-block scale, which is set so the dequantized values have the wanted std, and
 // (types with a min) the fp16 min scale, set so the values are zero-mean on average: a value is
 // d * sc * q - dmin * m with independent uniform sc, q, m, so dmin = d * E[q] * E[sc] / E[m] = d * E[q] when
@@ -94,7 +95,8 @@ struct RandomBlockLayout {
     bool iq1m_split;     // IQ1_M: no d field, its 16 bits are the top nibbles of the 4 u16 scale words
     bool tq2_no_three;   // TQ2_0: 2-bit codes 0..2 mean -1..1; the quantizer never writes 3 (= +2)
     int dmin_offset = -1;  // byte offset of the f16 min scale, -1 when none
-    float dmin_ratio = 0;  // dmin = d * dmin_ratio (the mean of the quant codes)
+    float dmin_ratio = 0;  // dmin = d * dmin_ratio (the mean of the quant codes; negative where the min is added)
+    bool e8m0 = false;     // MXFP4: the scale is an E8M0 exponent byte, the power of two nearest d
 };
 
 std::optional<RandomBlockLayout> random_block_layout(GgmlType t) {
@@ -106,6 +108,10 @@ std::optional<RandomBlockLayout> random_block_layout(GgmlType t) {
         case GgmlType::TQ1_0: return RandomBlockLayout{52, false, false}; // qs[48], qh[4], d
         case GgmlType::TQ2_0: return RandomBlockLayout{64, false, true};  // qs[64], d
         case GgmlType::Q8_0: return RandomBlockLayout{0, false, false};   // d, int8 qs[32]
+        case GgmlType::Q4_0: case GgmlType::Q5_0: return RandomBlockLayout{0, false, false};  // d, (qh), qs
+        case GgmlType::Q4_1: return RandomBlockLayout{0, false, false, 2, -7.5f};   // d, m, qs: x = d*q + m
+        case GgmlType::Q5_1: return RandomBlockLayout{0, false, false, 2, -15.5f};  // d, m, qh, qs
+        case GgmlType::MXFP4: return RandomBlockLayout{0, false, false, -1, 0.0f, true};  // e, qs[16]
         case GgmlType::Q2_K: return RandomBlockLayout{80, false, false, 82, 1.5f};   // scales[16], qs[64], d, dmin
         case GgmlType::Q3_K: return RandomBlockLayout{108, false, false};            // hmask, qs, scales[12], d
         case GgmlType::Q4_K: return RandomBlockLayout{0, false, false, 2, 7.5f};     // d, dmin, scales[12], qs
@@ -127,10 +133,17 @@ bool use_random_blocks(GgmlType t, bool random_quantized) {
 void random_blocks(Rng& rng, GgmlType type, uint16_t d_bits, uint8_t* dst, int64_t n_blocks) {
     const RandomBlockLayout L = *random_block_layout(type);
     const size_t bb = ggml_traits(type).block_bytes;
+    // The scale fields every block gets: MXFP4's exponent 128 + log2(d) (2^(e - 128) is its halved scale; a zero
+    // or subnormal d takes the smallest), the f16 min.
+    const float d = f16_to_f32(d_bits);
+    const uint8_t e8 = (uint8_t)std::clamp(d > 0.0f ? 128 + (int)std::lround(std::log2(d)) : 1, 1, 254);
+    const uint16_t m_bits = f32_to_f16(d * L.dmin_ratio);
     for (int64_t b = 0; b < n_blocks; ++b) {
         uint8_t* blk = dst + b * bb;
         rng.fill(blk, bb);
-        if (L.iq1m_split) {
+        if (L.e8m0) {
+            blk[L.d_offset] = e8;
+        } else if (L.iq1m_split) {
             for (int i = 0; i < 4; ++i) {
                 uint16_t sc;
                 std::memcpy(&sc, blk + L.d_offset + 2 * i, 2);
@@ -140,10 +153,7 @@ void random_blocks(Rng& rng, GgmlType type, uint16_t d_bits, uint8_t* dst, int64
         } else {
             std::memcpy(blk + L.d_offset, &d_bits, 2);
         }
-        if (L.dmin_offset >= 0) {
-            const uint16_t m = f32_to_f16(f16_to_f32(d_bits) * L.dmin_ratio);
-            std::memcpy(blk + L.dmin_offset, &m, 2);
-        }
+        if (L.dmin_offset >= 0) std::memcpy(blk + L.dmin_offset, &m_bits, 2);
         if (L.tq2_no_three) {
             for (size_t i = 0; i < L.d_offset; ++i) {
                 const uint8_t threes = blk[i] & (blk[i] >> 1) & 0x55;  // low bit of each 2-bit code that is 3

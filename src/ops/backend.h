@@ -4,6 +4,7 @@
 // format. Host code decides only sizes and positions; it never reads activations in the middle of a step.
 #pragma once
 
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -175,6 +176,15 @@ public:
     // exec/step_graphs.h records small steps and replays them when a step repeats one seen
     // before. Null: not supported, every op runs as it is called.
     virtual GraphSupport* graph_support() { return nullptr; }
+
+    // ---- limits ----
+    // The most routed experts (moe_route's n_experts, the expert stacks' n_experts) and experts per token
+    // (k) the MoE ops take; a model beyond them is refused at load. Unlimited unless a backend says otherwise.
+    struct MoeLimits {
+        int max_experts = INT_MAX;
+        int max_used = INT_MAX;
+    };
+    virtual MoeLimits moe_limits() const { return {}; }
 
     // ---- introspection ----
     // The kernel the latest op that chooses between kernels ran ("q8_xreg", ...; the names of

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <utility>
 
 #include "harness.h"
 
@@ -14,8 +15,12 @@ namespace dsv4::backend_ops {
 
 namespace {
 
-const GgmlType kDecodeTypes[] = {GgmlType::Q8_0, GgmlType::MXFP4,   GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
-                                 GgmlType::Q6_K, GgmlType::IQ2_XXS, GgmlType::F16,  GgmlType::BF16, GgmlType::F32};
+// Every format of the pipelined decode kernels (cuda_gemv_codec_list.cuh).
+const GgmlType kDecodeTypes[] = {GgmlType::Q8_0,   GgmlType::MXFP4,  GgmlType::Q2_K,   GgmlType::Q3_K,    GgmlType::Q4_K,
+                                 GgmlType::Q5_K,   GgmlType::Q6_K,   GgmlType::Q4_0,   GgmlType::Q4_1,    GgmlType::Q5_0,
+                                 GgmlType::Q5_1,   GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
+                                 GgmlType::IQ2_S,  GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::IQ1_S,   GgmlType::IQ1_M,
+                                 GgmlType::F16,    GgmlType::BF16,   GgmlType::F32};
 
 std::string type_name(GgmlType t) {
     return std::string(ggml_type_name(t));
@@ -248,6 +253,14 @@ void add_decode_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(moe_case(iq, q2, 1, 8, 6, 512, 512, 0.0f, {3, 3, 1, 6, 0, 6}, " repeated ids, xreg", o.seed));
     out.push_back(moe_case(iq, q2, 1, 32, 8, 512, 512, 10.0f, {}, " k=8, xreg", o.seed));
     out.push_back(moe_case(GgmlType::Q8_0, q2, 1, 8, 5, 512, 1536, 0.0f, {}, " xreg down odd widths", o.seed));
+    // Pruned and re-routed files (fewer routed experts, any number used): one token on the register kernels, a
+    // few tokens on the pipelined ones, more than 64 pairs on the grouped path.
+    for (auto [E, k] : {std::pair{24, 4}, std::pair{7, 7}, std::pair{1, 1}, std::pair{256, 4}}) {
+        out.push_back(moe_case(iq, q2, 1, E, k, 512, 512, 10.0f, {}, " pruned, xreg", o.seed));
+        out.push_back(moe_case(GgmlType::Q4_K, GgmlType::IQ1_M, 5, E, k, 512, 256, 10.0f, {}, " pruned", o.seed));
+        out.push_back(moe_case(GgmlType::IQ1_S, GgmlType::Q5_K, 70 / k, E, k, 512, 256, 10.0f, {}, " pruned, grouped",
+                               o.seed));
+    }
 }
 
 }  // namespace dsv4::backend_ops

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <utility>
 
 #include "harness.h"
 
@@ -172,6 +173,9 @@ void add_moe_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     // More experts than the routing block has threads (several per thread), up to the kernel's limits.
     out.push_back(route_case(7, 700, 8, true, false, true, o.seed));
     out.push_back(route_case(3, 2048, 32, true, false, false, o.seed));
+    // Pruned files: fewer routed experts, any number of them used (all of them, or one of one).
+    for (auto [E, k] : {std::pair{24, 4}, std::pair{7, 7}, std::pair{1, 1}, std::pair{256, 4}})
+        for (bool hash : {false, true}) out.push_back(route_case(5, E, k, !hash, hash, true, o.seed));
     for (GgmlType t : weight_types()) {
         // D and F differ (a transposed stack would be caught) and are whole blocks.
         const int64_t D = cols_for(t, 1, 83), F = cols_for(t, 2, 7);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <utility>
 
 #include "core/check.h"
 #include "core/fp16.h"
@@ -297,6 +298,9 @@ void add_tensor_core_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     for (GgmlType t : {GgmlType::Q8_0, GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::IQ2_XXS})
         out.push_back(experts_case(bf16, t, t, 1000, 16, 6, 512, 256, 10.0f, false, o.seed));
     out.push_back(experts_case(bf16, GgmlType::IQ2_XXS, GgmlType::Q2_K, 300, 16, 6, 512, 256, 10.0f, false, o.seed));
+    // Pruned files (fewer routed experts, any number used) on the tensor cores.
+    for (auto [E, k] : {std::pair{24, 4}, std::pair{7, 7}, std::pair{1, 1}, std::pair{256, 4}})
+        out.push_back(experts_case(bf16, GgmlType::IQ1_M, GgmlType::Q5_K, 300, E, k, 512, 256, 10.0f, false, o.seed));
 
     if (o.perf) {
         // V4-Flash prefill shapes: attn_q_b (Q8_0 32768 x 1024), attn_output_b (Q8_0 4096 x 8192), and the

@@ -75,6 +75,7 @@ public:
     // Kernel choice (cuda_select.cuh): the kernels forced by the options, and the one the latest op ran.
     const KernelForce& force() const { return force_; }
     KernelForce& force() { return force_; }
+    MoeLimits moe_limits() const override;
     const char* last_kernel() const override { return last_kernel_; }
     void clear_last_kernel() override { last_kernel_ = nullptr; }
     void ran(const char* kernel) { last_kernel_ = kernel; }

@@ -360,7 +360,8 @@ struct Dq<GgmlType::TQ2_0> {  // qs(64) d(2)
 
 // The 8 values of group gi (values 8 gi .. 8 gi + 7) of block b, each bit-identical to Dq<T>::value(b, 8 gi + j)
 // (decode8 below and the staged GEMV decode through it):
-// the specializations below derive the group's scale and table entries once instead of once per value.
+// the specializations below derive the group's scale and table entries once instead of once per value
+// (every block format but Q8_1, Q8_K, TQ1_0 and TQ2_0, which keep the per-value loop).
 template <GgmlType T>
 struct Group8 {
     __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables& t) {
@@ -459,6 +460,179 @@ struct Group8<GgmlType::IQ2_XXS> {
         const uint64_t e = t.iq2xxs[p[l]];
 #pragma unroll
         for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(__fmul_rn(db, grid_val(e, j)), sign_of(signs, j));
+    }
+};
+
+// The other formats: the same per-value arithmetic as their Dq<> above, with the group's scale, grid entry
+// and sign byte read once.
+template <>
+struct Group8<GgmlType::Q4_0> {  // groups 0, 1: low nibbles of qs[8gi ..]; 2, 3: high nibbles of qs[8(gi - 2) ..]
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables&) {
+        const float d = ld_f16(b);
+        const uint8_t* q = b + 2 + 8 * (gi & 1);
+        const bool high = gi >= 2;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __fmul_rn((float)((high ? q[j] >> 4 : q[j] & 0x0F) - 8), d);
+    }
+};
+template <>
+struct Group8<GgmlType::Q4_1> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables&) {
+        const float d = ld_f16(b), m = ld_f16(b + 2);
+        const uint8_t* q = b + 4 + 8 * (gi & 1);
+        const bool high = gi >= 2;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __fadd_rn(__fmul_rn((float)(high ? q[j] >> 4 : q[j] & 0x0F), d), m);
+    }
+};
+template <>
+struct Group8<GgmlType::Q5_0> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables&) {
+        const float d = ld_f16(b);
+        const uint32_t qh = ld_u32(b + 2) >> (8 * gi);  // bit j: the fifth bit of value 8gi + j
+        const uint8_t* q = b + 6 + 8 * (gi & 1);
+        const bool high = gi >= 2;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int qv = (high ? q[j] >> 4 : q[j] & 0x0F) | (int)(((qh >> j) & 1) << 4);
+            v[j] = __fmul_rn((float)(qv - 16), d);
+        }
+    }
+};
+template <>
+struct Group8<GgmlType::Q5_1> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables&) {
+        const float d = ld_f16(b), m = ld_f16(b + 2);
+        const uint32_t qh = ld_u32(b + 4) >> (8 * gi);
+        const uint8_t* q = b + 8 + 8 * (gi & 1);
+        const bool high = gi >= 2;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int qv = (high ? q[j] >> 4 : q[j] & 0x0F) | (int)(((qh >> j) & 1) << 4);
+            v[j] = __fadd_rn(__fmul_rn((float)qv, d), m);
+        }
+    }
+};
+template <>
+struct Group8<GgmlType::IQ4_NL> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables& t) {
+        const float d = ld_f16(b);
+        const uint8_t* q = b + 2 + 8 * (gi & 1);
+        const bool high = gi >= 2;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(d, (float)t.iq4nl[high ? q[j] >> 4 : q[j] & 0x0F]);
+    }
+};
+template <>
+struct Group8<GgmlType::IQ4_XS> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables& t) {
+        const int ib = gi / 4, w0 = (gi % 4) * 8;
+        const int ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0x0F) | (((int)(ld_u16(b + 2) >> (2 * ib)) & 3) << 4);
+        const float dl = __fmul_rn(ld_f16(b), (float)(ls - 32));
+        const uint8_t* q = b + 8 + 16 * ib + (w0 % 16);
+        const bool high = w0 >= 16;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(dl, (float)t.iq4nl[high ? q[j] >> 4 : q[j] & 0x0F]);
+    }
+};
+template <>
+struct Group8<GgmlType::Q5_K> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables&) {
+        const int c = gi / 8, w0 = (gi % 8) * 8, sub = 2 * c + (w0 >= 32), l0 = w0 % 32;
+        int sc, m;
+        k4_scale_min(sub, b + 4, &sc, &m);
+        const float d1 = __fmul_rn(ld_f16(b), (float)sc), m1 = __fmul_rn(ld_f16(b + 2), (float)m);
+        const uint8_t* q = b + 48 + 32 * c + l0;
+        const uint8_t* hb = b + 16 + l0;
+        const bool high = w0 >= 32;
+        const int mask = (high ? 2 : 1) << (2 * c);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int qv = (high ? q[j] >> 4 : q[j] & 0x0F) + ((hb[j] & mask) ? 16 : 0);
+            v[j] = __fsub_rn(__fmul_rn(d1, (float)qv), m1);
+        }
+    }
+};
+template <>
+struct Group8<GgmlType::IQ2_XS> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables& t) {
+        const int ib = gi / 4, l = gi % 4;
+        const uint8_t sc = b[66 + ib];
+        const float db = __fmul_rn(__fmul_rn(ld_f16(b), 0.5f + (float)(l < 2 ? (sc & 0x0F) : (sc >> 4))), 0.25f);
+        const uint32_t q = ld_u16(b + 2 + 2 * gi);
+        const uint64_t e = t.iq2xs[q & 511];
+        const uint32_t signs = t.signs[q >> 9];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(__fmul_rn(db, grid_val(e, j)), sign_of(signs, j));
+    }
+};
+template <>
+struct Group8<GgmlType::IQ2_S> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables& t) {
+        const int ib = gi / 4, l = gi % 4;
+        const uint8_t sc = b[74 + ib];
+        const float db = __fmul_rn(__fmul_rn(ld_f16(b), 0.5f + (float)(l < 2 ? (sc & 0x0F) : (sc >> 4))), 0.25f);
+        const int idx = b[2 + gi] | (((int)b[66 + ib] << (8 - 2 * l)) & 0x300);
+        const uint64_t e = t.iq2s[idx];
+        const uint32_t signs = b[2 + 32 + gi];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(__fmul_rn(db, grid_val(e, j)), sign_of(signs, j));
+    }
+};
+template <>
+struct Group8<GgmlType::IQ3_XXS> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables& t) {
+        const int ib = gi / 4, l = gi % 4;
+        const uint8_t* qs = b + 2 + 8 * ib;
+        const uint32_t aux = ld_u32(b + 2 + 64 + 4 * ib);
+        const float db = __fmul_rn(__fmul_rn(ld_f16(b), 0.5f + (float)(aux >> 28)), 0.5f);
+        const uint32_t g[2] = {t.iq3xxs[qs[2 * l]], t.iq3xxs[qs[2 * l + 1]]};
+        const uint32_t signs = t.signs[(aux >> (7 * l)) & 127];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(__fmul_rn(db, grid_val(g[j / 4], j % 4)), sign_of(signs, j));
+    }
+};
+template <>
+struct Group8<GgmlType::IQ3_S> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables& t) {
+        const int ib = gi / 4, l = gi % 4;
+        const uint8_t sc = b[106 + ib / 2];
+        const float db = __fmul_rn(ld_f16(b), (float)(1 + 2 * ((ib % 2 == 0) ? (sc & 0x0F) : (sc >> 4))));
+        const int qh = b[66 + ib];
+        const uint8_t* qs = b + 2 + 8 * ib;
+        const uint32_t g[2] = {t.iq3s[qs[2 * l] | ((qh << (8 - 2 * l)) & 256)],
+                               t.iq3s[qs[2 * l + 1] | ((qh << (7 - 2 * l)) & 256)]};
+        const uint32_t signs = b[74 + 4 * ib + l];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(__fmul_rn(db, grid_val(g[j / 4], j % 4)), sign_of(signs, j));
+    }
+};
+template <>
+struct Group8<GgmlType::IQ1_S> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables& t) {
+        const int ib = gi / 4, l = gi % 4;
+        const int qh = (int)ld_u16(b + 34 + 2 * ib);
+        const float dl = __fmul_rn(ld_f16(b), (float)(2 * ((qh >> 12) & 7) + 1));
+        const float delta = (qh & 0x8000) ? -0.125f : 0.125f;
+        const uint64_t e = t.iq1s[b[2 + 4 * ib + l] | (((qh >> (3 * l)) & 7) << 8)];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(dl, __fadd_rn((float)(int8_t)(uint8_t)(e >> (8 * j)), delta));
+    }
+};
+template <>
+struct Group8<GgmlType::IQ1_M> {
+    __device__ static void decode(const uint8_t* b, int gi, float* v, const QuantTables& t) {
+        const int ib = gi / 4, l = gi % 4;
+        const uint32_t s0 = ld_u16(b + 48), s1 = ld_u16(b + 50), s2 = ld_u16(b + 52), s3 = ld_u16(b + 54);
+        const uint32_t d16 = (s0 >> 12) | ((s1 >> 8) & 0x00f0) | ((s2 >> 4) & 0x0f00) | (s3 & 0xf000);
+        const float d = __half2float(__ushort_as_half((unsigned short)d16));
+        const int s = (int)(ld_u16(b + 48 + 2 * (ib / 2)) >> (6 * (ib % 2)));
+        const float dl = l < 2 ? __fmul_rn(d, (float)(2 * (s & 7) + 1)) : __fmul_rn(d, (float)(2 * ((s >> 3) & 7) + 1));
+        const int nib = (b[32 + 2 * ib + l / 2] >> (4 * (l % 2))) & 0x0F;
+        const uint64_t e = t.iq1s[b[4 * ib + l] | ((nib & 7) << 8)];
+        const float delta = (nib & 8) ? -0.125f : 0.125f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(dl, __fadd_rn((float)(int8_t)(uint8_t)(e >> (8 * j)), delta));
     }
 };
 

@@ -1,5 +1,5 @@
-// Decode GEMV (n <= 8 activation rows) for the formats decode reads most: Q8_0, MXFP4, Q2_K, Q3_K, Q4_K, Q6_K, IQ2_XXS
-// and F16/BF16/F32. A warp takes 2 consecutive weight rows (so each activation load serves both) and streams them
+// Decode GEMV (n <= 8 activation rows) for every format with a codec (cuda_gemv_codec_list.cuh: the legacy and K
+// formats, MXFP4, the IQ formats, F16/BF16/F32). A warp takes 2 consecutive weight rows (so each activation load serves both) and streams them
 // through its cp.async ring (cuda_gemv_stream.cuh); lanes decode units of the staged blocks (cuda_gemv_codecs.cuh).
 // For Q8_0, Q2_K and IQ2_XXS (kernel gemv_digits) the activations are first written as 8-bit digits and the
 // lanes use integer dot products (cuda_gemv_digits.cuh); the other formats (gemv_f32) read f32 activations.

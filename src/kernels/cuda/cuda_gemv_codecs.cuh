@@ -83,6 +83,26 @@ DSV4_GV float mul_rn(float a, float b) {  // one rounding, never fused into an F
 #endif
 }
 
+DSV4_GV uint32_t as_bits(float f) {
+#if defined(__CUDA_ARCH__)
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+#endif
+}
+
+// An entry of a lookup table in device memory (read-only for the kernel's lifetime).
+template <class E>
+DSV4_GV E ld_table(const E* t, uint32_t i) {
+#if defined(__CUDA_ARCH__)
+    return __ldg(t + i);
+#else
+    return t[i];
+#endif
+}
+
 DSV4_GV float half_bits(uint32_t h) {
     return __half2float(__ushort_as_half((unsigned short)(h & 0xFFFF)));
 }
@@ -193,9 +213,15 @@ DSV4_GV void plain_dot(const float (&w)[8], const float (&xv)[NT][8], int nt, fl
 // grid[i]: the 8 grid values of entry i as codes 0/1/2 (for 8/25/43) in nibbles 0..7;
 // sign[s]: 3 * (sign bit j of sign pattern s) in nibble j. grid[i] + sign[s] selects, nibble by nibble, one
 // of the six signed values of kIq2Signed below.
+// The other grid formats read their tables from device memory (QuantTables, through the read-only cache):
+// grid64 (IQ2_XS [512], IQ2_S [1024], IQ1_S / IQ1_M [2048]), grid32 (IQ3_XXS [256], IQ3_S [512]) and signs
+// (the 128 sign bytes: 7 bits and the parity bit).
 struct Lut {
     const uint32_t* grid = nullptr;  // [256]
     const uint32_t* sign = nullptr;  // [128]
+    const uint64_t* grid64 = nullptr;
+    const uint32_t* grid32 = nullptr;
+    const uint8_t* signs = nullptr;
 };
 // The signed IQ2 grid values {8, 25, 43, -8, -25, -43} + 128, as prmt sources (bytes 0..5).
 constexpr uint32_t kIq2SignedLo = 0x78AB9988u, kIq2SignedHi = 0x00005567u;
@@ -411,6 +437,43 @@ struct Codec<GgmlType::Q4_K> {
     }
 };
 
+// Q5_K: d dmin scales[12] qh[32] qs[128]. As Q4_K plus a fifth bit: value 64c + w adds 16 when bit 2c + (w >= 32)
+// of qh[w % 32] is set; w = d*sc * q - dmin*m (d*sc*q exact: 11 + 6 + 5 bits). Unit u = (c, l0) as Q4_K: bytes
+// qs[32c + l0 ..+8) and qh[l0 ..+8); 16 values.
+template <>
+struct Codec<GgmlType::Q5_K> {
+    static constexpr int kElems = 256, kBytes = 176, kUnits = 16, kAlign = 4, kStageBlocks = 6;
+    template <int R, int NT>
+    DSV4_GV static void dot(const uint8_t* const (&b)[R], int u, const float* const (&x)[NT], int nt,
+                            float (&acc)[R][NT], const Lut&) {
+        const int c = u >> 2, l0 = 8 * (u & 3);
+        float xl[NT][8], xh[NT][8];
+        load_x8<NT>(x, 64 * c + l0, nt, xl);
+        load_x8<NT>(x, 64 * c + 32 + l0, nt, xh);
+        DSV4_GV_UNROLL
+        for (int r = 0; r < R; ++r) {
+            uint32_t q[2], h[2], s[3], sc[2], m[2];
+            ld64_a4(b[r] + 48 + 32 * c + l0, q);
+            ld64_a4(b[r] + 16 + l0, h);
+            const uint32_t dd = ld32(b[r]);
+            s[0] = ld32(b[r] + 4), s[1] = ld32(b[r] + 8), s[2] = ld32(b[r] + 12);
+            Codec<GgmlType::Q4_K>::scale_min(s, c, sc, m);
+            const float d = half_bits(dd), dmin = half_bits(dd >> 16);
+            DSV4_GV_UNROLL
+            for (int k = 0; k < 2; ++k) {  // low nibbles (sub-block 2c, qh bit 2c), then high (2c + 1)
+                const float d1 = mul_rn(d, small_to_float(sc[k])), m1 = mul_rn(dmin, small_to_float(m[k]));
+                const int hs = 2 * c + k;
+                float qf[8], w[8];
+                bytes_to_float4(((q[0] >> (4 * k)) & 0x0F0F0F0Fu) | (((h[0] >> hs) & 0x01010101u) << 4), 0.0f, qf);
+                bytes_to_float4(((q[1] >> (4 * k)) & 0x0F0F0F0Fu) | (((h[1] >> hs) & 0x01010101u) << 4), 0.0f, qf + 4);
+                DSV4_GV_UNROLL
+                for (int j = 0; j < 8; ++j) w[j] = fmaf(d1, qf[j], -m1);  // d1*q exact: fl(d1*q - m1)
+                plain_dot<NT>(w, k == 0 ? xl : xh, nt, acc[r]);
+            }
+        }
+    }
+};
+
 // Q6_K: ql[128] qh[64] scales[16](int8) d. Value 128n + 32k + l: low 4 bits from ql[64n + 32 (k & 1) + l]
 // (low nibble for k < 2, high for k >= 2), high 2 bits (qh[32n + l] >> 2k) & 3, minus 32; scale
 // scales[8n + l/16 + 2k]; w = d*sc * q, exact (11 + 7 + 5 bits). Unit u = (n = u / 4, l0 = 8 (u % 4)): the
@@ -537,48 +600,5 @@ struct Codec<GgmlType::F32> {
         }
     }
 };
-
-// Calls f(TypeTag-like integral constant) for the formats that have a codec; false for the others.
-template <GgmlType T>
-struct CodecTag {
-    static constexpr GgmlType type = T;
-};
-template <class F>
-bool dispatch_codec(GgmlType t, F&& f) {
-    switch (t) {
-        case GgmlType::Q8_0:
-            f(CodecTag<GgmlType::Q8_0>{});
-            return true;
-        case GgmlType::MXFP4:
-            f(CodecTag<GgmlType::MXFP4>{});
-            return true;
-        case GgmlType::Q2_K:
-            f(CodecTag<GgmlType::Q2_K>{});
-            return true;
-        case GgmlType::Q3_K:
-            f(CodecTag<GgmlType::Q3_K>{});
-            return true;
-        case GgmlType::Q4_K:
-            f(CodecTag<GgmlType::Q4_K>{});
-            return true;
-        case GgmlType::Q6_K:
-            f(CodecTag<GgmlType::Q6_K>{});
-            return true;
-        case GgmlType::IQ2_XXS:
-            f(CodecTag<GgmlType::IQ2_XXS>{});
-            return true;
-        case GgmlType::F16:
-            f(CodecTag<GgmlType::F16>{});
-            return true;
-        case GgmlType::BF16:
-            f(CodecTag<GgmlType::BF16>{});
-            return true;
-        case GgmlType::F32:
-            f(CodecTag<GgmlType::F32>{});
-            return true;
-        default:
-            return false;
-    }
-}
 
 }  // namespace dsv4::cuda::gemv

@@ -17,7 +17,7 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_dequant.cuh"
-#include "kernels/cuda/cuda_gemv_codecs.cuh"
+#include "kernels/cuda/cuda_gemv_codec_list.cuh"
 #include "kernels/cuda/cuda_gemv_digits.cuh"
 
 namespace dsv4::cuda::gemv {
@@ -70,7 +70,7 @@ constexpr int ring_words() {
 }
 
 // Shared-memory tables of the formats that need them (IQ2_XXS), built by the whole block at kernel start:
-// call before any early exit, every thread.
+// call before any early exit, every thread. The other grid formats get pointers to their device tables.
 template <GgmlType T>
 struct LutStorage {
     static constexpr int kWords = T == GgmlType::IQ2_XXS ? 256 + 128 : 1;
@@ -93,6 +93,18 @@ __device__ __forceinline__ Lut build_lut(uint32_t* mem, const QuantTables& tb) {
         __syncthreads();
         lut.grid = mem;
         lut.sign = mem + 256;
+    } else if constexpr (T == GgmlType::IQ2_XS) {
+        lut.grid64 = tb.iq2xs;
+        lut.signs = tb.signs;
+    } else if constexpr (T == GgmlType::IQ2_S) {
+        lut.grid64 = tb.iq2s;
+    } else if constexpr (T == GgmlType::IQ1_S || T == GgmlType::IQ1_M) {
+        lut.grid64 = tb.iq1s;
+    } else if constexpr (T == GgmlType::IQ3_XXS) {
+        lut.grid32 = tb.iq3xxs;
+        lut.signs = tb.signs;
+    } else if constexpr (T == GgmlType::IQ3_S) {
+        lut.grid32 = tb.iq3s;
     }
     return lut;
 }

@@ -165,6 +165,13 @@ __global__ void moe_sum_kernel(float* out, const float* y, const int32_t* sum_ro
 
 }  // namespace
 
+// Every MoE kernel takes up to kMaxK slots; routing (its shared memory) and the grouping pass (2 ints per
+// expert in 48 KiB) take kMaxExperts.
+Backend::MoeLimits CudaBackend::moe_limits() const {
+    static_assert(2 * kMaxExperts * sizeof(int) <= 48 * 1024, "the grouping kernel holds every expert");
+    return MoeLimits{kMaxExperts, kMaxK};
+}
+
 void CudaBackend::moe_route(int32_t* ids, float* weights, const float* logits, const float* bias,
                             const int32_t* tid2eid, const int32_t* tokens, int64_t n, int n_experts, int k, float scale,
                             bool norm) {
