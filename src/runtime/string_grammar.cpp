@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "tokenizer/utf8.h"
+
 namespace dsv4 {
 namespace {
 
@@ -50,24 +52,6 @@ CodePointSet space_set() {
 }
 CodePointSet dot_set() { return complement(normalized({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}})); }
 
-void utf8_encode(uint32_t cp, std::string& out) {
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-}
-
 int utf8_length(uint32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
 
 // Splits [lo, hi] (one encoded length) into ranges whose encodings are a product of byte ranges: every byte
@@ -89,8 +73,8 @@ void utf8_ranges(uint32_t lo, uint32_t hi, std::vector<std::vector<std::pair<uin
         }
     }
     std::string a, b;
-    utf8_encode(lo, a);
-    utf8_encode(hi, b);
+    utf8_append(a, lo);
+    utf8_append(b, hi);
     std::vector<std::pair<uint8_t, uint8_t>> seq;
     for (size_t k = 0; k < a.size(); ++k) seq.push_back({static_cast<uint8_t>(a[k]), static_cast<uint8_t>(b[k])});
     out.push_back(std::move(seq));
