@@ -90,7 +90,10 @@ bool has_quantizer(GgmlType type) {
     }
 }
 
-size_t quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
+namespace {
+
+// Every quantizer, with importance weights for the types that take them (null: none).
+size_t quantize_blocks(GgmlType type, const float* src, const float* weights, void* dst, int64_t n) {
     using namespace quant;
     const GgmlTypeTraits& traits = ggml_traits(type);
     const int64_t nb = block_count(traits, n);
@@ -104,17 +107,23 @@ size_t quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
         case GgmlType::Q5_1: quant_q5_1(src, as_mut<BlockQ5_1>(dst), nb); break;
         case GgmlType::Q8_0: quant_q8_0(src, as_mut<BlockQ8_0>(dst), nb); break;
         case GgmlType::MXFP4: quant_mxfp4(src, as_mut<BlockMxfp4>(dst), nb); break;
-        case GgmlType::Q2_K: quant_q2_k(src, nullptr, as_mut<BlockQ2K>(dst), nb); break;
-        case GgmlType::Q3_K: quant_q3_k(src, nullptr, as_mut<BlockQ3K>(dst), nb); break;
-        case GgmlType::Q4_K: quant_q4_k(src, nullptr, as_mut<BlockQ4K>(dst), nb); break;
-        case GgmlType::Q5_K: quant_q5_k(src, nullptr, as_mut<BlockQ5K>(dst), nb); break;
-        case GgmlType::Q6_K: quant_q6_k(src, nullptr, as_mut<BlockQ6K>(dst), nb); break;
-        case GgmlType::IQ2_XXS: quant_iq2_xxs(src, nullptr, as_mut<BlockIq2Xxs>(dst), nb); break;
-        case GgmlType::IQ2_XS: quant_iq2_xs(src, nullptr, as_mut<BlockIq2Xs>(dst), nb); break;
-        case GgmlType::IQ1_S: quant_iq1_s(src, nullptr, as_mut<BlockIq1S>(dst), nb); break;
+        case GgmlType::Q2_K: quant_q2_k(src, weights, as_mut<BlockQ2K>(dst), nb); break;
+        case GgmlType::Q3_K: quant_q3_k(src, weights, as_mut<BlockQ3K>(dst), nb); break;
+        case GgmlType::Q4_K: quant_q4_k(src, weights, as_mut<BlockQ4K>(dst), nb); break;
+        case GgmlType::Q5_K: quant_q5_k(src, weights, as_mut<BlockQ5K>(dst), nb); break;
+        case GgmlType::Q6_K: quant_q6_k(src, weights, as_mut<BlockQ6K>(dst), nb); break;
+        case GgmlType::IQ2_XXS: quant_iq2_xxs(src, weights, as_mut<BlockIq2Xxs>(dst), nb); break;
+        case GgmlType::IQ2_XS: quant_iq2_xs(src, weights, as_mut<BlockIq2Xs>(dst), nb); break;
+        case GgmlType::IQ1_S: quant_iq1_s(src, weights, as_mut<BlockIq1S>(dst), nb); break;
         default: DSV4_CHECK_MSG(false, "quantize_row: %s has no quantizer", traits.name);
     }
     return (size_t)nb * traits.block_bytes;
+}
+
+}  // namespace
+
+size_t quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
+    return quantize_blocks(type, src, nullptr, dst, n);
 }
 
 bool uses_importance(GgmlType type) {
@@ -132,21 +141,7 @@ bool uses_importance(GgmlType type) {
 }
 
 size_t quantize_row_weighted(GgmlType type, const float* src, void* dst, int64_t n, const float* weights) {
-    using namespace quant;
-    if (!weights || !uses_importance(type)) return quantize_row(type, src, dst, n);
-    const GgmlTypeTraits& traits = ggml_traits(type);
-    const int64_t nb = block_count(traits, n);
-    switch (type) {
-        case GgmlType::Q2_K: quant_q2_k(src, weights, as_mut<BlockQ2K>(dst), nb); break;
-        case GgmlType::Q3_K: quant_q3_k(src, weights, as_mut<BlockQ3K>(dst), nb); break;
-        case GgmlType::Q4_K: quant_q4_k(src, weights, as_mut<BlockQ4K>(dst), nb); break;
-        case GgmlType::Q5_K: quant_q5_k(src, weights, as_mut<BlockQ5K>(dst), nb); break;
-        case GgmlType::Q6_K: quant_q6_k(src, weights, as_mut<BlockQ6K>(dst), nb); break;
-        case GgmlType::IQ2_XXS: quant_iq2_xxs(src, weights, as_mut<BlockIq2Xxs>(dst), nb); break;
-        case GgmlType::IQ2_XS: quant_iq2_xs(src, weights, as_mut<BlockIq2Xs>(dst), nb); break;
-        default: quant_iq1_s(src, weights, as_mut<BlockIq1S>(dst), nb); break;
-    }
-    return (size_t)nb * traits.block_bytes;
+    return quantize_blocks(type, src, uses_importance(type) ? weights : nullptr, dst, n);
 }
 
 }  // namespace dsv4
