@@ -13,6 +13,7 @@
 #include "cli/bench_batch.h"
 #include "cli/bench_counts.h"
 #include "cli/bench_e2e.h"
+#include "cli/bench_speculative.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "exec/profiling_backend.h"
@@ -20,6 +21,7 @@
 #include "format/gguf.h"
 #include "model/deepseek4.h"
 #include "model/synth.h"
+#include "runtime/speculative.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsv4::cli {
@@ -100,6 +102,17 @@ int cmd_bench(int argc, char** argv) {
     app.add_option("--e2e-prompts", e2e_prompts, "comma-separated prompt lengths of the --e2e requests (default --prompt)");
     app.add_option("--vocab", vocab_path,
                    "the --synth model takes this GGUF's tokenizer (and its vocabulary size), for --e2e");
+    std::string speculative;
+    double draft_oracle = -1;
+    app.add_option("--speculative", speculative,
+                   "also measure speculative decoding with the MTP block, mtp or mtp:K: verify steps of 1 .. K+1 "
+                   "tokens at the --prompt depth, then greedy generation of --gen tokens through the engine "
+                   "without speculation and with 1 .. K drafts per step (needs the tokenizer, as --e2e)");
+    app.add_option("--draft-oracle", draft_oracle,
+                   "with --speculative: propose the plain run's next token with this probability instead of the "
+                   "MTP block's draft (random weights accept almost nothing; the block still runs, so the cost "
+                   "is real and only the drafts' source is not)")
+        ->check(CLI::Range(0.0, 1.0));
     add_no_graphs_flag(app, no_graphs);
     add_device_options(app, dev);
     add_kernel_options(app, dev);
@@ -281,6 +294,27 @@ int cmd_bench(int argc, char** argv) {
         if (!rows.ok()) return fail(rows.error());
         out["e2e"] = std::move(*rows);
     }
+    if (!speculative.empty()) {
+        auto k = parse_speculative(speculative);
+        if (!k.ok()) return fail(k.error());
+        if (Status s = check_speculative(m, *k); !s.ok()) return fail(s.error());
+        auto tok = Tokenizer::from_gguf(m.file());
+        if (!tok.ok())
+            return fail("--speculative needs the model's tokenizer (give --synth models one with --vocab FILE): " +
+                        tok.error());
+        SpecBench sb;
+        sb.max_drafts = *k;
+        sb.oracle = draft_oracle;
+        sb.n_prompt = n_prompt;
+        sb.n_gen = n_gen;
+        sb.repeat = repeat;
+        sb.quant_sim = !exact;
+        auto rows = bench_speculative(m, runner, **tok, sb, rng);
+        if (!rows.ok()) return fail(rows.error());
+        out["speculative"] = std::move(*rows);
+    } else if (draft_oracle >= 0) {
+        return fail("--draft-oracle goes with --speculative");
+    }
     if (const StepGraphStats* g = runner.graph_stats()) {
         out["step_graphs"] = {{"segments", g->segments}, {"eager", g->eager}, {"captures", g->captures},
                               {"replays", g->replays}};
@@ -341,6 +375,7 @@ int cmd_bench(int argc, char** argv) {
     }
     if (out.contains("batch")) print_batches(out["batch"], peak_gbs);
     if (out.contains("e2e")) print_e2e(out["e2e"]);
+    if (out.contains("speculative")) print_speculative(out["speculative"]);
     if (out.contains("step_graphs")) {
         const auto& g = out["step_graphs"];
         std::printf("graphs   %lld recorded steps: %lld run as issued, %lld captured, %lld replayed\n",

@@ -30,6 +30,7 @@ int cmd_chat(int argc, char** argv) {
     bool thinking = false, no_quant_sim = false;
     SamplingOptions so;
     DeviceOptions dev;
+    std::string speculative;
     add_model_options(app, mo);
     app.add_option("-s,--system", system_prompt, "system prompt");
     app.add_option("-n,--n-predict", n_predict, "tokens per answer at most")->capture_default_str()->check(positive_number());
@@ -37,6 +38,7 @@ int cmd_chat(int argc, char** argv) {
     app.add_flag("--thinking", thinking, "thinking mode: the model reasons before answering");
     app.add_flag("--exact", no_quant_sim, "exact mode (no FP8/FP4 rounding simulation)");
     add_sampling_options(app, so);
+    add_speculative_option(app, speculative);
     add_device_options(app, dev);
     try {
         app.parse(argc, argv);
@@ -47,12 +49,15 @@ int cmd_chat(int argc, char** argv) {
     auto loaded = load_model_and_tokenizer(mo, dev);
     if (!loaded.ok()) return fail(loaded.error());
     const Tokenizer& tok = *loaded->tokenizer;
+    auto drafts = speculative_drafts(speculative, *loaded->model);
+    if (!drafts.ok()) return fail(drafts.error());
 
     EngineOptions eo;
     eo.n_slots = 1;
     eo.n_ctx = n_ctx;
     eo.quant_sim = !no_quant_sim;
     eo.prefix_cache = true;
+    eo.speculative = *drafts;
     Engine engine(*loaded->model, tok, eo);
     const auto mode = thinking ? chat::ThinkingMode::thinking : chat::ThinkingMode::chat;
     chat::ChatOptions co;
@@ -121,6 +126,7 @@ int cmd_chat(int argc, char** argv) {
         if (mode == chat::ThinkingMode::thinking) msg["reasoning_content"] = display.reasoning();
         history.push_back(msg);
         print_speed(r);
+        print_speculation(engine.stats(), *drafts);
     }
     return 0;
 }

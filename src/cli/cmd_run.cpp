@@ -16,6 +16,7 @@ int cmd_run(int argc, char** argv) {
     bool raw = false, thinking = false, no_quant_sim = false;
     SamplingOptions so;
     DeviceOptions dev;
+    std::string speculative;
     add_model_options(app, mo);
     app.add_option("-p,--prompt", prompt, "the prompt (a user message, or raw text with --raw)")->required();
     app.add_option("-n,--n-predict", n_predict, "tokens to generate at most")->capture_default_str()->check(positive_number());
@@ -24,6 +25,7 @@ int cmd_run(int argc, char** argv) {
     app.add_flag("--thinking", thinking, "thinking mode: the model reasons before answering");
     app.add_flag("--exact", no_quant_sim, "exact mode (no FP8/FP4 rounding simulation)");
     add_sampling_options(app, so);
+    add_speculative_option(app, speculative);
     add_device_options(app, dev);
     try {
         app.parse(argc, argv);
@@ -34,6 +36,8 @@ int cmd_run(int argc, char** argv) {
     auto loaded = load_model_and_tokenizer(mo, dev);
     if (!loaded.ok()) return fail(loaded.error());
     const Tokenizer& tok = *loaded->tokenizer;
+    auto drafts = speculative_drafts(speculative, *loaded->model);
+    if (!drafts.ok()) return fail(drafts.error());
 
     const auto mode = thinking ? chat::ThinkingMode::thinking : chat::ThinkingMode::chat;
     std::vector<int32_t> ids;
@@ -56,6 +60,7 @@ int cmd_run(int argc, char** argv) {
     eo.n_ctx = n_ctx;
     eo.quant_sim = !no_quant_sim;
     eo.prefix_cache = false;
+    eo.speculative = *drafts;
     Engine engine(*loaded->model, tok, eo);
     GenerationRequest req;
     req.prompt = std::move(ids);
@@ -76,6 +81,7 @@ int cmd_run(int argc, char** argv) {
     }
     if (r.reason == GenerationEnd::error) return fail(r.error);
     print_speed(r);
+    print_speculation(engine.stats(), *drafts);
     return 0;
 }
 

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/generate.h"
 
 #if defined(DSV4_HAVE_SERVER)
 #include <csignal>
@@ -110,6 +111,8 @@ int cmd_serve(int argc, char** argv) {
         ->capture_default_str()
         ->check(CLI::IsMember({"on", "off"}));
     app.add_flag("-v,--verbose", so.verbose, "log every request to stderr");
+    std::string speculative;
+    add_speculative_option(app, speculative);
     add_device_options(app, dev);
     try {
         app.parse(argc, argv);
@@ -136,6 +139,9 @@ int cmd_serve(int argc, char** argv) {
     auto tok = Tokenizer::from_gguf((*model)->file());
     if (!tok.ok()) return fail("the model file has no usable tokenizer: " + tok.error());
 
+    auto drafts = speculative_drafts(speculative, **model);
+    if (!drafts.ok()) return fail(drafts.error());
+    eo.speculative = *drafts;
     const int64_t n_ctx_train = (*model)->config().n_ctx_train;
     eo.n_ctx = ctx > 0 ? ctx : (n_ctx_train > 0 ? std::min<int64_t>(4096, n_ctx_train) : 4096);
     if (n_ctx_train > 0 && eo.n_ctx > n_ctx_train) {

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "runtime/speculative.h"
+
 namespace dsv4::cli {
 
 Result<Loaded> load_model_and_tokenizer(const ModelOptions& m, const DeviceOptions& dev) {
@@ -91,6 +93,28 @@ void print_speed(const GenerationResult& r) {
                  (long long)r.prompt_tokens, (long long)r.cached_tokens, r.prompt_seconds,
                  r.prompt_seconds > 0 ? computed / r.prompt_seconds : 0.0, (long long)r.completion_tokens,
                  r.generation_seconds, r.generation_seconds > 0 ? decoded / r.generation_seconds : 0.0);
+}
+
+void add_speculative_option(CLI::App& app, std::string& spec) {
+    app.add_option("--speculative", spec,
+                   "speculative decoding with the model's MTP block: mtp (one draft per step) or mtp:K (K drafts, "
+                   "the block applied to its own output); greedy output is unchanged, sampled output keeps the "
+                   "model's distribution");
+}
+
+Result<int> speculative_drafts(const std::string& spec, const Model& model) {
+    DSV4_ASSIGN_OR_RETURN(int k, parse_speculative(spec));
+    DSV4_TRY(check_speculative(model, k));
+    return k;
+}
+
+void print_speculation(const EngineStats& s, int drafts) {
+    if (drafts <= 0 || s.spec_steps == 0) return;
+    const double rate = s.draft_tokens ? (double)s.accepted_tokens / (double)s.draft_tokens : 0.0;
+    std::fprintf(stderr, "speculation: %d draft%s per step, %llu of %llu accepted (%.1f%%), %.2f tokens per step\n",
+                 drafts, drafts == 1 ? "" : "s", (unsigned long long)s.accepted_tokens,
+                 (unsigned long long)s.draft_tokens, 100.0 * rate,
+                 (double)(s.accepted_tokens + s.spec_steps) / (double)s.spec_steps);
 }
 
 }  // namespace dsv4::cli

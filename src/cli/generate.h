@@ -49,4 +49,12 @@ GenerationResult generate_sync(Engine& engine, GenerationRequest req,
 // "prompt: 12 tokens in 0.10 s (120.0 tok/s) | generation: 64 tokens in 2.00 s (32.0 tok/s)" on stderr.
 void print_speed(const GenerationResult& r);
 
+// --speculative mtp[:K] (speculative decoding with the model's MTP block).
+void add_speculative_option(CLI::App& app, std::string& spec);
+// The drafts per step it asks for, checked against the model (0 when off).
+Result<int> speculative_drafts(const std::string& spec, const Model& model);
+// "speculation: 1 draft per step, 812 of 1000 accepted (81.2%), 1.81 tokens per step" on stderr, when any
+// verify step ran.
+void print_speculation(const EngineStats& s, int drafts);
+
 }  // namespace dsv4::cli

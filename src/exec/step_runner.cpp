@@ -15,22 +15,38 @@ Status StepRunner::step(KvCache& cache, std::span<const int32_t> tokens, const S
     return step_batch(std::span<Model::BatchItem>(&item, 1), opt);
 }
 
+bool StepRunner::records(int64_t n, const StepOptions& opt) {
+    // A trace reads intermediates while the step runs: only an eager step has them then. An empty step is
+    // refused by the model before it issues anything.
+    Backend& b = model_.backend();
+    if (!opt.graphs || opt.trace || n == 0 || n > kMaxGraphTokens || !b.graph_support()) return false;
+    if (!graphs_) graphs_ = std::make_unique<StepGraphs>(b, *b.graph_support());
+    return true;
+}
+
+namespace {
+
+// The recording ends (its last ops run) after the step's scratch went back to the recorder, which is when
+// the model's step returns; also when it returns early with an error.
+struct RecordingScope {
+    StepGraphs& g;
+    ~RecordingScope() { g.end(); }
+};
+
+}  // namespace
+
 Status StepRunner::step_batch(std::span<Model::BatchItem> items, const StepOptions& opt) {
     int64_t n = 0;
     for (const Model::BatchItem& it : items) n += (int64_t)it.tokens.size();
-    Backend& b = model_.backend();
-    // A trace reads intermediates while the step runs: only an eager step has them then. An empty step is
-    // refused by the model before it issues anything.
-    if (!opt.graphs || opt.trace || n == 0 || n > kMaxGraphTokens || !b.graph_support())
-        return model_.step_batch(items, opt);
-    if (!graphs_) graphs_ = std::make_unique<StepGraphs>(b, *b.graph_support());
-    // The recording ends (its last ops run) after the step's scratch went back to the recorder, which is
-    // when Model::step_batch returns; also when it returns early with an error.
-    struct Scope {
-        StepGraphs& g;
-        ~Scope() { g.end(); }
-    } scope{*graphs_};
+    if (!records(n, opt)) return model_.step_batch(items, opt);
+    RecordingScope scope{*graphs_};
     return model_.step_batch(items, opt, graphs_->begin(opt.defer_branches));
+}
+
+Status StepRunner::mtp_step(const Model::MtpItem& item, const StepOptions& opt) {
+    if (!records((int64_t)item.next_tokens.size(), opt)) return model_.mtp_step(item, opt);
+    RecordingScope scope{*graphs_};
+    return model_.mtp_step(item, opt, graphs_->begin(opt.defer_branches));
 }
 
 }  // namespace dsv4

@@ -28,11 +28,16 @@ public:
     Status step(KvCache& cache, std::span<const int32_t> tokens, const StepOptions& opt, std::vector<float>* logits,
                 std::vector<float>* hidden = nullptr);
     Status step_batch(std::span<Model::BatchItem> items, const StepOptions& opt);
+    // Model::mtp_step (the backend-memory form), recorded and replayed the same way: a speculative decoder's
+    // draft step repeats from one token to the next like a decode step.
+    Status mtp_step(const Model::MtpItem& item, const StepOptions& opt);
 
     // How the recorded steps ran (null before the first recorded step).
     const StepGraphStats* graph_stats() const { return graphs_ ? &graphs_->stats() : nullptr; }
 
 private:
+    // Whether a step of n tokens is recorded (see step()).
+    bool records(int64_t n, const StepOptions& opt);
     Model& model_;
     std::unique_ptr<StepGraphs> graphs_;  // created at the first step recorded
 };

@@ -131,6 +131,12 @@ HcParams hc_params(const ModelConfig& cfg) {
     return HcParams{cfg.hc, cfg.n_embd, cfg.hc_sinkhorn_iters, cfg.hc_eps, cfg.norm_eps};
 }
 
+// The rows of an item that get logits: all of them, or those its draws need, or the last.
+int64_t logit_row_count(const Model::BatchItem& it) {
+    if (it.all_logits) return (int64_t)it.tokens.size();
+    return it.draw ? it.n_draws : 1;
+}
+
 }  // namespace
 
 // What a block's last hc_post reads besides the streams: the MoE's two output parts and the FFN hc_pre's post
@@ -208,12 +214,15 @@ void Model::draw_tokens(Ctx& c, const float* logits, std::span<BatchItem> items,
     std::vector<SampleAdjust> adjust;
     for (size_t i = 0; i < items.size(); ++i) {
         if (!items[i].draw) continue;
-        SampleArgs a = items[i].draw->args;
-        a.row = last_row[i];
-        a.adjust_begin = (int32_t)adjust.size();
-        a.adjust_count = (int32_t)items[i].draw->adjust.size();
-        adjust.insert(adjust.end(), items[i].draw->adjust.begin(), items[i].draw->adjust.end());
-        args.push_back(a);
+        for (int d = 0; d < items[i].n_draws; ++d) {
+            const DrawRequest& req = items[i].draw[d];
+            SampleArgs a = req.args;
+            a.row = last_row[i] - (items[i].n_draws - 1) + d;
+            a.adjust_begin = (int32_t)adjust.size();
+            a.adjust_count = (int32_t)req.adjust.size();
+            adjust.insert(adjust.end(), req.adjust.begin(), req.adjust.end());
+            args.push_back(a);
+        }
     }
     if (args.empty()) return;
     // The adjustment list is padded to a power of two, so that a replayed step graph keeps its key while the
@@ -231,7 +240,8 @@ void Model::draw_tokens(Ctx& c, const float* logits, std::span<BatchItem> items,
     c.b.download(out.data(), out_d, out.size() * sizeof(SampleOut));
     size_t k = 0;
     for (BatchItem& it : items)
-        if (it.draw) *it.drawn = out[k++];
+        if (it.draw)
+            for (int d = 0; d < it.n_draws; ++d) it.drawn[d] = out[k++];
 }
 
 Status Model::step(KvCache& cache, std::span<const int32_t> tokens, const StepOptions& opt,
@@ -253,6 +263,8 @@ Status Model::step_batch(std::span<BatchItem> items, const StepOptions& opt, Bac
         if (n == 0) return make_error("step: a sequence has no tokens");
         if (!it.cache) return make_error("step: a sequence has no cache");
         if (!it.draw != !it.drawn) return make_error("step: a draw needs both its request and its result");
+        if (it.draw && (it.n_draws < 1 || it.n_draws > n)) return make_error("step: n_draws outside [1, tokens]");
+        if (it.hidden_from < 0 || it.hidden_from >= n) return make_error("step: hidden_from outside the step's rows");
         if (it.cache->pos() + n > it.cache->capacity())
             return make_error("context full: position " + std::to_string(it.cache->pos() + n) +
                               " exceeds the cache capacity " + std::to_string(it.cache->capacity()));
@@ -271,7 +283,7 @@ Status Model::step_batch(std::span<BatchItem> items, const StepOptions& opt, Bac
         for (int64_t i = 0; i < s.n; ++i) pos.push_back((int32_t)(s.pos0 + i));
         toks.insert(toks.end(), it.tokens.begin(), it.tokens.end());
         if (it.logits || it.draw) {
-            for (int64_t i = it.all_logits ? 0 : s.n - 1; i < s.n; ++i) logit_rows.push_back((int32_t)(s.row0 + i));
+            for (int64_t i = s.n - logit_row_count(it); i < s.n; ++i) logit_rows.push_back((int32_t)(s.row0 + i));
         }
         c.seqs.push_back(s);
     }
@@ -298,8 +310,12 @@ Status Model::step_batch(std::span<BatchItem> items, const StepOptions& opt, Bac
         c.trace("block_out", cfg_.n_layer - 1, H, N * hc * D);
     }
     for (size_t i = 0; i < items.size(); ++i) {
-        if (!items[i].hidden) continue;
         const SeqSlice& s = c.seqs[i];
+        if (items[i].hidden_device) {
+            const int64_t from = items[i].hidden_from;
+            c.b.copy(items[i].hidden_device, H + (s.row0 + from) * hc * D, (size_t)(s.n - from) * hc * D * sizeof(float));
+        }
+        if (!items[i].hidden) continue;
         items[i].hidden->resize(s.n * hc * D);
         c.b.download(items[i].hidden->data(), H + s.row0 * hc * D, (size_t)s.n * hc * D * sizeof(float));
     }
@@ -312,7 +328,7 @@ Status Model::step_batch(std::span<BatchItem> items, const StepOptions& opt, Bac
         int64_t off = 0;
         for (size_t i = 0; i < items.size(); ++i) {
             if (!items[i].logits && !items[i].draw) continue;
-            const int64_t rows = items[i].all_logits ? c.seqs[i].n : 1;
+            const int64_t rows = logit_row_count(items[i]);
             last_row[i] = off + rows - 1;
             drawn |= items[i].draw != nullptr;
             host_only &= items[i].logits != nullptr;
@@ -324,14 +340,14 @@ Status Model::step_batch(std::span<BatchItem> items, const StepOptions& opt, Bac
             c.b.download(all.data(), logits, all.size() * sizeof(float));
             for (size_t i = 0; i < items.size(); ++i) {
                 if (!items[i].logits) continue;
-                const int64_t rows = items[i].all_logits ? c.seqs[i].n : 1;
+                const int64_t rows = logit_row_count(items[i]);
                 const int64_t first = last_row[i] - rows + 1;
                 items[i].logits->assign(all.begin() + first * V, all.begin() + (last_row[i] + 1) * V);
             }
         } else {
             for (size_t i = 0; i < items.size(); ++i) {
                 if (!items[i].logits) continue;
-                const int64_t rows = items[i].all_logits ? c.seqs[i].n : 1;
+                const int64_t rows = logit_row_count(items[i]);
                 items[i].logits->resize((size_t)(rows * V));
                 c.b.download(items[i].logits->data(), logits + (last_row[i] - rows + 1) * V,
                              (size_t)(rows * V) * sizeof(float));
@@ -344,24 +360,43 @@ Status Model::step_batch(std::span<BatchItem> items, const StepOptions& opt, Bac
 
 Status Model::mtp_step(KvCache& cache, std::span<const float> hidden, std::span<const int32_t> next_tokens,
                        const StepOptions& opt, std::vector<float>* logits) {
-    if (!w_.has_mtp) return make_error("this model file has no MTP block");
-    if (!cache.has_mtp()) return make_error("the cache was created without room for the MTP block");
     const int64_t n = (int64_t)next_tokens.size();
+    if ((int64_t)hidden.size() != n * cfg_.hc * cfg_.n_embd) return make_error("mtp_step: hidden state size does not match");
+    float* h = static_cast<float*>(backend_.alloc(std::max<size_t>(hidden.size(), 1) * sizeof(float)));
+    backend_.upload(h, hidden.data(), hidden.size() * sizeof(float));
+    MtpItem item;
+    item.cache = &cache;
+    item.hidden = h;
+    item.next_tokens = next_tokens;
+    item.logits = logits;
+    item.all_logits = true;
+    Status s = mtp_step(item, opt, backend_);
+    backend_.free(h);  // ops run in issue order: a later use of the memory comes after the step's
+    return s;
+}
+
+Status Model::mtp_step(const MtpItem& item, const StepOptions& opt, Backend& ops) {
+    if (!w_.has_mtp) return make_error("this model file has no MTP block");
+    if (!item.cache) return make_error("mtp_step: no cache");
+    KvCache& cache = *item.cache;
+    if (!cache.has_mtp()) return make_error("the cache was created without room for the MTP block");
+    const int64_t n = (int64_t)item.next_tokens.size();
     const int64_t D = cfg_.n_embd;
     const int hc = cfg_.hc;
     if (n == 0) return make_error("mtp_step: no tokens");
-    if ((int64_t)hidden.size() != n * hc * D) return make_error("mtp_step: hidden state size does not match");
+    if (!item.hidden) return make_error("mtp_step: no hidden state");
+    if (!item.draw != !item.drawn) return make_error("mtp_step: a draw needs both its request and its result");
     if (cache.mtp_pos() + n > cache.capacity()) return make_error("context full (MTP block)");
-    for (int32_t t : next_tokens)
+    for (int32_t t : item.next_tokens)
         if (t < 0 || t >= cfg_.n_vocab) return make_error("token id " + std::to_string(t) + " is out of range");
-    Ctx c(backend_, cfg_, opt);
+    Ctx c(ops, cfg_, opt);
     c.n = n;
     const int64_t pos0 = cache.mtp_pos();
     c.seqs.push_back(SeqSlice{0, n, pos0, &cache, true});
-    std::vector<int32_t> pos(n), rows(n);
-    for (int64_t i = 0; i < n; ++i) pos[i] = (int32_t)(pos0 + i), rows[i] = (int32_t)i;
+    std::vector<int32_t> pos(n);
+    for (int64_t i = 0; i < n; ++i) pos[i] = (int32_t)(pos0 + i);
     c.pos = c.i32(pos);
-    c.tokens = c.i32(std::vector<int32_t>(next_tokens.begin(), next_tokens.end()));
+    c.tokens = c.i32(std::vector<int32_t>(item.next_tokens.begin(), item.next_tokens.end()));
     const MtpWeights& m = w_.mtp;
 
     // e = e_proj(enorm(embed(t+1))) [n, D]; h = h_proj(hnorm(H_k)) per stream [n, hc, D]; X_k = e + h_k.
@@ -371,8 +406,7 @@ Status Model::mtp_step(KvCache& cache, std::span<const float> hidden, std::span<
     float* ep = c.f32(n * D);
     c.b.matmul(ep, D, e, D, m.e_proj, n);
     float* h = c.f32(n * hc * D);
-    c.b.upload(h, hidden.data(), hidden.size() * sizeof(float));
-    c.b.rms_norm(h, h, m.hnorm, n * hc, D, D, cfg_.norm_eps);
+    c.b.rms_norm(h, item.hidden, m.hnorm, n * hc, D, D, cfg_.norm_eps);
     float* X = c.f32(n * hc * D);
     c.b.matmul(X, D, h, D, m.h_proj, n * hc);
     for (int64_t i = 0; i < n; ++i)
@@ -381,7 +415,22 @@ Status Model::mtp_step(KvCache& cache, std::span<const float> hidden, std::span<
     const BlockCarry carry = BlockCarry::alloc(c);
     const HcPostArgs last = block_forward(c, cfg_.n_layer, m.block, X, X2, nullptr, carry);
     c.b.hc_post(last, n, hc_params(cfg_));  // X [n, hc, D]: hc_head reads it next
-    if (logits) output_logits(c, X, m.hc_head_fn, m.hc_head_base, m.hc_head_scale, m.norm, rows, *logits);
+    if (item.hidden_out) c.b.copy(item.hidden_out, X + (n - 1) * hc * D, (size_t)hc * D * sizeof(float));
+    if (item.logits || item.draw) {
+        std::vector<int32_t> rows;
+        for (int64_t i = item.logits && item.all_logits ? 0 : n - 1; i < n; ++i) rows.push_back((int32_t)i);
+        const float* logits = output_logits_device(c, X, m.hc_head_fn, m.hc_head_base, m.hc_head_scale, m.norm, rows);
+        if (item.draw) {
+            BatchItem bi;
+            bi.draw = item.draw;
+            bi.drawn = item.drawn;
+            draw_tokens(c, logits, std::span<BatchItem>(&bi, 1), {(int64_t)rows.size() - 1});
+        }
+        if (item.logits) {
+            item.logits->resize(rows.size() * (size_t)cfg_.n_vocab);
+            c.b.download(item.logits->data(), logits, item.logits->size() * sizeof(float));
+        }
+    }
     cache.set_mtp_pos(pos0 + n);
     return {};
 }

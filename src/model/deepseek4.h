@@ -95,10 +95,16 @@ public:
         bool all_logits = false;
         std::vector<float>* logits = nullptr;  // [rows, n_vocab] out, optional
         std::vector<float>* hidden = nullptr;  // [n, hc, D] out, optional
-        // The token after the last row drawn on the backend (ops/sample_args.h): only `drawn` crosses to the
-        // host. Both set or both null; `logits` may be set as well.
+        // The final streams of rows [hidden_from, n) copied into backend memory (the MTP block's input,
+        // without a trip through the host), optional.
+        float* hidden_device = nullptr;
+        int64_t hidden_from = 0;
+        // Tokens drawn on the backend (ops/sample_args.h) after each of the last n_draws rows: draw[i] is the
+        // request for row n - n_draws + i, drawn[i] its result; only `drawn` crosses to the host. Both set or
+        // both null; `logits` may be set as well (it then has at least n_draws rows).
         const DrawRequest* draw = nullptr;
         SampleOut* drawn = nullptr;
+        int n_draws = 1;
     };
     Status step_batch(std::span<BatchItem> items, const StepOptions& opt) { return step_batch(items, opt, backend_); }
     // The same forward pass with its ops issued to `ops`: backend() or a backend in front of it (the step
@@ -110,6 +116,22 @@ public:
     // every row and advances cache.mtp_pos().
     Status mtp_step(KvCache& cache, std::span<const float> hidden, std::span<const int32_t> next_tokens,
                     const StepOptions& opt, std::vector<float>* logits);
+    // The same step with its input in backend memory and its outputs where a speculative decoder wants
+    // them: every row's logits on the host, and/or the last row's token drawn on the backend, and/or the
+    // block's output streams at the last row (the input of a chained draft step).
+    struct MtpItem {
+        KvCache* cache = nullptr;
+        const float* hidden = nullptr;         // [n, hc, D] backend
+        std::span<const int32_t> next_tokens;  // n tokens
+        std::vector<float>* logits = nullptr;  // [1 or n, n_vocab] host, optional
+        bool all_logits = false;               // logits for every row (else the last)
+        const DrawRequest* draw = nullptr;     // with drawn: the token after the last row
+        SampleOut* drawn = nullptr;
+        float* hidden_out = nullptr;           // [hc, D] backend, optional
+    };
+    Status mtp_step(const MtpItem& item, const StepOptions& opt) { return mtp_step(item, opt, backend_); }
+    // Issued to `ops` (backend() or a recorder in front of it, as step_batch).
+    Status mtp_step(const MtpItem& item, const StepOptions& opt, Backend& ops);
 
     // Largest number of tokens one step may take (bounds scratch memory); callers chunk longer inputs.
     int64_t max_step_tokens() const { return 1 << 16; }

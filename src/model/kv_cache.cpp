@@ -2,6 +2,8 @@
 #include "model/kv_cache.h"
 
 #include <cmath>
+#include <numeric>
+#include <string>
 
 namespace dsv4 {
 
@@ -16,24 +18,43 @@ KvCache::KvCache(const ModelConfig& cfg, Backend& backend, int64_t capacity, boo
         bytes_ += (size_t)floats * sizeof(float);
         return static_cast<float*>(p);
     };
-    const int64_t hd = cfg.head_dim;
+    const int64_t hd = cfg.head_dim, id = cfg.index_head_dim;
+    // First the sizes of the rewindable rows (windows, compressor states) of every layer, as offsets into one
+    // block; then the append-only entries, each on its own.
+    std::vector<int64_t> off_window(n), off_state(n), off_index(n);
+    int64_t rows_floats = 0;
     for (int il = 0; il < n; ++il) {
         LayerCache& L = layers_[il];
         L.ratio = il < cfg.n_layer ? cfg.ratio(il) : 0;
-        L.window = alloc((int64_t)cfg.window * hd);
+        off_window[il] = rows_floats;
+        rows_floats += (int64_t)cfg.window * hd;
         if (L.ratio > 0) {
             const int coff = L.ratio == 4 ? 2 : 1;
-            L.comp = alloc(std::max<int64_t>(1, capacity / L.ratio) * hd);
             L.state_floats = (int64_t)coff * L.ratio * coff * hd;
-            L.state_kv = alloc(L.state_floats);
-            L.state_sc = alloc(L.state_floats);
+            off_state[il] = rows_floats;
+            rows_floats += 2 * L.state_floats;
         }
         if (L.ratio == 4) {
-            const int64_t id = cfg.index_head_dim;
-            L.index = alloc(std::max<int64_t>(1, capacity / 4) * id);
             L.index_state_floats = 8 * 2 * id;
-            L.index_state_kv = alloc(L.index_state_floats);
-            L.index_state_sc = alloc(L.index_state_floats);
+            off_index[il] = rows_floats;
+            rows_floats += 2 * L.index_state_floats;
+        }
+    }
+    unit_ = std::gcd(hd, 2 * id);
+    rows_base_ = alloc(rows_floats);
+    backend_.fill(rows_base_, 0.0f, rows_floats);  // windows start as zeros, never as stray bits
+    for (int il = 0; il < n; ++il) {
+        LayerCache& L = layers_[il];
+        L.window = rows_base_ + off_window[il];
+        if (L.ratio > 0) {
+            L.state_kv = rows_base_ + off_state[il];
+            L.state_sc = L.state_kv + L.state_floats;
+            L.comp = alloc(std::max<int64_t>(1, capacity / L.ratio) * hd);
+        }
+        if (L.ratio == 4) {
+            L.index_state_kv = rows_base_ + off_index[il];
+            L.index_state_sc = L.index_state_kv + L.index_state_floats;
+            L.index = alloc(std::max<int64_t>(1, capacity / 4) * id);
         }
     }
     reset();
@@ -41,11 +62,16 @@ KvCache::KvCache(const ModelConfig& cfg, Backend& backend, int64_t capacity, boo
 
 KvCache::~KvCache() {
     for (void* p : allocs_) backend_.free(p);
+    for (Journal& j : journal_) {
+        if (j.saved) backend_.free(j.saved);
+        if (j.index) backend_.free(j.index);
+    }
 }
 
 void KvCache::reset() {
     pos_ = 0;
     mtp_pos_ = 0;
+    for (Journal& j : journal_) j.pos = -1;
     for (auto& L : layers_) {
         if (L.state_kv) {
             backend_.fill(L.state_kv, 0.0f, L.state_floats);
@@ -140,6 +166,101 @@ Status KvCache::restore(const Snapshot& s) {
     if (s.with_entries) for_each_entry_region(layers_, cfg_, s.pos, copy);
     pos_ = s.pos;
     mtp_pos_ = s.mtp_pos;
+    for (Journal& j : journal_) j.pos = -1;
+    return {};
+}
+
+int64_t KvCache::rollback_limit() const {
+    int64_t lim = cfg_.window;
+    for (const LayerCache& L : layers_)
+        if (L.ratio > 0) lim = std::min<int64_t>(lim, L.ratio);
+    return lim;
+}
+
+// The unit rows a step of n tokens from position p0 overwrites at layer il, each tagged with the index (in
+// the step) of the token whose rejection means the row goes back: its own ring slot and state slot; and when
+// token jc completes a block of an overlapping compressor (which moves the current block's rows into the
+// previous block's), the previous block's rows, tagged jc. With n <= rollback_limit() the rows of one layer
+// are distinct, and a rejected token's slots hold, before the step, either a slot its block has not reached
+// or a row the accepted tokens still need: both are right to put back.
+void KvCache::unit_rows(int il, int64_t p0, int64_t n, std::vector<int32_t>& units, std::vector<int32_t>& tag) const {
+    const LayerCache& L = layers_[il];
+    auto put = [&](const float* row, int64_t floats, int32_t t) {
+        const int64_t first = (row - rows_base_) / unit_;
+        for (int64_t u = 0; u < floats / unit_; ++u) {
+            units.push_back((int32_t)(first + u));
+            tag.push_back(t);
+        }
+    };
+    const int64_t hd = cfg_.head_dim;
+    for (int64_t j = 0; j < n; ++j) put(L.window + ((p0 + j) % cfg_.window) * hd, hd, (int32_t)j);
+    auto state = [&](const float* kv, const float* sc, int r, int64_t width, bool overlap) {
+        const int off = overlap ? r : 0;
+        int32_t completes = -1;
+        for (int64_t j = 0; j < n; ++j) {
+            const int64_t slot = off + (p0 + j) % r;
+            put(kv + slot * width, width, (int32_t)j);
+            put(sc + slot * width, width, (int32_t)j);
+            if ((p0 + j + 1) % r == 0) completes = (int32_t)j;
+        }
+        if (overlap && completes >= 0) {
+            put(kv, r * width, completes);
+            put(sc, r * width, completes);
+        }
+    };
+    if (L.ratio > 0) {
+        const bool overlap = L.ratio == 4;
+        state(L.state_kv, L.state_sc, L.ratio, (overlap ? 2 : 1) * hd, overlap);
+    }
+    if (L.index_state_kv) state(L.index_state_kv, L.index_state_sc, 4, 2 * (int64_t)cfg_.index_head_dim, true);
+}
+
+Status KvCache::save_for_rollback(int64_t n, bool mtp) {
+    if (mtp && !with_mtp_) return make_error("save_for_rollback: the cache has no MTP block");
+    if (n < 1 || n > rollback_limit())
+        return make_error("save_for_rollback: " + std::to_string(n) + " tokens; a step can be undone for at most " +
+                          std::to_string(rollback_limit()) + " (the window and the smallest compress ratio)");
+    const int64_t p0 = mtp ? mtp_pos_ : pos_;
+    if (p0 + n > capacity_) return make_error("save_for_rollback: the step does not fit the cache");
+    Journal& j = journal_[mtp ? 1 : 0];
+    j.units.clear();
+    j.tag.clear();
+    if (mtp) {
+        unit_rows(cfg_.n_layer, p0, n, j.units, j.tag);
+    } else {
+        for (int il = 0; il < cfg_.n_layer; ++il) unit_rows(il, p0, n, j.units, j.tag);
+    }
+    const int64_t count = (int64_t)j.units.size();
+    if (count > j.cap) {
+        if (j.saved) backend_.free(j.saved);
+        if (j.index) backend_.free(j.index);
+        j.cap = count;
+        j.saved = static_cast<float*>(backend_.alloc((size_t)count * unit_ * sizeof(float)));
+        j.index = static_cast<int32_t*>(backend_.alloc((size_t)count * sizeof(int32_t)));
+    }
+    backend_.upload(j.index, j.units.data(), (size_t)count * sizeof(int32_t));
+    backend_.gather_rows(j.saved, rows_base_, j.index, count, unit_);
+    j.pos = p0;
+    j.n = n;
+    return {};
+}
+
+Status KvCache::rollback(int64_t k, bool mtp) {
+    Journal& j = journal_[mtp ? 1 : 0];
+    int64_t& pos = mtp ? mtp_pos_ : pos_;
+    if (j.pos < 0) return make_error("rollback: no step was saved for rollback");
+    if (pos != j.pos + j.n)
+        return make_error("rollback: the cache is at position " + std::to_string(pos) + ", not just after the saved " +
+                          std::to_string(j.n) + "-token step at " + std::to_string(j.pos));
+    if (k < 0 || k > j.n) return make_error("rollback: " + std::to_string(k) + " of a " + std::to_string(j.n) + "-token step");
+    if (k > 0) {
+        std::vector<int32_t> idx(j.units.size());
+        for (size_t u = 0; u < idx.size(); ++u) idx[u] = j.tag[u] >= j.n - k ? j.units[u] : -1;
+        backend_.upload(j.index, idx.data(), idx.size() * sizeof(int32_t));
+        backend_.scatter_rows(rows_base_, j.saved, j.index, (int64_t)idx.size(), unit_);
+        pos -= k;
+    }
+    j.pos = -1;
     return {};
 }
 

@@ -1,6 +1,7 @@
 // Per-sequence attention state of every layer: the sliding-window ring, the append-only compressed and
 // indexer entries, and the compressors' partial-block states. The position is the number of tokens seen;
-// entry counts derive from it, so restoring a snapshot (windows + states + position) rewinds exactly.
+// entry counts derive from it, so restoring a snapshot (windows + states + position) rewinds exactly, and a
+// speculative step's rejected tokens are undone by putting back only the rows they overwrote (rollback).
 #pragma once
 
 #include <cstdint>
@@ -62,6 +63,17 @@ public:
     // Restore a snapshot; entries past the snapshot's position become invisible.
     Status restore(const Snapshot& s);
 
+    // Undoing the last tokens of a step (speculative decoding). A step of n tokens at pos() (mtp_pos() for the
+    // MTP block's part) overwrites, besides append-only entries that stay invisible below the position, the
+    // window ring slots of its positions and the compressors' state rows of their slots (and, when one of
+    // them completes a block of an overlapping compressor, the previous block's rows). save_for_rollback
+    // copies exactly those rows aside on the backend before such a step; rollback(k) after it puts back the
+    // ones the last k tokens changed and moves the position back by k, so the cache is bit for bit the cache
+    // that only saw the first n - k. One saved step per part at a time; n at most rollback_limit().
+    int64_t rollback_limit() const;
+    Status save_for_rollback(int64_t n, bool mtp = false);
+    Status rollback(int64_t k, bool mtp = false);
+
 private:
     template <class F>
     void for_each_region(F&& f) const;
@@ -73,6 +85,20 @@ private:
     std::vector<LayerCache> layers_;
     std::vector<void*> allocs_;
     size_t bytes_ = 0;
+    // The windows and compressor states of every layer lie in one block of `unit`-float rows, so that a
+    // rollback's saved rows are one gather and one scatter over unit indices.
+    float* rows_base_ = nullptr;
+    int64_t unit_ = 0;
+    struct Journal {
+        float* saved = nullptr;      // [cap, unit] backend
+        int32_t* index = nullptr;    // [cap] backend: unit index of each saved row (or -1)
+        int64_t cap = 0;
+        int64_t pos = -1, n = 0;     // the saved step (pos -1: none)
+        std::vector<int32_t> units;  // host copy of the saved units, in save order
+        std::vector<int32_t> tag;    // per saved unit: the step token whose rejection restores it (see .cpp)
+    };
+    Journal journal_[2];  // main layers, MTP block
+    void unit_rows(int il, int64_t p0, int64_t n, std::vector<int32_t>& units, std::vector<int32_t>& tag) const;
 };
 
 }  // namespace dsv4

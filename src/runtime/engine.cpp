@@ -10,6 +10,8 @@
 
 #include "core/check.h"
 #include "runtime/device_draw.h"
+#include "runtime/engine_sequence.h"
+#include "runtime/speculative.h"
 
 namespace dsv4 {
 
@@ -24,26 +26,6 @@ const char* generation_end_name(GenerationEnd r) {
     return "none";
 }
 
-struct Engine::Sequence {
-    uint64_t id = 0;
-    GenerationRequest req;
-    Callback cb;
-    int slot = -1;
-    KvCache* cache = nullptr;
-    std::vector<int32_t> tokens;     // prompt, then every sampled token
-    int64_t n_prompt = 0;
-    int64_t n_fed = 0;               // tokens already in the cache
-    int64_t cached = 0;              // prompt tokens restored from the prefix cache
-    std::vector<int32_t> generated;
-    std::optional<Sampler> sampler;
-    std::optional<StopChecker> stop;
-    std::optional<GrammarMatcher> matcher;  // constrained decoding
-    int32_t stop_index = -1;         // which stop string ended the generation
-    std::optional<KvCache::Snapshot> block_snap;  // state at the last block boundary (no entries)
-    bool done = false;
-    std::vector<float> logits;
-};
-
 Engine::Engine(Model& model, const Tokenizer& tokenizer, EngineOptions opt)
     : model_(model), runner_(model), tok_(tokenizer), opt_(opt) {
     const bool host = model_.backend().is_host();
@@ -51,13 +33,26 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, EngineOptions opt)
     if (opt_.step_token_budget <= 0) opt_.step_token_budget = host ? 512 : opt_.prefill_chunk + opt_.n_slots;
     DSV4_CHECK(opt_.n_slots > 0 && opt_.n_ctx > 0 && opt_.prefill_chunk > 0);
     opt_.step_token_budget = std::max<int64_t>(opt_.step_token_budget, opt_.n_slots);
-    for (int i = 0; i < opt_.n_slots; ++i) caches_.push_back(model_.new_cache(opt_.n_ctx, false));
+    DSV4_CHECK(check_speculative(model_, opt_.speculative).ok());
+    const bool spec = opt_.speculative > 0;
+    for (int i = 0; i < opt_.n_slots; ++i) caches_.push_back(model_.new_cache(opt_.n_ctx, spec));
     cache_busy_.assign(opt_.n_slots, false);
+    if (spec) {
+        const ModelConfig& c = model_.config();
+        const size_t stream = (size_t)c.hc * c.n_embd * sizeof(float);
+        for (int i = 0; i < opt_.n_slots; ++i) {
+            spec_hidden_.push_back(static_cast<float*>(model_.backend().alloc(stream * c.window)));
+            spec_chain_.push_back(static_cast<float*>(model_.backend().alloc(2 * stream)));
+        }
+    }
     if (opt_.prefix_cache) prefix_ = std::make_unique<PrefixCache>(opt_.prefix_block, opt_.prefix_cache_bytes);
     stats_.kv_tokens_capacity = opt_.n_ctx * opt_.n_slots;
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+    for (float* p : spec_hidden_) model_.backend().free(p);
+    for (float* p : spec_chain_) model_.backend().free(p);
+}
 
 Result<uint64_t> Engine::submit(GenerationRequest req, Callback on_event) {
     if (req.prompt.empty()) return make_error("the prompt is empty");
@@ -175,6 +170,7 @@ void Engine::admit() {
         s->cache = caches_[slot].get();
         s->cache->reset();
         s->sampler.emplace(s->req.sampling);
+        s->spec = opt_.speculative > 0 && !s->req.constraint;
         s->stop.emplace(s->req.stop, s->req.max_tokens);
         if (s->req.constraint) {
             std::vector<int32_t> ends = s->req.stop_tokens;
@@ -322,8 +318,9 @@ bool Engine::step() {
     int64_t budget = opt_.step_token_budget;
     for (auto& s : running_)
         if (s->n_fed >= s->n_prompt) {
-            plan.push_back({s.get(), 1, true, false});
-            --budget;
+            const int64_t n = s->spec ? 1 + (int64_t)s->drafts.size() : 1;
+            plan.push_back({s.get(), n, true, false});
+            budget -= n;
         }
     for (auto& s : running_) {
         if (s->n_fed >= s->n_prompt || budget <= 0) continue;
@@ -342,10 +339,23 @@ bool Engine::step() {
     std::vector<DrawRequest> draws(plan.size());
     std::vector<SampleOut> drawn(plan.size());
     std::vector<std::string> draw_errors(plan.size());
+    std::vector<std::vector<DrawRequest>> verify_draws(plan.size());
+    std::vector<std::vector<SampleOut>> verify_drawn(plan.size());
+    std::vector<bool> verify(plan.size(), false);
     for (size_t i = 0; i < plan.size(); ++i) {
         Sequence& s = *plan[i].s;
         items[i].cache = s.cache;
+        if (s.spec && s.n_fed >= s.n_prompt) {  // a decode step verifying the drafts
+            verify[i] = true;
+            if (Status st = prepare_verify(s, items[i], verify_draws[i], verify_drawn[i]); !st.ok())
+                draw_errors[i] = st.error();
+            continue;
+        }
         items[i].tokens = std::span<const int32_t>(s.tokens.data() + s.n_fed, plan[i].n);
+        if (s.spec) {  // a prompt chunk: the MTP block reads the final streams of its last rows
+            items[i].hidden_device = spec_hidden_[s.slot];
+            items[i].hidden_from = std::max<int64_t>(0, plan[i].n - model_.config().window);
+        }
         items[i].logits = plan[i].want_logits || plan[i].score ? &s.logits : nullptr;
         items[i].all_logits = plan[i].score;
         if (plan[i].want_logits && !plan[i].score && s.req.max_tokens != 0 && draws_on_backend(s)) {
@@ -379,12 +389,25 @@ bool Engine::step() {
     for (size_t i = 0; i < plan.size(); ++i) {
         const Planned& p = plan[i];
         Sequence& s = *p.s;
+        if (verify[i]) {
+            if (!draw_errors[i].empty())
+                emit_token(s, make_error(draw_errors[i]));
+            else
+                finish_verify(s, items[i], verify_drawn[i]);
+            continue;
+        }
         const int64_t begin = s.n_fed;
         s.n_fed += p.n;
-        if (prefix_ && s.n_fed % opt_.prefix_block == 0) {
-            s.block_snap = s.cache->snapshot(false);
-            // A prompt boundary is worth sharing right away (concurrent requests with the same prefix).
-            if (s.n_fed <= s.n_prompt) publish_prefix(s);
+        const bool boundary = prefix_ && s.n_fed % opt_.prefix_block == 0;
+        // With speculation the MTP block catches up on the chunk before the state is worth keeping.
+        if (boundary && !s.spec) take_block_snapshot(s);
+        const int64_t mtp_rows = std::min<int64_t>(p.n, model_.config().window);
+        if (s.spec && !p.want_logits) {
+            if (Status st = run_mtp(s, s.n_fed - mtp_rows, mtp_rows, false); !st.ok()) {
+                finish(s, GenerationEnd::error, st.error());
+                continue;
+            }
+            if (boundary) take_block_snapshot(s);
         }
         if (p.score && !emit_prompt_scores(s, begin, p.n, s.logits)) continue;
         if (!p.want_logits) continue;
@@ -392,20 +415,32 @@ bool Engine::step() {
             finish(s, GenerationEnd::length);  // the prompt was only to be scored
             continue;
         }
+        bool alive;
         if (!draw_errors[i].empty()) {
-            emit_token(s, make_error(draw_errors[i]));
+            alive = emit_token(s, make_error(draw_errors[i]));
+        } else if (items[i].draw) {
+            alive = emit_token(s, draw_result(drawn[i]));
+        } else {
+            const size_t V = s.logits.size() / static_cast<size_t>(p.score ? p.n : 1);
+            alive = sample_and_emit(s, std::span<const float>(s.logits).subspan(s.logits.size() - V));
+        }
+        if (!alive || !s.spec) continue;
+        // The prompt's last rows and the first generated token: the MTP block's first drafts.
+        if (Status st = run_mtp(s, s.n_fed - mtp_rows, mtp_rows, true); !st.ok()) {
+            finish(s, GenerationEnd::error, st.error());
             continue;
         }
-        if (items[i].draw) {
-            emit_token(s, draw_result(drawn[i]));
-            continue;
-        }
-        const size_t V = s.logits.size() / static_cast<size_t>(p.score ? p.n : 1);
-        sample_and_emit(s, std::span<const float>(s.logits).subspan(s.logits.size() - V));
+        if (boundary) take_block_snapshot(s);
     }
     std::erase_if(running_, [](const auto& s) { return s->done; });
     refresh_stats();
     return true;
+}
+
+void Engine::take_block_snapshot(Sequence& s) {
+    s.block_snap = s.cache->snapshot(false);
+    // A prompt boundary is worth sharing right away (concurrent requests with the same prefix).
+    if (s.n_fed <= s.n_prompt) publish_prefix(s);
 }
 
 void Engine::refresh_stats() {

@@ -87,6 +87,13 @@ struct EngineOptions {
     size_t prefix_cache_bytes = (size_t)2 << 30;
     size_t max_queue = 256;        // waiting requests beyond this are rejected (HTTP 429)
     DrawPlace draw = DrawPlace::automatic;
+    // Speculative decoding with the model's MTP block (runtime/speculative.h): drafts per step, 0 = off
+    // (check_speculative says whether the model takes it). Constrained requests decode plainly.
+    int speculative = 0;
+    // Mechanics mode (bench, tests): called with every draft the MTP block proposes (request id, the index
+    // the draft would take in the request's tokens, the proposal); the returned token is verified instead.
+    // The MTP block still runs, so the cost of a step is real; only the drafts' source is not.
+    std::function<int32_t(uint64_t request, int64_t index, int32_t proposed)> draft_override;
 };
 
 struct EngineStats {
@@ -98,6 +105,8 @@ struct EngineStats {
     int64_t kv_tokens_used = 0, kv_tokens_capacity = 0;
     size_t prefix_cache_entries = 0, prefix_cache_bytes = 0;
     uint64_t prefix_cache_hits = 0, prefix_cache_misses = 0;
+    // Speculative decoding: verify steps, drafts proposed in them, drafts accepted.
+    uint64_t spec_steps = 0, draft_tokens = 0, accepted_tokens = 0;
 };
 
 class Engine {
@@ -133,6 +142,8 @@ private:
     void finish(Sequence& s, GenerationEnd r, const std::string& error = {});
     void release(Sequence& s);
     void publish_prefix(Sequence& s);
+    // The state at a prefix-cache block boundary (s.n_fed is one).
+    void take_block_snapshot(Sequence& s);
     void refresh_stats();
     bool sample_and_emit(Sequence& s, std::span<const float> logits);
     // The rest of a draw (the token, or the error that ends the sequence): stop checks and the event.
@@ -142,12 +153,28 @@ private:
     // The prompt_logprobs events of a prompt chunk just run: logits [n, n_vocab] for tokens from `begin`.
     bool emit_prompt_scores(Sequence& s, int64_t begin, int64_t n, const std::vector<float>& logits);
 
+    // Speculative decoding (engine_speculative.cpp). Before the step: how a sequence's item verifies its
+    // drafts (the cache saved for rollback, every row's logits or draws). After it: the verdict on a verify
+    // step (tokens emitted, cache rolled back), and the MTP block over the rows the step made final, which
+    // proposes the next drafts. `drawn` holds the item's backend draws.
+    Status prepare_verify(Sequence& s, Model::BatchItem& item, std::vector<DrawRequest>& draws,
+                          std::vector<SampleOut>& drawn);
+    void finish_verify(Sequence& s, const Model::BatchItem& item, std::span<const SampleOut> drawn);
+    // The MTP block on `rows` rows of the slot's hidden buffer at positions p0.. (next tokens from
+    // s.tokens[p0 + 1 ..]), then drafts for the next step when `propose` is set.
+    Status run_mtp(Sequence& s, int64_t p0, int64_t rows, bool propose);
+    Result<int32_t> draft_token(Sequence& s, const SampleOut* drawn, std::span<const float> logits, int64_t index);
+    int max_drafts(const Sequence& s) const;
+
     Model& model_;
     StepRunner runner_;  // the model's decode steps replay as step graphs
     const Tokenizer& tok_;
     EngineOptions opt_;
     std::vector<std::unique_ptr<KvCache>> caches_;
     std::vector<bool> cache_busy_;
+    // Per slot, with speculation: the main model's final streams of the rows the MTP block reads next
+    // ([window, hc, D]) and two [hc, D] buffers for chained drafts (backend memory).
+    std::vector<float*> spec_hidden_, spec_chain_;
     std::unique_ptr<PrefixCache> prefix_;
 
     mutable std::mutex mu_;  // guards queue_, cancelled_, stats_

@@ -118,6 +118,14 @@ std::string render_metrics(const EngineStats& e, const HttpCounters::Snapshot& h
              e.busy_seconds > 0
                  ? (double)(e.prompt_tokens - e.cached_prompt_tokens + e.generated_tokens) / e.busy_seconds
                  : 0.0);
+    w.metric("dsv4_speculative_steps_total", "counter", "Decode steps that verified MTP drafts.",
+             (double)e.spec_steps);
+    w.metric("dsv4_speculative_draft_tokens_total", "counter", "Draft tokens the MTP block proposed.",
+             (double)e.draft_tokens);
+    w.metric("dsv4_speculative_accepted_tokens_total", "counter", "Draft tokens the model accepted.",
+             (double)e.accepted_tokens);
+    w.metric("dsv4_speculative_acceptance_ratio", "gauge", "Accepted over proposed draft tokens.",
+             e.draft_tokens > 0 ? (double)e.accepted_tokens / (double)e.draft_tokens : 0.0);
     w.metric("dsv4_prefix_cache_entries", "gauge", "Snapshots held by the prefix cache.",
              (double)e.prefix_cache_entries);
     w.metric("dsv4_prefix_cache_bytes", "gauge", "Bytes held by the prefix cache.", (double)e.prefix_cache_bytes);

@@ -1,0 +1,164 @@
+#include "cli/bench_speculative.h"
+
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "cli/bench_batch.h"
+#include "runtime/engine.h"
+
+namespace dsv4::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// Main-model steps of n = 1 .. max_n tokens at the cache's depth, every row drawn greedily on the backend;
+// each step is rolled back, so all of them run at the same depth. Median milliseconds per n.
+Result<nlohmann::ordered_json> verify_steps(Model& m, StepRunner& runner, KvCache& cache, int max_n, int64_t reps,
+                                            bool quant_sim, std::mt19937& rng) {
+    StepOptions opt;
+    opt.quant_sim = quant_sim;
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    double one = 0;
+    for (int n = 1; n <= max_n; ++n) {
+        std::vector<int32_t> toks(n);
+        std::vector<DrawRequest> draws(n);  // greedy: temperature 0, no adjustments
+        std::vector<SampleOut> drawn(n);
+        std::vector<double> ms;
+        for (int64_t r = -1; r < reps; ++r) {  // the first, untimed, records the step graph
+            for (int32_t& t : toks) t = (int32_t)(rng() % (uint32_t)m.config().n_vocab);
+            Model::BatchItem it;
+            it.cache = &cache;
+            it.tokens = toks;
+            it.draw = draws.data();
+            it.drawn = drawn.data();
+            it.n_draws = n;
+            DSV4_TRY(cache.save_for_rollback(n));
+            m.backend().synchronize();
+            const auto t0 = Clock::now();
+            DSV4_TRY(runner.step_batch(std::span<Model::BatchItem>(&it, 1), opt));
+            m.backend().synchronize();
+            const auto t1 = Clock::now();
+            DSV4_TRY(cache.rollback(n));
+            if (r >= 0) ms.push_back(1e3 * since(t0, t1));
+        }
+        const double med = median_of(ms);
+        if (n == 1) one = med;
+        rows.push_back({{"tokens", n}, {"ms", med}, {"vs_one_token", med / one}});
+    }
+    return rows;
+}
+
+struct GenRun {
+    std::vector<int32_t> tokens;
+    double tokens_per_s = 0;
+    EngineStats stats;
+};
+
+// `repeat` greedy requests of the same prompt through an engine; the tokens of the last, median tokens/s.
+Result<GenRun> generate(Model& m, const Tokenizer& tok, const SpecBench& b, const std::vector<int32_t>& prompt, int k,
+                        const std::vector<int32_t>* ref, std::mt19937& rng) {
+    EngineOptions eo;
+    eo.n_slots = 1;
+    eo.n_ctx = (int64_t)prompt.size() + b.n_gen + 1;
+    eo.quant_sim = b.quant_sim;
+    eo.prefix_cache = false;
+    eo.speculative = k;
+    std::uniform_real_distribution<double> u01(0.0, 1.0);
+    const int64_t n_prompt = (int64_t)prompt.size();
+    const int32_t V = (int32_t)m.config().n_vocab;
+    if (k > 0 && b.oracle >= 0 && ref) {
+        eo.draft_override = [&](uint64_t, int64_t index, int32_t proposed) {
+            const int64_t g = index - n_prompt;  // the draft's place among the generated tokens
+            if (g < 0 || g >= (int64_t)ref->size()) return proposed;
+            const int32_t right = (*ref)[g];
+            return u01(rng) < b.oracle ? right : (right + 1) % V;
+        };
+    }
+    Engine engine(m, tok, eo);
+    GenRun run;
+    std::vector<double> tps;
+    for (int64_t rep = -1; rep < b.repeat; ++rep) {  // the first, untimed, records the step graphs
+        GenerationRequest req;
+        req.prompt = prompt;
+        req.max_tokens = b.n_gen;
+        req.ignore_eos = true;
+        req.sampling.temperature = 0;
+        std::vector<int32_t> out;
+        Clock::time_point first{}, last{};
+        std::string error;
+        auto id = engine.submit(std::move(req), [&](const TokenEvent& ev) {
+            if (ev.token >= 0 && !ev.prompt) {
+                last = Clock::now();
+                if (out.empty()) first = last;
+                out.push_back(ev.token);
+            }
+            if (ev.finished && ev.reason == GenerationEnd::error) error = ev.error;
+        });
+        if (!id.ok()) return make_error("bench --speculative: " + id.error());
+        engine.run_until_idle();
+        if (!error.empty()) return make_error("bench --speculative: " + error);
+        if (rep < 0) continue;
+        if (out.size() > 1) tps.push_back((double)(out.size() - 1) / since(first, last));
+        run.tokens = std::move(out);
+    }
+    run.tokens_per_s = median_of(tps);
+    run.stats = engine.stats();
+    return run;
+}
+
+}  // namespace
+
+Result<nlohmann::ordered_json> bench_speculative(Model& m, StepRunner& runner, const Tokenizer& tok, const SpecBench& b,
+                                                 std::mt19937& rng) {
+    nlohmann::ordered_json j;
+    std::vector<int32_t> prompt((size_t)b.n_prompt);
+    for (int32_t& t : prompt) t = (int32_t)(rng() % (uint32_t)m.config().n_vocab);
+    {
+        auto cache = m.new_cache(b.n_prompt + b.max_drafts + 2, false);
+        StepOptions opt;
+        opt.quant_sim = b.quant_sim;
+        for (int64_t p = 0; p < b.n_prompt; p += 4096) {
+            const int64_t e = std::min<int64_t>(b.n_prompt, p + 4096);
+            DSV4_TRY(runner.step(*cache, std::span<const int32_t>(prompt.data() + p, e - p), opt, nullptr));
+        }
+        DSV4_ASSIGN_OR_RETURN(j["verify_steps"], verify_steps(m, runner, *cache, b.max_drafts + 1, std::max<int64_t>(b.repeat, 5) * 4,
+                                                              b.quant_sim, rng));
+        j["context"] = b.n_prompt;
+    }
+    DSV4_ASSIGN_OR_RETURN(GenRun plain, generate(m, tok, b, prompt, 0, nullptr, rng));
+    j["draft_source"] = b.oracle >= 0 ? "oracle: the plain run's next token with probability " + std::to_string(b.oracle) +
+                                            " (mechanics only; the MTP block still runs)"
+                                      : "the MTP block";
+    j["plain"] = {{"tokens", plain.tokens.size()}, {"tokens_per_s", plain.tokens_per_s}};
+    j["speculative"] = nlohmann::ordered_json::array();
+    for (int k = 1; k <= b.max_drafts; ++k) {
+        DSV4_ASSIGN_OR_RETURN(GenRun r, generate(m, tok, b, prompt, k, &plain.tokens, rng));
+        const EngineStats& s = r.stats;
+        j["speculative"].push_back(
+            {{"drafts", k},
+             {"tokens_per_s", r.tokens_per_s},
+             {"vs_plain", r.tokens_per_s / plain.tokens_per_s},
+             {"acceptance", s.draft_tokens ? (double)s.accepted_tokens / (double)s.draft_tokens : 0.0},
+             {"tokens_per_step", s.spec_steps ? (double)(s.accepted_tokens + s.spec_steps) / (double)s.spec_steps : 0.0},
+             {"same_tokens_as_plain", r.tokens == plain.tokens}});
+    }
+    return j;
+}
+
+void print_speculative(const nlohmann::ordered_json& j) {
+    for (const auto& v : j["verify_steps"])
+        std::printf("verify   %d-token main step at ctx %lld: %.3f ms (%.2fx one token)\n", v["tokens"].get<int>(),
+                    (long long)j["context"].get<int64_t>(), v["ms"].get<double>(), v["vs_one_token"].get<double>());
+    std::printf("spec     drafts from %s\n", j["draft_source"].get<std::string>().c_str());
+    std::printf("spec     plain greedy: %.2f tokens/s\n", j["plain"]["tokens_per_s"].get<double>());
+    for (const auto& r : j["speculative"])
+        std::printf("spec     mtp:%d: %.2f tokens/s (%.2fx plain), acceptance %.1f%%, %.2f tokens per step, tokens %s plain\n",
+                    r["drafts"].get<int>(), r["tokens_per_s"].get<double>(), r["vs_plain"].get<double>(),
+                    100 * r["acceptance"].get<double>(), r["tokens_per_step"].get<double>(),
+                    r["same_tokens_as_plain"].get<bool>() ? "same as" : "DIFFERENT from");
+}
+
+}  // namespace dsv4::cli
