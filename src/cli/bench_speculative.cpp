@@ -127,6 +127,37 @@ Result<nlohmann::ordered_json> bench_speculative(Model& m, StepRunner& runner, c
         DSV4_ASSIGN_OR_RETURN(j["verify_steps"], verify_steps(m, runner, *cache, b.max_drafts + 1, std::max<int64_t>(b.repeat, 5) * 4,
                                                               b.quant_sim, rng));
         j["context"] = b.n_prompt;
+        if (b.profiler) {
+            j["verify_profiles"] = nlohmann::ordered_json::array();
+            for (int n = 1; n <= b.max_drafts + 1; ++n) {
+                b.profiler->reset();
+                b.profiler->set_enabled(true);
+                auto r = verify_steps(m, runner, *cache, n, 1, b.quant_sim, rng);
+                b.profiler->set_enabled(false);
+                if (!r.ok()) return make_error(r.error());
+                // verify_steps ran steps of 1 .. n tokens twice each (one untimed): only the n-token one counts,
+                // so profile it alone.
+                b.profiler->reset();
+                b.profiler->set_enabled(true);
+                std::vector<int32_t> toks(n);
+                for (int32_t& t : toks) t = (int32_t)(rng() % (uint32_t)m.config().n_vocab);
+                std::vector<DrawRequest> draws(n);
+                std::vector<SampleOut> drawn(n);
+                Model::BatchItem it;
+                it.cache = cache.get();
+                it.tokens = toks;
+                it.draw = draws.data();
+                it.drawn = drawn.data();
+                it.n_draws = n;
+                StepOptions opt;
+                opt.quant_sim = b.quant_sim;
+                DSV4_TRY(cache->save_for_rollback(n));
+                DSV4_TRY(runner.step_batch(std::span<Model::BatchItem>(&it, 1), opt));
+                DSV4_TRY(cache->rollback(n));
+                b.profiler->set_enabled(false);
+                j["verify_profiles"].push_back({{"tokens", n}, {"report", b.profiler->report(1)}});
+            }
+        }
     }
     DSV4_ASSIGN_OR_RETURN(GenRun plain, generate(m, tok, b, prompt, 0, nullptr, rng));
     j["draft_source"] = b.oracle >= 0 ? "oracle: the plain run's next token with probability " + std::to_string(b.oracle) +
@@ -149,6 +180,11 @@ Result<nlohmann::ordered_json> bench_speculative(Model& m, StepRunner& runner, c
 }
 
 void print_speculative(const nlohmann::ordered_json& j) {
+    if (j.contains("verify_profiles"))
+        for (const auto& p : j["verify_profiles"])
+            std::printf("\nprofile of one %d-token verify step at ctx %lld (ops timed one at a time):\n%s",
+                        p["tokens"].get<int>(), (long long)j["context"].get<int64_t>(),
+                        p["report"].get<std::string>().c_str());
     for (const auto& v : j["verify_steps"])
         std::printf("verify   %d-token main step at ctx %lld: %.3f ms (%.2fx one token)\n", v["tokens"].get<int>(),
                     (long long)j["context"].get<int64_t>(), v["ms"].get<double>(), v["vs_one_token"].get<double>());

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "core/status.h"
+#include "exec/profiling_backend.h"
 #include "exec/step_runner.h"
 #include "model/deepseek4.h"
 #include "tokenizer/tokenizer.h"
@@ -24,6 +25,9 @@ struct SpecBench {
     double oracle = -1;    // --draft-oracle P in [0, 1]; < 0: the MTP block's own drafts
     int64_t n_prompt = 128, n_gen = 64, repeat = 3;
     bool quant_sim = true;
+    // --profile: after the measurements, one verify step of each size 1 .. K+1 with every op timed one at a
+    // time (where a multi-token step's extra time goes); the model must run on this profiler.
+    ProfilingBackend* profiler = nullptr;
 };
 
 Result<nlohmann::ordered_json> bench_speculative(Model& m, StepRunner& runner, const Tokenizer& tok, const SpecBench& b,

@@ -309,6 +309,7 @@ int cmd_bench(int argc, char** argv) {
         sb.n_gen = n_gen;
         sb.repeat = repeat;
         sb.quant_sim = !exact;
+        if (profile) sb.profiler = &profiler;
         auto rows = bench_speculative(m, runner, **tok, sb, rng);
         if (!rows.ok()) return fail(rows.error());
         out["speculative"] = std::move(*rows);
