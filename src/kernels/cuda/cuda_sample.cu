@@ -1,14 +1,22 @@
-// The token draw on the device (Backend::sample, ops/sample_args.h). One cluster of kCluster blocks per row:
-// each block holds a contiguous slice of the row in shared memory, so every pass after the load reads shared
-// memory, and the blocks combine their partial results through distributed shared memory (a cluster barrier
-// per exchange). Selections are radix selects over order-preserving keys (4 digits of 8 bits) measured in
-// counts (top-k, top_logprobs) or integer weights (top-p), so every sum is exact and the result is the CPU
-// oracle's bit for bit; the draw walks the kept set in id order.
+// The token draw on the device (Backend::sample, ops/sample_args.h). One cluster of CL blocks per row (16 while
+// every row of the call gets its cluster at once, else 8: select_sample): each block holds a contiguous slice of
+// the row in shared memory, so every pass after the load reads shared memory, and the blocks combine their
+// partial results through distributed shared memory (one cluster barrier per exchange). Selections are radix
+// selects over order-preserving keys (4 digits of 8 bits) measured in counts (top-k, top_logprobs) or integer
+// weights (top-p), so every sum is exact and the result is the CPU oracle's bit for bit; the draw walks the
+// kept set in id order.
+//
+// What keeps it fast: histograms take 32-bit shared atomics only (a 64-bit one is a compare-and-swap loop that
+// a peaked row's few hot bins turn into long retries), the weights split in two 20-bit halves whose per-copy
+// sums stay exact in 32 bits; the scalars of an exchange are read by one lane per rank at once, not one rank
+// after another; the raw row's scan is one block reduction; the log-sum-exp and the top-p mass share a pass
+// when no adjustment separates the raw and the adjusted row.
 #include <cooperative_groups.h>
 
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_select.cuh"
 #include "ops/sample_args.h"
 
 namespace dsv4::cuda {
@@ -19,7 +27,11 @@ namespace cg = cooperative_groups;
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
-constexpr int kCluster = 8;  // blocks per row (the portable cluster size)
+constexpr int kCopies = kWarps / 2;  // radix histograms per block, one per pair of warps
+// Tokens per block at most. A thread takes ceil(n / kThreads) <= 32 tokens, so a histogram copy (64 threads)
+// sums at most 2048 weight halves of at most 2^20 each: 2^31, exact in 32 bits.
+constexpr int64_t kMaxSlice = 32768;
+constexpr int kHalfBits = 20;  // a weight (<= 2^40) = hi * 2^20 + lo
 constexpr float kInf = __builtin_huge_valf();
 using u64 = unsigned long long;
 
@@ -43,86 +55,6 @@ struct Pub {
     int32_t top_n;
 };
 
-struct Shared {
-    Pub pub[2];                      // alternating, so a slot is rewritten only two barriers after it was read
-    u64 sub[kWarps / 2][256];        // radix histograms, one per pair of warps
-    u64 hist[256];
-    u64 warp_u64[kWarps];
-    float warp_f[kWarps];
-    int32_t warp_i[kWarps];
-    u64 bu64;
-    uint32_t bu32[2];
-    float bf;
-    int32_t top_count;
-};
-
-// The block's slice of the row and the cluster around it.
-struct Row {
-    const float* x;     // shared: the slice (raw, then adjusted)
-    int64_t lo, n;      // token ids [lo, lo + n)
-    int rank;
-    Shared& sh;
-    int turn = 0;
-
-    // Cluster exchange: `fill` writes this block's Pub (called by thread 0 unless all_threads), a barrier,
-    // then `read(q, pub)` for every rank q in order, by thread 0 (or all threads); then a block barrier.
-    template <class Fill, class Read>
-    __device__ void exchange(Fill&& fill, Read&& read, bool all_threads = false) {
-        cg::cluster_group cluster = cg::this_cluster();
-        Pub& mine = sh.pub[turn];
-        if (all_threads || threadIdx.x == 0) fill(mine);
-        cluster.sync();
-        if (all_threads || threadIdx.x == 0)
-            for (int q = 0; q < kCluster; ++q) read(q, *cluster.map_shared_rank(&mine, q));
-        __syncthreads();
-        turn ^= 1;
-    }
-};
-
-// Block reductions through shared memory (every thread gets the result).
-__device__ u64 block_sum(u64 v, Shared& sh) {
-    for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(~0u, v, off);
-    if (threadIdx.x % 32 == 0) sh.warp_u64[threadIdx.x / 32] = v;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        u64 t = 0;
-        for (int w = 0; w < kWarps; ++w) t += sh.warp_u64[w];
-        sh.bu64 = t;
-    }
-    __syncthreads();
-    const u64 r = sh.bu64;
-    __syncthreads();
-    return r;
-}
-__device__ int32_t block_min(int32_t v, Shared& sh) {
-    for (int off = 16; off > 0; off /= 2) v = min(v, __shfl_xor_sync(~0u, v, off));
-    if (threadIdx.x % 32 == 0) sh.warp_i[threadIdx.x / 32] = v;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int32_t t = INT32_MAX;
-        for (int w = 0; w < kWarps; ++w) t = min(t, sh.warp_i[w]);
-        sh.bu32[0] = (uint32_t)t;
-    }
-    __syncthreads();
-    const int32_t r = (int32_t)sh.bu32[0];
-    __syncthreads();
-    return r;
-}
-__device__ float block_max(float v, Shared& sh) {
-    for (int off = 16; off > 0; off /= 2) v = fmaxf(v, __shfl_xor_sync(~0u, v, off));
-    if (threadIdx.x % 32 == 0) sh.warp_f[threadIdx.x / 32] = v;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float t = -kInf;
-        for (int w = 0; w < kWarps; ++w) t = fmaxf(t, sh.warp_f[w]);
-        sh.bf = t;
-    }
-    __syncthreads();
-    const float r = sh.bf;
-    __syncthreads();
-    return r;
-}
-
 struct Scan {
     float max;
     int32_t first_max;  // first token holding the max
@@ -130,42 +62,158 @@ struct Scan {
     int32_t n_finite;
 };
 
-__device__ Scan scan_row(Row& r) {
-    float mx = -kInf;
-    int32_t bad = INT32_MAX, finite = 0, first = INT32_MAX;
+struct alignas(16) Shared {  // 16: the histograms are cleared with 16-byte stores
+    Pub pub[2];                        // alternating, so a slot is rewritten only two barriers after it was read
+    uint32_t sub[2][kCopies][256];     // radix histograms: [0] low, [1] high halves of the measure
+    u64 hist[256];                     // the cluster's histogram of the current digit
+    u64 warp_u64[2][kWarps];
+    float warp_f[kWarps];
+    int32_t warp_i[3][kWarps];
+    u64 walk_left;
+    uint32_t walk_warp;
+    int32_t walk_found;
+    uint32_t sel_bin;
+    u64 sel_need;
+    int32_t top_count;
+    int32_t top_ids[kSampleMaxTop];  // rank 0: the row's top alternatives, in order
+    float top_l[kSampleMaxTop];
+};
+
+// The block's slice of the row and the cluster around it. An exchange: this block writes slot(), publish()
+// (the cluster barrier: every write before it is visible to every rank after it), reads remote(q), then done().
+// A slot is rewritten two exchanges later, after every rank has passed the barrier that follows its reads.
+// A cluster barrier is also a block barrier.
+template <int CL>
+struct Row {
+    const float* x;  // shared: the slice (raw, then adjusted)
+    int64_t lo, n;   // token ids [lo, lo + n)
+    int rank;
+    Shared& sh;
+    int turn = 0;
+
+    __device__ Pub& slot() { return sh.pub[turn]; }
+    __device__ void publish() { cg::this_cluster().sync(); }
+    __device__ const Pub& remote(int q) { return *cg::this_cluster().map_shared_rank(&sh.pub[turn], q); }
+    __device__ void done() { turn ^= 1; }
+};
+
+__device__ __forceinline__ u64 warp_sum(u64 v) {
+    for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(~0u, v, off);
+    return v;
+}
+
+// Sums of two values over the block (every thread gets both; two block barriers).
+__device__ void block_sum2(u64& a, u64& b, Shared& sh) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    a = warp_sum(a);
+    b = warp_sum(b);
+    if (lane == 0) {
+        sh.warp_u64[0][warp] = a;
+        sh.warp_u64[1][warp] = b;
+    }
+    __syncthreads();
+    a = warp_sum(sh.warp_u64[0][lane]);
+    b = warp_sum(sh.warp_u64[1][lane]);
+    __syncthreads();
+}
+
+// One exchange of two values per block: the sums over the ranks before this one and over all ranks. Every warp
+// reads the CL slots itself (one lane per rank), so no block barrier follows.
+struct Sums {
+    u64 before, total;
+};
+template <int CL>
+__device__ void cluster_sum2(Row<CL>& r, u64 a, u64 b, Sums& sa, Sums& sb) {
+    static_assert(CL <= 32, "one lane per rank");
+    if (threadIdx.x == 0) {
+        r.slot().v[0] = a;
+        r.slot().v[1] = b;
+    }
+    r.publish();
+    const int lane = threadIdx.x % 32;
+    u64 va = 0, vb = 0;
+    if (lane < CL) {
+        const Pub& p = r.remote(lane);
+        va = p.v[0];
+        vb = p.v[1];
+    }
+    sa = {warp_sum(lane < r.rank ? va : 0), warp_sum(va)};
+    sb = {warp_sum(lane < r.rank ? vb : 0), warp_sum(vb)};
+    r.done();
+}
+
+// The largest of one int per block, over the cluster.
+template <int CL>
+__device__ int32_t cluster_max(Row<CL>& r, int32_t v) {
+    if (threadIdx.x == 0) r.slot().i[0] = v;
+    r.publish();
+    const int lane = threadIdx.x % 32;
+    int32_t m = lane < CL ? r.remote(lane).i[0] : INT32_MIN;
+    for (int off = 16; off > 0; off /= 2) m = max(m, __shfl_xor_sync(~0u, m, off));
+    r.done();
+    return m;
+}
+
+// Scan merge: the larger maximum (on a tie the lower first id), the lower first bad id, the finite counts added.
+__device__ __forceinline__ void merge(Scan& s, const Scan& o) {
+    if (o.max > s.max || (o.max == s.max && o.first_max < s.first_max)) {
+        s.max = o.max;
+        s.first_max = o.first_max;
+    }
+    s.first_bad = min(s.first_bad, o.first_bad);
+    s.n_finite += o.n_finite;
+}
+__device__ __forceinline__ Scan warp_merge(Scan s) {
+    for (int off = 16; off > 0; off /= 2) {
+        const Scan o{__shfl_xor_sync(~0u, s.max, off), __shfl_xor_sync(~0u, s.first_max, off),
+                     __shfl_xor_sync(~0u, s.first_bad, off), __shfl_xor_sync(~0u, s.n_finite, off)};
+        merge(s, o);
+    }
+    return s;
+}
+
+// Each thread's maximum is held by its first token of that value (strict >, ids ascending), so the merges
+// give the row's first token holding the maximum. A maximum is never NaN (NaN compares false).
+template <int CL>
+__device__ Scan scan_row(Row<CL>& r) {
+    Shared& sh = r.sh;
+    Scan s{-kInf, INT32_MAX, INT32_MAX, 0};
     for (int64_t j = threadIdx.x; j < r.n; j += kThreads) {
         const float x = r.x[j];
-        if (!(x < kInf) && bad == INT32_MAX) bad = (int32_t)(r.lo + j);
-        if (x > mx) {
-            mx = x;
-            first = (int32_t)(r.lo + j);
+        if (!(x < kInf) && s.first_bad == INT32_MAX) s.first_bad = (int32_t)(r.lo + j);
+        if (x > s.max) {
+            s.max = x;
+            s.first_max = (int32_t)(r.lo + j);
         }
-        finite += x > -kInf && x < kInf;
+        s.n_finite += x > -kInf && x < kInf;
     }
-    const float bmx = block_max(mx, r.sh);
-    first = block_min(mx == bmx ? first : INT32_MAX, r.sh);
-    bad = block_min(bad, r.sh);
-    const u64 fin = block_sum((u64)finite, r.sh);
-    Scan s{-kInf, INT32_MAX, INT32_MAX, 0};
-    __shared__ Scan out;
-    r.exchange(
-        [&](Pub& p) {
-            p.f = bmx;
-            p.i[0] = first;
-            p.i[1] = bad;
-            p.i[2] = (int32_t)fin;
-        },
-        [&](int, const Pub& p) {
-            if (p.f > s.max || (p.f == s.max && p.i[0] < s.first_max)) {
-                s.max = p.f;
-                s.first_max = p.i[0];
-            }
-            s.first_bad = min(s.first_bad, p.i[1]);
-            s.n_finite += p.i[2];
-            out = s;
-        });
-    s = out;
+    s = warp_merge(s);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) {
+        sh.warp_f[warp] = s.max;
+        sh.warp_i[0][warp] = s.first_max;
+        sh.warp_i[1][warp] = s.first_bad;
+        sh.warp_i[2][warp] = s.n_finite;
+    }
     __syncthreads();
+    if (warp == 0) {
+        s = warp_merge(Scan{sh.warp_f[lane], sh.warp_i[0][lane], sh.warp_i[1][lane], sh.warp_i[2][lane]});
+        if (lane == 0) {
+            Pub& p = r.slot();
+            p.f = s.max;
+            p.i[0] = s.first_max;
+            p.i[1] = s.first_bad;
+            p.i[2] = s.n_finite;
+        }
+    }
+    r.publish();  // also the block barrier before sh.warp_* is written again
+    s = Scan{-kInf, INT32_MAX, INT32_MAX, 0};
+    if (lane < CL) {
+        const Pub& p = r.remote(lane);
+        s = Scan{p.f, p.i[0], p.i[1], p.i[2]};
+    }
+    s = warp_merge(s);
+    r.done();
     if (s.first_max == INT32_MAX) s.first_max = 0;  // every token -inf
     return s;
 }
@@ -177,147 +225,171 @@ struct Measure {
     __device__ u64 operator()(float x) const { return by_weight ? (u64)sample_weight(x, max, scale) : 1ull; }
 };
 
-// The measure summed over the tokens of `within`, over the row.
-__device__ u64 sum_within(Row& r, const Bound& within, const Measure& m) {
-    u64 acc = 0;
+// Two sums over the row: f(j) gives slice index j's two terms.
+template <int CL, class F>
+__device__ void sum_row2(Row<CL>& r, F&& f, u64& a, u64& b) {
+    a = 0;
+    b = 0;
     for (int64_t j = threadIdx.x; j < r.n; j += kThreads) {
-        const float x = r.x[j];
-        if (in_bound(within, sample_key(x), (int32_t)(r.lo + j))) acc += m(x);
+        u64 ta, tb;
+        f(j, ta, tb);
+        a += ta;
+        b += tb;
     }
-    const u64 mine = block_sum(acc, r.sh);
-    u64 total = 0;
-    r.exchange([&](Pub& p) { p.v[0] = mine; }, [&](int, const Pub& p) { total += p.v[0]; });
-    if (threadIdx.x == 0) r.sh.bu64 = total;
-    __syncthreads();
-    total = r.sh.bu64;
-    __syncthreads();
-    return total;
+    block_sum2(a, b, r.sh);
+    Sums sa, sb;
+    cluster_sum2(r, a, b, sa, sb);
+    a = sa.total;
+    b = sb.total;
+}
+
+// The measure summed over the tokens of `within`, over the row.
+template <int CL>
+__device__ u64 sum_within(Row<CL>& r, const Bound& within, const Measure& m) {
+    u64 a, b;
+    sum_row2(
+        r,
+        [&](int64_t j, u64& ta, u64& tb) {
+            const float x = r.x[j];
+            ta = in_bound(within, sample_key(x), (int32_t)(r.lo + j)) ? m(x) : 0;
+            tb = 0;
+        },
+        a, b);
+    return a;
 }
 
 // Warp w of the block owns the slice's ids [w * C, (w + 1) * C), lane-strided inside.
 __device__ __forceinline__ int64_t warp_chunk(int64_t n) { return (n + kWarps * 32 - 1) / (kWarps * 32) * 32; }
 
-// The `want`-th (1-based) token of the slice for which pred(j) holds, in id order, given that the slice holds
-// at least that many; its id. Runs on the whole block.
-template <class Pred>
-__device__ int32_t nth_in_slice(Row& r, u64 want, Pred&& pred) {
+// The first slice index j, in id order, at which the running sum of val over the slice exceeds t, given that
+// the slice's sum does (the last index with val > 0 otherwise; -1 if none). Runs on the whole block: the warp
+// sums of the chunks pick the warp, which scans its chunk 32 tokens at a time. Serves both the n-th token of a
+// predicate (val 0 / 1, t = n - 1) and the draw (val the kept weight, t the draw's offset).
+template <int CL, class Val>
+__device__ int32_t walk_slice(Row<CL>& r, u64 t, Val&& val) {
+    using T = decltype(val(int64_t{0}));
+    Shared& sh = r.sh;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t C = warp_chunk(r.n), b0 = warp * C, e0 = min(r.n, b0 + C);
-    int32_t cnt = 0;
-    for (int64_t base = b0; base < e0; base += 32) cnt += __popc(__ballot_sync(~0u, base + lane < e0 && pred(base + lane)));
-    if (lane == 0) r.sh.warp_i[warp] = cnt;
+    u64 acc = 0;
+    for (int64_t base = b0; base < e0; base += 32) acc += base + lane < e0 ? (u64)val(base + lane) : 0;
+    acc = warp_sum(acc);
+    if (lane == 0) sh.warp_u64[0][warp] = acc;
     __syncthreads();
     if (threadIdx.x == 0) {
+        u64 left = t;
         int w = 0;
-        u64 left = want;
         for (; w < kWarps - 1; ++w) {
-            if (left <= (u64)r.sh.warp_i[w]) break;
-            left -= (u64)r.sh.warp_i[w];
+            if (left < sh.warp_u64[0][w]) break;
+            left -= sh.warp_u64[0][w];
         }
-        r.sh.bu32[0] = (uint32_t)w;
-        r.sh.bu64 = left;
+        sh.walk_warp = (uint32_t)w;
+        sh.walk_left = left;
     }
     __syncthreads();
-    const int tw = (int)r.sh.bu32[0];
-    const u64 left = r.sh.bu64;
-    __syncthreads();
-    if (warp == tw) {
-        u64 seen = 0;
+    if (warp == (int)sh.walk_warp) {
+        const u64 left = sh.walk_left;
+        u64 cum = 0;
         int32_t last = -1;
         for (int64_t base = b0; base < e0; base += 32) {
-            const unsigned bits = __ballot_sync(~0u, base + lane < e0 && pred(base + lane));
-            const unsigned c = __popc(bits);
-            if (c && seen + c >= left) {
-                unsigned bb = bits;
-                for (u64 j = 1; j < left - seen; ++j) bb &= bb - 1;
-                last = (int32_t)(base + __ffs(bb) - 1);
+            const T v = base + lane < e0 ? val(base + lane) : T{0};
+            T incl = v;
+            for (int off = 1; off < 32; off *= 2) {
+                const T y = __shfl_up_sync(~0u, incl, off);
+                if (lane >= off) incl += y;
+            }
+            const unsigned hit = __ballot_sync(~0u, v > 0 && cum + (u64)incl > left);
+            const unsigned any = __ballot_sync(~0u, v > 0);
+            if (hit) {
+                last = (int32_t)(base + __ffs(hit) - 1);
                 break;
             }
-            if (c) last = (int32_t)(base + 31 - __clz(bits));
-            seen += c;
+            if (any) last = (int32_t)(base + 31 - __clz(any));
+            cum += (u64)__shfl_sync(~0u, incl, 31);
         }
-        if (lane == 0) r.sh.bu32[1] = (uint32_t)last;
+        if (lane == 0) sh.walk_found = last;
     }
     __syncthreads();
-    const int32_t j = (int32_t)r.sh.bu32[1];
-    __syncthreads();
-    return j < 0 ? -1 : (int32_t)(r.lo + j);
+    const int32_t j = sh.walk_found;
+    __syncthreads();  // walk_* and warp_u64 are free again
+    return j;
 }
 
 // The n-th (1-based) token of `within` with key `key`, in id order over the row (the last one if fewer).
-__device__ int32_t nth_tie(Row& r, const Bound& within, uint32_t key, u64 n) {
-    auto is_tie = [&](int64_t j) {
+template <int CL>
+__device__ int32_t nth_tie(Row<CL>& r, const Bound& within, uint32_t key, u64 n) {
+    auto is_tie = [&](int64_t j) -> uint32_t {
         const uint32_t k = sample_key(r.x[j]);
         return k == key && in_bound(within, k, (int32_t)(r.lo + j));
     };
-    int32_t cnt = 0;
-    for (int64_t j = threadIdx.x; j < r.n; j += kThreads) cnt += is_tie(j);
-    const u64 mine = block_sum((u64)cnt, r.sh);
-    // Ranks before this one, and the total.
-    u64 before = 0, total = 0;
-    r.exchange([&](Pub& p) { p.v[0] = mine; },
-               [&](int q, const Pub& p) {
-                   if (q < r.rank) before += p.v[0];
-                   total += p.v[0];
-                   r.sh.warp_u64[0] = before;
-                   r.sh.warp_u64[1] = total;
-               });
-    before = r.sh.warp_u64[0];
-    total = r.sh.warp_u64[1];
-    __syncthreads();
-    if (n > total) n = total;
-    const bool here = mine > 0 && n > before && n <= before + mine;
-    const int32_t id = here ? nth_in_slice(r, n - before, is_tie) : -1;
-    int32_t found = -1;
-    r.exchange([&](Pub& p) { p.i[0] = id; }, [&](int, const Pub& p) { found = max(found, p.i[0]); });
-    if (threadIdx.x == 0) r.sh.bu32[0] = (uint32_t)found;
-    __syncthreads();
-    found = (int32_t)r.sh.bu32[0];
-    __syncthreads();
-    return found;
+    u64 mine = 0, unused = 0;
+    for (int64_t j = threadIdx.x; j < r.n; j += kThreads) mine += is_tie(j);
+    block_sum2(mine, unused, r.sh);
+    Sums s, s_unused;
+    cluster_sum2(r, mine, 0, s, s_unused);
+    if (n > s.total) n = s.total;
+    // Block-uniform: every thread holds the same sums.
+    int32_t id = -1;
+    if (mine > 0 && n > s.before && n <= s.before + mine) {
+        const int32_t j = walk_slice(r, n - s.before - 1, is_tie);
+        id = j < 0 ? -1 : (int32_t)(r.lo + j);
+    }
+    return cluster_max(r, id);
 }
 
 // The shortest prefix of `within` (in key-then-id order) whose measure reaches `need` (>= 1, at most the
 // measure of `within`).
-__device__ Bound radix_select(Row& r, const Bound& within, const Measure& m, u64 need) {
+template <int CL>
+__device__ Bound radix_select(Row<CL>& r, const Bound& within, const Measure& m, u64 need) {
     Shared& sh = r.sh;
     uint32_t prefix = 0, mask = 0;
     for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int b = threadIdx.x; b < (kWarps / 2) * 256; b += kThreads) (&sh.sub[0][0])[b] = 0;
+        // The previous digit's readers of sub passed the exchange barrier; its readers of sel_* the barrier here.
+        uint4* z = reinterpret_cast<uint4*>(&sh.sub[0][0][0]);
+        for (int b = threadIdx.x; b < (int)(sizeof(sh.sub) / sizeof(uint4)); b += kThreads) z[b] = make_uint4(0, 0, 0, 0);
         __syncthreads();
         // Each thread adds up a run of its tokens in one bin before it touches shared memory: a peaked row puts
-        // most keys in a few bins, and every atomic on one address waits for the one before.
-        u64* mine = sh.sub[(threadIdx.x / 32) % (kWarps / 2)];
-        uint32_t cur = 0;
-        u64 run = 0;
+        // most keys in a few bins, and every atomic on one address waits for the one before. Both halves of a
+        // run stay below 32 * 2^20.
+        const int copy = (threadIdx.x / 32) % kCopies;
+        uint32_t* lo = sh.sub[0][copy];
+        uint32_t* hi = sh.sub[1][copy];
+        uint32_t cur = 0, run_lo = 0, run_hi = 0;
         for (int64_t j = threadIdx.x; j < r.n; j += kThreads) {
             const float x = r.x[j];
             const uint32_t k = sample_key(x);
             if ((k & mask) != prefix || !in_bound(within, k, (int32_t)(r.lo + j))) continue;
             const uint32_t bin = (k >> shift) & 255u;
-            if (bin != cur && run) {
-                atomicAdd(&mine[cur], run);
-                run = 0;
+            if (bin != cur && (run_lo | run_hi)) {
+                atomicAdd(&lo[cur], run_lo);
+                if (run_hi) atomicAdd(&hi[cur], run_hi);
+                run_lo = run_hi = 0;
             }
             cur = bin;
-            run += m(x);
+            const u64 w = m(x);
+            run_lo += (uint32_t)(w & ((1ull << kHalfBits) - 1));
+            run_hi += (uint32_t)(w >> kHalfBits);
         }
-        if (run) atomicAdd(&mine[cur], run);
+        if (run_lo | run_hi) {
+            atomicAdd(&lo[cur], run_lo);
+            if (run_hi) atomicAdd(&hi[cur], run_hi);
+        }
         __syncthreads();
-        r.exchange(
-            [&](Pub& p) {
-                const int b = threadIdx.x;
-                if (b < 256) {
-                    u64 t = 0;
-                    for (int h = 0; h < kWarps / 2; ++h) t += sh.sub[h][b];
-                    p.v[b] = t;
-                }
-            },
-            [&](int q, const Pub& p) {
-                const int b = threadIdx.x;
-                if (b < 256) sh.hist[b] = (q == 0 ? 0 : sh.hist[b]) + p.v[b];
-            },
-            true);
+        const int b = threadIdx.x;
+        if (b < 256) {
+            u64 t = 0;
+            for (int h = 0; h < kCopies; ++h) t += ((u64)sh.sub[1][h][b] << kHalfBits) + sh.sub[0][h][b];
+            r.slot().v[b] = t;
+        }
+        r.publish();
+        if (b < 256) {
+            u64 t = 0;
+#pragma unroll
+            for (int q = 0; q < CL; ++q) t += r.remote(q).v[b];  // no store between: the loads overlap
+            sh.hist[b] = t;
+        }
+        r.done();
+        __syncthreads();
         // The bin holding the need-th unit, from the top: warp 0, 8 bins per lane (lane 0 the highest).
         if (threadIdx.x < 32) {
             const int lane = threadIdx.x;
@@ -333,30 +405,28 @@ __device__ Bound radix_select(Row& r, const Bound& within, const Measure& m, u64
             const int hl = hit ? __ffs(hit) - 1 : 31;
             if (lane == hl) {
                 u64 before = excl;
-                int b = 255 - lane * 8, j = 0;
-                for (; j < 8; ++j, --b) {
-                    const u64 h = sh.hist[b];
+                int bb = 255 - lane * 8, j = 0;
+                for (; j < 8; ++j, --bb) {
+                    const u64 h = sh.hist[bb];
                     if (h > 0 && before + h >= need) break;
                     before += h;
                 }
                 if (j == 8) {  // unreachable: need never exceeds the group's measure; keep the lowest bin with any
-                    b = 255 - lane * 8 - 7;
+                    bb = 255 - lane * 8 - 7;
                     before = excl;
                     for (int jj = 0; jj < 8; ++jj)
-                        if (sh.hist[255 - lane * 8 - jj] > 0) b = 255 - lane * 8 - jj;
-                    for (int bb = 255 - lane * 8; bb > b; --bb) before += sh.hist[bb];
-                    need = before + sh.hist[b];
+                        if (sh.hist[255 - lane * 8 - jj] > 0) bb = 255 - lane * 8 - jj;
+                    for (int c = 255 - lane * 8; c > bb; --c) before += sh.hist[c];
+                    need = before + sh.hist[bb];
                 }
-                sh.bu32[0] = (uint32_t)b;
-                sh.bu64 = need - before;
+                sh.sel_bin = (uint32_t)bb;
+                sh.sel_need = need - before;
             }
         }
         __syncthreads();
-        const uint32_t b = sh.bu32[0];
-        need = sh.bu64;
-        __syncthreads();
-        prefix |= b << shift;
+        prefix |= sh.sel_bin << shift;
         mask |= 255u << shift;
+        need = sh.sel_need;
     }
     // Ties of key `prefix` (a group of positive measure) each weigh the same.
     u64 n = need;
@@ -367,16 +437,69 @@ __device__ Bound radix_select(Row& r, const Bound& within, const Measure& m, u64
     return {prefix, nth_tie(r, within, prefix, n)};
 }
 
+// The row's top alternatives (`top`: exactly the n_top best tokens, n_top <= kSampleMaxTop): each block
+// publishes its members, rank 0 gathers them in parallel and puts each at its place in the order "higher
+// logit, then lower id" (its place = the members ahead of it; (key, id) pairs are distinct).
+template <int CL>
+__device__ void gather_top(Row<CL>& r, const Bound& top) {
+    Shared& sh = r.sh;
+    if (threadIdx.x == 0) sh.top_count = 0;
+    __syncthreads();
+    Pub& mine = r.slot();
+    for (int64_t j = threadIdx.x; j < r.n; j += kThreads)
+        if (in_bound(top, sample_key(r.x[j]), (int32_t)(r.lo + j))) {
+            const int s = atomicAdd(&sh.top_count, 1);
+            if (s < kSampleMaxTop) {
+                mine.top_ids[s] = (int32_t)(r.lo + j);
+                mine.top_l[s] = r.x[j];
+            }
+        }
+    __syncthreads();
+    if (threadIdx.x == 0) mine.top_n = min(sh.top_count, kSampleMaxTop);
+    r.publish();
+    if (r.rank == 0) {
+        // Thread t takes member t % kSampleMaxTop of rank t / kSampleMaxTop.
+        const int t = threadIdx.x, q = t / kSampleMaxTop, i = t % kSampleMaxTop;
+        int32_t id = -1;
+        float l = 0;
+        if (q < CL && i < r.remote(q).top_n) {
+            id = r.remote(q).top_ids[i];
+            l = r.remote(q).top_l[i];
+        }
+        int place = 0, total = 0;
+        if (id >= 0) {
+            const uint32_t k = sample_key(l);
+            for (int qq = 0; qq < CL; ++qq) {
+                const Pub& p = r.remote(qq);
+                const int nq = p.top_n;
+                total += nq;
+                for (int ii = 0; ii < nq; ++ii) {
+                    const uint32_t ko = sample_key(p.top_l[ii]);
+                    place += ko > k || (ko == k && p.top_ids[ii] < id);
+                }
+            }
+            if (place < kSampleMaxTop) {
+                sh.top_ids[place] = id;
+                sh.top_l[place] = l;  // the raw logit until the log-sum-exp is subtracted
+            }
+            if (place == 0) sh.top_count = min(total, kSampleMaxTop);
+        }
+    }
+    r.done();
+    __syncthreads();
+}
+
+template <int CL>
 __global__ void __launch_bounds__(kThreads) sample_kernel(SampleOut* out, const float* logits, int64_t V,
                                                           const SampleArgs* args, const SampleAdjust* adjust) {
     extern __shared__ float slice[];
     __shared__ Shared sh;
     cg::cluster_group cluster = cg::this_cluster();
     const int rank = (int)cluster.block_rank();
-    const int64_t row_i = blockIdx.x / kCluster;
+    const int64_t row_i = blockIdx.x / CL;
     const SampleArgs a = args[row_i];
     const float* raw = logits + a.row * V;
-    const int64_t S = (V + kCluster - 1) / kCluster;
+    const int64_t S = (V + CL - 1) / CL;
     const int64_t lo = rank * S, hi = min(V, lo + S), n = hi > lo ? hi - lo : 0;
     // The slice into shared memory, eight loads in flight per thread.
     for (int64_t j0 = threadIdx.x; j0 < n; j0 += 8 * kThreads) {
@@ -388,7 +511,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleOut* out, const 
             if (j0 + u * kThreads < n) slice[j0 + u * kThreads] = v[u];
     }
     __syncthreads();
-    Row r{slice, lo, n, rank, sh};
+    Row<CL> r{slice, lo, n, rank, sh};
     SampleOut* o = out + row_i;
     auto finish_error = [&](int32_t status, int32_t bad) {
         if (rank == 0 && threadIdx.x == 0) {
@@ -405,48 +528,25 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleOut* out, const 
     const Scan sr = scan_row(r);
     if (sr.first_bad != INT32_MAX) return finish_error(kSampleBadLogit, sr.first_bad);
     const Measure w1{true, sr.max, sample_scale(1.0f)};
-    const Bound all{0u, -1};  // every token that is not NaN
-    const u64 S1 = sum_within(r, all, w1);
+    const bool drawn = a.temperature > 0.0f;
+    const Measure wt{true, sr.max, drawn ? sample_scale(a.temperature) : 1.0f};
+    // Without adjustments the adjusted row is the raw one (same scan), so the top-p mass over every finite
+    // token (no top-k cut) comes with the log-sum-exp's pass: -inf tokens weigh 0 in both.
+    const bool mass_now = drawn && a.adjust_count == 0 && a.top_p < 1.0f && !(a.top_k > 0 && a.top_k < sr.n_finite);
+    u64 S1, mass_raw;
+    sum_row2(
+        r,
+        [&](int64_t j, u64& ta, u64& tb) {
+            const float x = slice[j];
+            ta = w1(x);
+            tb = mass_now ? wt(x) : 0;
+        },
+        S1, mass_raw);
     int n_top = a.n_top < V ? a.n_top : (int)V;
     if (n_top > kSampleMaxTop) n_top = kSampleMaxTop;
     if (n_top > 0) {
-        const Measure count{false, 0, 0};
-        const Bound top = radix_select(r, all, count, (u64)n_top);
-        if (threadIdx.x == 0) sh.top_count = 0;
-        __syncthreads();
-        int32_t* ids = sh.pub[r.turn].top_ids;
-        float* ls = sh.pub[r.turn].top_l;
-        for (int64_t j = threadIdx.x; j < n; j += kThreads)
-            if (in_bound(top, sample_key(slice[j]), (int32_t)(lo + j))) {
-                const int s = atomicAdd(&sh.top_count, 1);
-                if (s < kSampleMaxTop) {
-                    ids[s] = (int32_t)(lo + j);
-                    ls[s] = slice[j];
-                }
-            }
-        __syncthreads();
-        // Rank 0 gathers every rank's members and orders them: higher logit, then lower id.
-        r.exchange([&](Pub& p) { p.top_n = min(sh.top_count, kSampleMaxTop); },
-                   [&](int q, const Pub& p) {
-                       if (rank != 0) return;
-                       int& c = sh.top_count;
-                       if (q == 0) c = 0;
-                       for (int i = 0; i < p.top_n && c < kSampleMaxTop; ++i) {
-                           const int32_t id = p.top_ids[i];
-                           const float l = p.top_l[i];
-                           int j = c - 1;
-                           while (j >= 0) {
-                               const uint32_t kj = sample_key(o->top_logprobs[j]), k = sample_key(l);
-                               if (kj > k || (kj == k && o->top_ids[j] < id)) break;
-                               o->top_ids[j + 1] = o->top_ids[j];
-                               o->top_logprobs[j + 1] = o->top_logprobs[j];
-                               --j;
-                           }
-                           o->top_ids[j + 1] = id;
-                           o->top_logprobs[j + 1] = l;  // the raw logit until the log-sum-exp is subtracted
-                           ++c;
-                       }
-                   });
+        const Bound all{0u, -1};  // every token that is not NaN
+        gather_top(r, radix_select(r, all, Measure{false, 0, 0}, (u64)n_top));
     }
 
     // Adjustments, then the adjusted row's scan.
@@ -463,133 +563,144 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleOut* out, const 
     if (s.n_finite == 0) return finish_error(kSampleAllBanned, -1);
 
     int32_t token = s.first_max;
-    if (a.temperature > 0.0f) {
-        const Measure wt{true, s.max, sample_scale(a.temperature)};
+    if (drawn) {
+        const Measure wa{true, s.max, wt.scale};
         const Bound all_finite{sample_key(-kInf), -1};
         Bound keep = all_finite;
         if (a.top_k > 0 && a.top_k < s.n_finite) keep = radix_select(r, all_finite, Measure{false, 0, 0}, (u64)a.top_k);
         if (a.top_p < 1.0f) {
-            const u64 mass = sum_within(r, keep, wt);
+            const u64 mass = mass_now ? mass_raw : sum_within(r, keep, wa);
             const u64 need = (u64)ceil((double)a.top_p * (double)mass);
-            keep = radix_select(r, keep, wt, need > 0 ? need : 1);
+            keep = radix_select(r, keep, wa, need > 0 ? need : 1);
         }
         auto kept_w = [&](int64_t j) -> u64 {
             const float x = slice[j];
             if (!in_bound(keep, sample_key(x), (int32_t)(lo + j))) return 0;
-            const u64 w = sample_weight(x, s.max, wt.scale);
+            const u64 w = sample_weight(x, s.max, wa.scale);
             return w >= a.min_p_fixed ? w : 0;
         };
-        // Kept weight per rank, the rank holding the draw, then the warp of that block holding it.
-        u64 acc = 0;
-        for (int64_t j = threadIdx.x; j < n; j += kThreads) acc += kept_w(j);
-        const u64 mine = block_sum(acc, sh);
-        u64 before = 0, K = 0;
-        r.exchange([&](Pub& p) { p.v[0] = mine; },
-                   [&](int q, const Pub& p) {
-                       if (q < rank) before += p.v[0];
-                       K += p.v[0];
-                       sh.warp_u64[0] = before;
-                       sh.warp_u64[1] = K;
-                   });
-        before = sh.warp_u64[0];
-        K = sh.warp_u64[1];
-        __syncthreads();
+        // Kept weight per rank, the rank holding the draw, then the token inside it.
+        u64 mine = 0, unused = 0;
+        for (int64_t j = threadIdx.x; j < n; j += kThreads) mine += kept_w(j);
+        block_sum2(mine, unused, sh);
+        Sums ks, ks_unused;
+        cluster_sum2(r, mine, 0, ks, ks_unused);
+        const u64 K = ks.total;
         u64 t = (u64)(a.u * (double)K);
         if (t >= K) t = K - 1;
         int32_t id = -1;
-        if (t >= before && t < before + mine) {
-            // Within this block: per-warp sums over the warp chunks, then the warp walks its chunk.
-            const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-            const int64_t C = warp_chunk(n), b0 = warp * C, e0 = min(n, b0 + C);
-            u64 wacc = 0;
-            for (int64_t base = b0; base < e0; base += 32) wacc += base + lane < e0 ? kept_w(base + lane) : 0;
-            for (int off = 16; off > 0; off /= 2) wacc += __shfl_xor_sync(~0u, wacc, off);
-            if (lane == 0) sh.warp_u64[warp] = wacc;
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                u64 left = t - before;
-                int w = 0;
-                for (; w < kWarps - 1; ++w) {
-                    if (left < sh.warp_u64[w]) break;
-                    left -= sh.warp_u64[w];
-                }
-                sh.bu32[0] = (uint32_t)w;
-                sh.bu64 = left;
-            }
-            __syncthreads();
-            const int tw = (int)sh.bu32[0];
-            const u64 left = sh.bu64;
-            __syncthreads();
-            if (warp == tw) {
-                u64 cum = 0;
-                int32_t last = -1;
-                for (int64_t base = b0; base < e0; base += 32) {
-                    const u64 v = base + lane < e0 ? kept_w(base + lane) : 0;
-                    u64 incl = v;
-                    for (int off = 1; off < 32; off *= 2) {
-                        const u64 y = __shfl_up_sync(~0u, incl, off);
-                        if (lane >= off) incl += y;
-                    }
-                    const unsigned hit = __ballot_sync(~0u, v > 0 && cum + incl > left);
-                    const unsigned any = __ballot_sync(~0u, v > 0);
-                    if (hit) {
-                        last = (int32_t)(base + __ffs(hit) - 1);
-                        break;
-                    }
-                    if (any) last = (int32_t)(base + 31 - __clz(any));
-                    cum += __shfl_sync(~0u, incl, 31);
-                }
-                if (lane == 0) sh.bu32[1] = (uint32_t)last;
-            }
-            __syncthreads();
-            id = (int32_t)(lo + (int32_t)sh.bu32[1]);
-            __syncthreads();
+        if (t >= ks.before && t < ks.before + mine) {  // block-uniform
+            const int32_t j = walk_slice(r, t - ks.before, kept_w);
+            id = j < 0 ? -1 : (int32_t)(lo + j);
         }
-        int32_t found = -1;
-        r.exchange([&](Pub& p) { p.i[0] = id; }, [&](int, const Pub& p) { found = max(found, p.i[0]); });
-        token = found;
+        token = cluster_max(r, id);
     }
 
-    if (rank == 0 && threadIdx.x == 0) {
+    if (rank == 0) {
         const double lse = (double)sr.max + log((double)S1 / kSampleFixedOne);
-        o->status = kSampleOk;
-        o->bad_token = -1;
-        o->token = token;
-        o->logprob = (float)((double)raw[token] - lse);
-        o->n_top = n_top > 0 ? min(sh.top_count, n_top) : 0;
-        for (int i = 0; i < o->n_top; ++i) o->top_logprobs[i] = (float)((double)o->top_logprobs[i] - lse);
+        const int nt = n_top > 0 ? min(sh.top_count, n_top) : 0;
+        if (threadIdx.x == 0) {
+            o->status = kSampleOk;
+            o->bad_token = -1;
+            o->token = token;
+            o->logprob = (float)((double)raw[token] - lse);
+            o->n_top = nt;
+        }
+        if ((int)threadIdx.x < nt) {
+            o->top_ids[threadIdx.x] = sh.top_ids[threadIdx.x];
+            o->top_logprobs[threadIdx.x] = (float)((double)sh.top_l[threadIdx.x] - lse);
+        }
     }
     cluster.sync();
 }
 
+template <int CL>
+size_t slice_bytes(int64_t n_vocab) {
+    return (size_t)((n_vocab + CL - 1) / CL) * sizeof(float);
+}
+
+template <int CL>
+bool fits(int64_t n_vocab) {
+    return n_vocab > 0 && n_vocab < INT32_MAX && (n_vocab + CL - 1) / CL <= kMaxSlice &&
+           slice_bytes<CL>(n_vocab) + sizeof(Shared) <= device_limits().smem_optin;
+}
+
+// The kernel's attributes for slices of `smem` bytes (raised as vocabularies need; the cluster of 16 is beyond
+// the portable size of 8).
+template <int CL>
+void prepare(size_t smem) {
+    static size_t smem_set = 0;
+    if (smem <= smem_set) return;
+    CUDA_CHECK(cudaFuncSetAttribute(sample_kernel<CL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    if (CL > 8) CUDA_CHECK(cudaFuncSetAttribute(sample_kernel<CL>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    smem_set = smem;
+}
+
+template <int CL>
+cudaLaunchConfig_t config(int64_t rows, size_t smem, cudaStream_t stream, cudaLaunchAttribute* attr) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(rows * CL));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = CL;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cfg;
+}
+
+template <int CL>
+int max_clusters(int64_t n_vocab) {
+    // Found once per vocabulary size (a device property: the SMs of a GPC that can host one cluster each).
+    static int64_t for_vocab = -1;
+    static int count = 0;
+    if (n_vocab == for_vocab) return count;
+    count = 0;
+    if (fits<CL>(n_vocab)) {
+        const size_t smem = slice_bytes<CL>(n_vocab);
+        prepare<CL>(smem);
+        cudaLaunchAttribute attr[1];
+        const cudaLaunchConfig_t cfg = config<CL>(1, smem, nullptr, attr);
+        if (cudaOccupancyMaxActiveClusters(&count, sample_kernel<CL>, &cfg) != cudaSuccess) {
+            (void)cudaGetLastError();
+            count = 0;
+        }
+    }
+    for_vocab = n_vocab;
+    return count;
+}
+
+template <int CL>
+void launch_draw(SampleOut* out, const float* logits, int64_t n_vocab, const SampleArgs* args, int64_t rows,
+            const SampleAdjust* adjust, cudaStream_t stream) {
+    DSV4_CHECK_MSG(fits<CL>(n_vocab) && rows * CL <= INT32_MAX,
+                   "sample: a vocabulary of %lld tokens does not fit the draw's shared memory", (long long)n_vocab);
+    const size_t smem = slice_bytes<CL>(n_vocab);
+    prepare<CL>(smem);
+    cudaLaunchAttribute attr[1];
+    const cudaLaunchConfig_t cfg = config<CL>(rows, smem, stream, attr);
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, sample_kernel<CL>, out, logits, n_vocab, args, adjust));
+}
+
 }  // namespace
+
+int sample_max_clusters(SampleKernel k, int64_t n_vocab) {
+    return k == SampleKernel::cluster16 ? max_clusters<16>(n_vocab) : max_clusters<8>(n_vocab);
+}
 
 void CudaBackend::sample(SampleOut* out, const float* logits, int64_t n_vocab, const SampleArgs* args, int64_t rows,
                          const SampleAdjust* adjust) {
     if (skipped("sample")) return;
     if (rows <= 0) return;
-    const size_t smem = (size_t)((n_vocab + kCluster - 1) / kCluster) * sizeof(float);
-    DSV4_CHECK_MSG(n_vocab > 0 && n_vocab < INT32_MAX && rows * kCluster <= INT32_MAX &&
-                       smem + sizeof(Shared) <= device_limits().smem_optin,
-                   "sample: a vocabulary of %lld tokens does not fit the draw's shared memory", (long long)n_vocab);
-    static size_t smem_set = 0;  // the kernel's dynamic shared memory limit, raised as vocabularies need
-    if (smem > smem_set) {
-        CUDA_CHECK(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        smem_set = smem;
-    }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(rows * kCluster));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream_;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = kCluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, sample_kernel, out, logits, n_vocab, args, adjust));
+    const SampleKernel k = select_sample(*this, rows, n_vocab);
+    if (k == SampleKernel::cluster16)
+        launch_draw<16>(out, logits, n_vocab, args, rows, adjust, stream_);
+    else
+        launch_draw<8>(out, logits, n_vocab, args, rows, adjust, stream_);
+    ran(kernel_name(k));
 }
 
 }  // namespace dsv4::cuda
