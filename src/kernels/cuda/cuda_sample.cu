@@ -6,12 +6,19 @@
 // weights (top-p), so every sum is exact and the result is the CPU oracle's bit for bit; the draw walks the
 // kept set in id order.
 //
-// What keeps it fast: histograms take 32-bit shared atomics only (a 64-bit one is a compare-and-swap loop that
-// a peaked row's few hot bins turn into long retries), the weights split in two 20-bit halves whose per-copy
-// sums stay exact in 32 bits; the scalars of an exchange are read by one lane per rank at once, not one rank
-// after another; the raw row's scan is one block reduction; the log-sum-exp and the top-p mass share a pass
-// when no adjustment separates the raw and the adjusted row.
+// What keeps it fast: histograms take 32-bit shared atomics only (a 64-bit add is a compare-and-swap loop that
+// a peaked row's few hot bins turn into long retries): a weight is split in two 20-bit halves whose per-copy
+// sums stay exact in 32 bits, and each lane has its own copy, so a warp's atomics never collide. The scalars of
+// an exchange are read by one lane per rank at once, not one rank after another; the row's scan is one block
+// reduction; the log-sum-exp and the top-p mass share a pass when no adjustment separates the raw row from the
+// adjusted one.
+//
+// Every decision that steers a barrier (an error, a truncation, the loop over digits) is taken on values every
+// thread of the cluster holds alike, so every block passes the same cluster barriers; work that only one block
+// does (the walk to a token) has block barriers only.
 #include <cooperative_groups.h>
+
+#include <cstddef>
 
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
@@ -27,9 +34,12 @@ namespace cg = cooperative_groups;
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
-constexpr int kCopies = kWarps / 2;  // radix histograms per block, one per pair of warps
-// Tokens per block at most. A thread takes ceil(n / kThreads) <= 32 tokens, so a histogram copy (64 threads)
-// sums at most 2048 weight halves of at most 2^20 each: 2^31, exact in 32 bits.
+// Radix histograms per block: one per lane, padded to 257 bins so that the 32 lanes of a warp adding to one
+// bin hit 32 different banks (bank = lane + bin mod 32) and no atomic of a warp waits for another lane's.
+constexpr int kCopies = 32;
+constexpr int kBinStride = 257;
+// Tokens per block at most. A thread takes ceil(n / kThreads) <= 32 tokens, so a histogram copy (one lane of
+// each of the 32 warps) sums at most 1024 weight halves of at most 2^20 each: 2^30, exact in 32 bits.
 constexpr int64_t kMaxSlice = 32768;
 constexpr int kHalfBits = 20;  // a weight (<= 2^40) = hi * 2^20 + lo
 constexpr float kInf = __builtin_huge_valf();
@@ -64,7 +74,7 @@ struct Scan {
 
 struct alignas(16) Shared {  // 16: the histograms are cleared with 16-byte stores
     Pub pub[2];                        // alternating, so a slot is rewritten only two barriers after it was read
-    uint32_t sub[2][kCopies][256];     // radix histograms: [0] low, [1] high halves of the measure
+    uint32_t sub[2][kCopies][kBinStride];  // radix histograms: [0] low, [1] high halves of the measure
     u64 hist[256];                     // the cluster's histogram of the current digit
     u64 warp_u64[2][kWarps];
     float warp_f[kWarps];
@@ -78,6 +88,8 @@ struct alignas(16) Shared {  // 16: the histograms are cleared with 16-byte stor
     int32_t top_ids[kSampleMaxTop];  // rank 0: the row's top alternatives, in order
     float top_l[kSampleMaxTop];
 };
+
+static_assert(offsetof(Shared, sub) % 16 == 0 && sizeof(Shared::sub) % 16 == 0, "sub is cleared in 16-byte stores");
 
 // The block's slice of the row and the cluster around it. An exchange: this block writes slot(), publish()
 // (the cluster barrier: every write before it is visible to every rank after it), reads remote(q), then done().
@@ -351,7 +363,7 @@ __device__ Bound radix_select(Row<CL>& r, const Bound& within, const Measure& m,
         // Each thread adds up a run of its tokens in one bin before it touches shared memory: a peaked row puts
         // most keys in a few bins, and every atomic on one address waits for the one before. Both halves of a
         // run stay below 32 * 2^20.
-        const int copy = (threadIdx.x / 32) % kCopies;
+        const int copy = threadIdx.x % 32;
         uint32_t* lo = sh.sub[0][copy];
         uint32_t* hi = sh.sub[1][copy];
         uint32_t cur = 0, run_lo = 0, run_hi = 0;
