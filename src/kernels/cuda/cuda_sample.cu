@@ -327,45 +327,43 @@ __device__ int32_t walk_slice(Row<CL>& r, u64 t, Val&& val) {
     return j;
 }
 
-// The n-th (1-based) token of `within` with key `key`, in id order over the row (the last one if fewer).
+// The n-th (1-based) token of `within` with key `key`, in id order over the row (the last one if fewer), given
+// every rank's count of them (lane q < CL holds rank q's in `count`; the same in every warp).
 template <int CL>
-__device__ int32_t nth_tie(Row<CL>& r, const Bound& within, uint32_t key, u64 n) {
+__device__ int32_t nth_tie(Row<CL>& r, const Bound& within, uint32_t key, u64 n, u64 count) {
     auto is_tie = [&](int64_t j) -> uint32_t {
         const uint32_t k = sample_key(r.x[j]);
         return k == key && in_bound(within, k, (int32_t)(r.lo + j));
     };
-    u64 mine = 0, unused = 0;
-    for (int64_t j = threadIdx.x; j < r.n; j += kThreads) mine += is_tie(j);
-    block_sum2(mine, unused, r.sh);
-    Sums s, s_unused;
-    cluster_sum2(r, mine, 0, s, s_unused);
-    if (n > s.total) n = s.total;
-    // Block-uniform: every thread holds the same sums.
+    const int lane = threadIdx.x % 32;
+    const u64 before = warp_sum(lane < r.rank ? count : 0), total = warp_sum(count);
+    const u64 mine = __shfl_sync(~0u, count, r.rank);
+    if (n > total) n = total;
+    // Block-uniform: every thread holds the same counts.
     int32_t id = -1;
-    if (mine > 0 && n > s.before && n <= s.before + mine) {
-        const int32_t j = walk_slice(r, n - s.before - 1, is_tie);
+    if (mine > 0 && n > before && n <= before + mine) {
+        const int32_t j = walk_slice(r, n - before - 1, is_tie);
         id = j < 0 ? -1 : (int32_t)(r.lo + j);
     }
     return cluster_max(r, id);
 }
 
 // The shortest prefix of `within` (in key-then-id order) whose measure reaches `need` (>= 1, at most the
-// measure of `within`).
+// measure of `within`). On entry and on return every histogram copy is zero (cleared at the kernel's start,
+// then by the threads that read a digit's histogram, before the exchange barrier that precedes the next
+// digit's atomics).
 template <int CL>
 __device__ Bound radix_select(Row<CL>& r, const Bound& within, const Measure& m, u64 need) {
     Shared& sh = r.sh;
+    const int lane = threadIdx.x % 32;
     uint32_t prefix = 0, mask = 0;
+    u64 tie_measure = 0;  // lane q < CL: rank q's measure in the last digit's chosen bin
     for (int shift = 24; shift >= 0; shift -= 8) {
-        // The previous digit's readers of sub passed the exchange barrier; its readers of sel_* the barrier here.
-        uint4* z = reinterpret_cast<uint4*>(&sh.sub[0][0][0]);
-        for (int b = threadIdx.x; b < (int)(sizeof(sh.sub) / sizeof(uint4)); b += kThreads) z[b] = make_uint4(0, 0, 0, 0);
-        __syncthreads();
         // Each thread adds up a run of its tokens in one bin before it touches shared memory: a peaked row puts
         // most keys in a few bins, and every atomic on one address waits for the one before. Both halves of a
         // run stay below 32 * 2^20.
-        const int copy = threadIdx.x % 32;
-        uint32_t* lo = sh.sub[0][copy];
-        uint32_t* hi = sh.sub[1][copy];
+        uint32_t* lo = sh.sub[0][lane];
+        uint32_t* hi = sh.sub[1][lane];
         uint32_t cur = 0, run_lo = 0, run_hi = 0;
         for (int64_t j = threadIdx.x; j < r.n; j += kThreads) {
             const float x = r.x[j];
@@ -390,7 +388,11 @@ __device__ Bound radix_select(Row<CL>& r, const Bound& within, const Measure& m,
         const int b = threadIdx.x;
         if (b < 256) {
             u64 t = 0;
-            for (int h = 0; h < kCopies; ++h) t += ((u64)sh.sub[1][h][b] << kHalfBits) + sh.sub[0][h][b];
+            for (int h = 0; h < kCopies; ++h) {
+                t += ((u64)sh.sub[1][h][b] << kHalfBits) + sh.sub[0][h][b];
+                sh.sub[0][h][b] = 0;
+                sh.sub[1][h][b] = 0;
+            }
             r.slot().v[b] = t;
         }
         r.publish();
@@ -400,11 +402,9 @@ __device__ Bound radix_select(Row<CL>& r, const Bound& within, const Measure& m,
             for (int q = 0; q < CL; ++q) t += r.remote(q).v[b];  // no store between: the loads overlap
             sh.hist[b] = t;
         }
-        r.done();
         __syncthreads();
         // The bin holding the need-th unit, from the top: warp 0, 8 bins per lane (lane 0 the highest).
         if (threadIdx.x < 32) {
-            const int lane = threadIdx.x;
             u64 s = 0;
             for (int j = 0; j < 8; ++j) s += sh.hist[255 - lane * 8 - j];
             u64 incl = s;
@@ -435,18 +435,24 @@ __device__ Bound radix_select(Row<CL>& r, const Bound& within, const Measure& m,
                 sh.sel_need = need - before;
             }
         }
-        __syncthreads();
-        prefix |= sh.sel_bin << shift;
+        __syncthreads();  // the next writes of hist and sel_* come after the next exchange barrier
+        const uint32_t bin = sh.sel_bin;
+        prefix |= bin << shift;
         mask |= 255u << shift;
         need = sh.sel_need;
+        // The last digit's bins are whole keys: every rank's measure of the chosen one is its measure of the
+        // ties. The slots stay unwritten until two exchanges on.
+        if (shift == 0 && lane < CL) tie_measure = r.remote(lane).v[bin];
+        r.done();
     }
-    // Ties of key `prefix` (a group of positive measure) each weigh the same.
-    u64 n = need;
+    // Ties of key `prefix` each weigh the same w, positive since their bin's measure is: the tie reaching
+    // need, and every rank's count of them.
+    u64 w = 1;
     if (m.by_weight) {
-        const u64 w = m(__uint_as_float((prefix & 0x80000000u) ? (prefix & 0x7fffffffu) : ~prefix));
-        n = w == 0 ? ~0ull : (need + w - 1) / w;
+        w = m(__uint_as_float((prefix & 0x80000000u) ? (prefix & 0x7fffffffu) : ~prefix));
+        if (w == 0) w = 1;  // unreachable (a chosen bin has positive measure); keeps the division defined
     }
-    return {prefix, nth_tie(r, within, prefix, n)};
+    return {prefix, nth_tie(r, within, prefix, (need + w - 1) / w, tie_measure / w)};
 }
 
 // The row's top alternatives (`top`: exactly the n_top best tokens, n_top <= kSampleMaxTop): each block
@@ -513,6 +519,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleOut* out, const 
     const float* raw = logits + a.row * V;
     const int64_t S = (V + CL - 1) / CL;
     const int64_t lo = rank * S, hi = min(V, lo + S), n = hi > lo ? hi - lo : 0;
+    // The histograms start at zero (radix_select leaves them so).
+    uint4* z = reinterpret_cast<uint4*>(&sh.sub[0][0][0]);
+    for (int i = threadIdx.x; i < (int)(sizeof(sh.sub) / sizeof(uint4)); i += kThreads) z[i] = make_uint4(0, 0, 0, 0);
     // The slice into shared memory, eight loads in flight per thread.
     for (int64_t j0 = threadIdx.x; j0 < n; j0 += 8 * kThreads) {
         float v[8];
