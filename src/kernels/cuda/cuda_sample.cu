@@ -270,56 +270,71 @@ __device__ u64 sum_within(Row<CL>& r, const Bound& within, const Measure& m) {
     return a;
 }
 
-// Warp w of the block owns the slice's ids [w * C, (w + 1) * C), lane-strided inside.
-__device__ __forceinline__ int64_t warp_chunk(int64_t n) { return (n + kWarps * 32 - 1) / (kWarps * 32) * 32; }
+// Inclusive prefix sum over the lanes of a warp.
+__device__ __forceinline__ u64 warp_scan(u64 v) {
+    const int lane = threadIdx.x % 32;
+    for (int off = 1; off < 32; off *= 2) {
+        const u64 y = __shfl_up_sync(~0u, v, off);
+        if (lane >= off) v += y;
+    }
+    return v;
+}
+
+// The lane holding the t-th unit (0-based) of the lanes' sums s in lane order, and the units before it (every
+// lane gets both); past the total, the last lane with units and t clamped into its share; -1 if none has any.
+__device__ __forceinline__ int warp_pick(u64 s, u64& t) {
+    const u64 incl = warp_scan(s);
+    const unsigned hit = __ballot_sync(~0u, s > 0 && incl > t);
+    const unsigned any = __ballot_sync(~0u, s > 0);
+    const int l = hit ? __ffs(hit) - 1 : any ? 31 - __clz(any) : -1;
+    if (l < 0) return -1;
+    const u64 before = __shfl_sync(~0u, incl - s, l), share = __shfl_sync(~0u, s, l);
+    t = hit ? t - before : share - 1;
+    return l;
+}
 
 // The first slice index j, in id order, at which the running sum of val over the slice exceeds t, given that
-// the slice's sum does (the last index with val > 0 otherwise; -1 if none). Runs on the whole block: the warp
-// sums of the chunks pick the warp, which scans its chunk 32 tokens at a time. Serves both the n-th token of a
-// predicate (val 0 / 1, t = n - 1) and the draw (val the kept weight, t the draw's offset).
+// the slice's sum does (the last index with val > 0 otherwise; -1 if none). Runs on the whole block. Lane l of
+// warp w owns the run of P = ceil(n / kThreads) indices from (w * 32 + l) * P: the warps' sums (read
+// lane-strided) pick the warp, its lanes' sums pick the lane, and that lane walks its run. Serves both the n-th
+// token of a predicate (val 0 / 1, t = n - 1) and the draw (val the kept weight, t the draw's offset).
 template <int CL, class Val>
 __device__ int32_t walk_slice(Row<CL>& r, u64 t, Val&& val) {
-    using T = decltype(val(int64_t{0}));
     Shared& sh = r.sh;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t C = warp_chunk(r.n), b0 = warp * C, e0 = min(r.n, b0 + C);
+    const int64_t P = (r.n + kThreads - 1) / kThreads, b0 = warp * 32 * P, e0 = min(r.n, b0 + 32 * P);
     u64 acc = 0;
-    for (int64_t base = b0; base < e0; base += 32) acc += base + lane < e0 ? (u64)val(base + lane) : 0;
+    for (int64_t j = b0 + lane; j < e0; j += 32) acc += (u64)val(j);
     acc = warp_sum(acc);
     if (lane == 0) sh.warp_u64[0][warp] = acc;
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if (warp == 0) {
         u64 left = t;
-        int w = 0;
-        for (; w < kWarps - 1; ++w) {
-            if (left < sh.warp_u64[0][w]) break;
-            left -= sh.warp_u64[0][w];
+        const int w = warp_pick(sh.warp_u64[0][lane], left);
+        if (lane == 0) {
+            sh.walk_warp = (uint32_t)(w < 0 ? 0 : w);
+            sh.walk_left = left;
         }
-        sh.walk_warp = (uint32_t)w;
-        sh.walk_left = left;
     }
     __syncthreads();
     if (warp == (int)sh.walk_warp) {
-        const u64 left = sh.walk_left;
-        u64 cum = 0;
-        int32_t last = -1;
-        for (int64_t base = b0; base < e0; base += 32) {
-            const T v = base + lane < e0 ? val(base + lane) : T{0};
-            T incl = v;
-            for (int off = 1; off < 32; off *= 2) {
-                const T y = __shfl_up_sync(~0u, incl, off);
-                if (lane >= off) incl += y;
+        const int64_t rb = b0 + lane * P, re = min(r.n, rb + P);
+        u64 s = 0;
+        for (int64_t j = rb; j < re; ++j) s += (u64)val(j);
+        u64 left = sh.walk_left;
+        const int l = warp_pick(s, left);
+        if (lane == (l < 0 ? 0 : l)) {
+            int32_t found = -1;
+            u64 cum = 0;
+            for (int64_t j = l < 0 ? re : rb; j < re; ++j) {
+                const u64 v = (u64)val(j);
+                if (v == 0) continue;
+                found = (int32_t)j;
+                cum += v;
+                if (cum > left) break;
             }
-            const unsigned hit = __ballot_sync(~0u, v > 0 && cum + (u64)incl > left);
-            const unsigned any = __ballot_sync(~0u, v > 0);
-            if (hit) {
-                last = (int32_t)(base + __ffs(hit) - 1);
-                break;
-            }
-            if (any) last = (int32_t)(base + 31 - __clz(any));
-            cum += (u64)__shfl_sync(~0u, incl, 31);
+            sh.walk_found = found;
         }
-        if (lane == 0) sh.walk_found = last;
     }
     __syncthreads();
     const int32_t j = sh.walk_found;
