@@ -8,10 +8,11 @@
 //
 // What keeps it fast: histograms take 32-bit shared atomics only (a 64-bit add is a compare-and-swap loop that
 // a peaked row's few hot bins turn into long retries): a weight is split in two 20-bit halves whose per-copy
-// sums stay exact in 32 bits, and each lane has its own copy, so a warp's atomics never collide. The scalars of
-// an exchange are read by one lane per rank at once, not one rank after another; the row's scan is one block
-// reduction; the log-sum-exp and the top-p mass share a pass when no adjustment separates the raw row from the
-// adjusted one.
+// sums stay exact in 32 bits, and the 32 lanes of a warp add to 16 copies, so a warp's atomics collide at most
+// in pairs. The last digit's histogram gives the tie counts, so a selection makes no counting pass of its own.
+// The scalars of an exchange are read by one lane per rank at once, not one rank after another; the walk to a
+// token picks its warp and lane by warp scans; the row's scan is one block reduction; the log-sum-exp and the
+// top-p mass share a pass when no adjustment separates the raw row from the adjusted one.
 //
 // Every decision that steers a barrier (an error, a truncation, the loop over digits) is taken on values every
 // thread of the cluster holds alike, so every block passes the same cluster barriers; work that only one block
@@ -34,12 +35,13 @@ namespace cg = cooperative_groups;
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
-// Radix histograms per block: one per lane, padded to 257 bins so that the 32 lanes of a warp adding to one
-// bin hit 32 different banks (bank = lane + bin mod 32) and no atomic of a warp waits for another lane's.
-constexpr int kCopies = 32;
+// Radix histograms per block: lane l adds to copy l % 16, padded to 257 bins so that lanes adding to one bin
+// hit different banks (bank = copy + bin mod 32): when a whole warp adds to one bin, its atomics take two
+// rounds, not 32. (One copy per lane would take one, but a digit's combine reads every copy: 16 halve that.)
+constexpr int kCopies = 16;
 constexpr int kBinStride = 257;
-// Tokens per block at most. A thread takes ceil(n / kThreads) <= 32 tokens, so a histogram copy (one lane of
-// each of the 32 warps) sums at most 1024 weight halves of at most 2^20 each: 2^30, exact in 32 bits.
+// Tokens per block at most. A thread takes ceil(n / kThreads) <= 32 tokens, so a histogram copy (two lanes of
+// each of the 32 warps) sums at most 2048 weight halves of at most 2^20 each: 2^31, exact in 32 bits.
 constexpr int64_t kMaxSlice = 32768;
 constexpr int kHalfBits = 20;  // a weight (<= 2^40) = hi * 2^20 + lo
 constexpr float kInf = __builtin_huge_valf();
@@ -377,8 +379,8 @@ __device__ Bound radix_select(Row<CL>& r, const Bound& within, const Measure& m,
         // Each thread adds up a run of its tokens in one bin before it touches shared memory: a peaked row puts
         // most keys in a few bins, and every atomic on one address waits for the one before. Both halves of a
         // run stay below 32 * 2^20.
-        uint32_t* lo = sh.sub[0][lane];
-        uint32_t* hi = sh.sub[1][lane];
+        uint32_t* lo = sh.sub[0][lane % kCopies];
+        uint32_t* hi = sh.sub[1][lane % kCopies];
         uint32_t cur = 0, run_lo = 0, run_hi = 0;
         for (int64_t j = threadIdx.x; j < r.n; j += kThreads) {
             const float x = r.x[j];
@@ -404,9 +406,10 @@ __device__ Bound radix_select(Row<CL>& r, const Bound& within, const Measure& m,
         if (b < 256) {
             u64 t = 0;
             for (int h = 0; h < kCopies; ++h) {
-                t += ((u64)sh.sub[1][h][b] << kHalfBits) + sh.sub[0][h][b];
-                sh.sub[0][h][b] = 0;
-                sh.sub[1][h][b] = 0;
+                const uint32_t l = sh.sub[0][h][b], u = sh.sub[1][h][b];
+                t += ((u64)u << kHalfBits) + l;
+                if (l) sh.sub[0][h][b] = 0;  // a digit touches few bins: store only where it did
+                if (u) sh.sub[1][h][b] = 0;
             }
             r.slot().v[b] = t;
         }
