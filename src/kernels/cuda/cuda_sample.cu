@@ -58,8 +58,14 @@ __device__ __forceinline__ bool in_bound(const Bound& b, uint32_t k, int32_t i) 
 }
 
 // What a block publishes to the cluster in one exchange.
+constexpr int kFinish = 32;  // a selection whose chosen bin holds at most this many tokens finishes in one warp
+
 struct Pub {
-    u64 v[256];
+    u64 v[256];           // a digit's histogram: the measure per bin
+    uint32_t cnt[256];    // and the tokens per bin
+    uint32_t cand_key[kFinish];
+    int32_t cand_id[kFinish];
+    int32_t cand_n;
     float f;
     int32_t i[3];
     int32_t top_ids[kSampleMaxTop];
@@ -76,7 +82,7 @@ struct Scan {
 
 struct alignas(16) Shared {  // 16: the histograms are cleared with 16-byte stores
     Pub pub[2];                        // alternating, so a slot is rewritten only two barriers after it was read
-    uint32_t sub[2][kCopies][kBinStride];  // radix histograms: [0] low, [1] high halves of the measure
+    uint32_t sub[3][kCopies][kBinStride];  // radix histograms: [0] low, [1] high halves of the measure, [2] tokens
     u64 hist[256];                     // the cluster's histogram of the current digit
     u64 warp_u64[2][kWarps];
     float warp_f[kWarps];
@@ -86,6 +92,7 @@ struct alignas(16) Shared {  // 16: the histograms are cleared with 16-byte stor
     int32_t walk_found;
     uint32_t sel_bin;
     u64 sel_need;
+    int32_t cand_n;
     int32_t top_count;
     int32_t top_ids[kSampleMaxTop];  // rank 0: the row's top alternatives, in order
     float top_l[kSampleMaxTop];
@@ -365,53 +372,128 @@ __device__ int32_t nth_tie(Row<CL>& r, const Bound& within, uint32_t key, u64 n,
     return cluster_max(r, id);
 }
 
+// The float of an order-preserving key (sample_key's inverse).
+__device__ __forceinline__ float key_value(uint32_t k) {
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+// The end of the shortest prefix of `within` that reaches `need` when what is left to decide is the order of
+// the few tokens (<= kFinish over the cluster) of `within` whose keys match `prefix` under `mask`, and `need`
+// is what they must add. Each block publishes its candidates; every warp then puts them in order itself (a
+// lane per candidate: its place is the number of candidates ahead of it, (key, id) pairs being distinct), adds
+// up the measures in that order, and takes the first place that reaches need.
+template <int CL>
+__device__ Bound finish_small(Row<CL>& r, const Bound& within, const Measure& m, uint32_t prefix, uint32_t mask,
+                              u64 need) {
+    Shared& sh = r.sh;
+    Pub& mine = r.slot();
+    for (int64_t j = threadIdx.x; j < r.n; j += kThreads) {
+        const uint32_t k = sample_key(r.x[j]);
+        if ((k & mask) != prefix || !in_bound(within, k, (int32_t)(r.lo + j))) continue;
+        const int s = atomicAdd(&sh.cand_n, 1);
+        if (s < kFinish) {
+            mine.cand_key[s] = k;
+            mine.cand_id[s] = (int32_t)(r.lo + j);
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) mine.cand_n = min(sh.cand_n, kFinish);
+    r.publish();
+    const int lane = threadIdx.x % 32;
+    uint32_t key = 0;
+    int32_t id = 0;
+    int total = 0;
+    bool valid = false;
+    for (int q = 0; q < CL; ++q) {
+        const Pub& p = r.remote(q);
+        const int nq = p.cand_n;
+        if (!valid && lane >= total && lane < total + nq) {
+            key = p.cand_key[lane - total];
+            id = p.cand_id[lane - total];
+            valid = true;
+        }
+        total += nq;
+    }
+    r.done();
+    int place = 0;
+    for (int i = 0; i < 32; ++i) {
+        const uint32_t ki = __shfl_sync(~0u, key, i);
+        const int32_t ii = __shfl_sync(~0u, id, i);
+        place += i < total && (ki > key || (ki == key && ii < id));
+    }
+    const u64 mv = valid ? m(key_value(key)) : 0;
+    u64 cum = 0;
+    for (int i = 0; i < 32; ++i) {
+        const u64 mi = __shfl_sync(~0u, mv, i);
+        const int pi = __shfl_sync(~0u, place, i);
+        if (i < total && pi <= place) cum += mi;
+    }
+    // The first place that reaches need (past every place, unreachable: the last).
+    const bool reach = __any_sync(~0u, valid && cum >= need);
+    int pick = reach ? (valid && cum >= need ? place : INT32_MAX) : (valid ? place : -1);
+    for (int off = 16; off > 0; off /= 2) {
+        const int o = __shfl_xor_sync(~0u, pick, off);
+        pick = reach ? min(pick, o) : max(pick, o);
+    }
+    const unsigned at = __ballot_sync(~0u, valid && place == pick);
+    const int src = at ? __ffs(at) - 1 : 0;
+    return {__shfl_sync(~0u, key, src), __shfl_sync(~0u, id, src)};
+}
+
 // The shortest prefix of `within` (in key-then-id order) whose measure reaches `need` (>= 1, at most the
 // measure of `within`). On entry and on return every histogram copy is zero (cleared at the kernel's start,
 // then by the threads that read a digit's histogram, before the exchange barrier that precedes the next
-// digit's atomics).
+// digit's atomics). A digit whose chosen bin holds few tokens ends the selection (finish_small); a spread row
+// gets there after three digits, a row of ties goes through all four and picks the tie by count.
 template <int CL>
 __device__ Bound radix_select(Row<CL>& r, const Bound& within, const Measure& m, u64 need) {
     Shared& sh = r.sh;
     const int lane = threadIdx.x % 32;
     uint32_t prefix = 0, mask = 0;
-    u64 tie_measure = 0;  // lane q < CL: rank q's measure in the last digit's chosen bin
     for (int shift = 24; shift >= 0; shift -= 8) {
         // Each thread adds up a run of its tokens in one bin before it touches shared memory: a peaked row puts
-        // most keys in a few bins, and every atomic on one address waits for the one before. Both halves of a
+        // most keys in a few bins, and every atomic on one address waits for the one before. The halves of a
         // run stay below 32 * 2^20.
         uint32_t* lo = sh.sub[0][lane % kCopies];
         uint32_t* hi = sh.sub[1][lane % kCopies];
-        uint32_t cur = 0, run_lo = 0, run_hi = 0;
+        uint32_t* nt = sh.sub[2][lane % kCopies];
+        uint32_t cur = 0, run_lo = 0, run_hi = 0, run_n = 0;
+        auto flush = [&]() {
+            if (run_lo) atomicAdd(&lo[cur], run_lo);
+            if (run_hi) atomicAdd(&hi[cur], run_hi);
+            if (m.by_weight) atomicAdd(&nt[cur], run_n);  // counts: the measure is the count
+        };
         for (int64_t j = threadIdx.x; j < r.n; j += kThreads) {
             const float x = r.x[j];
             const uint32_t k = sample_key(x);
             if ((k & mask) != prefix || !in_bound(within, k, (int32_t)(r.lo + j))) continue;
             const uint32_t bin = (k >> shift) & 255u;
-            if (bin != cur && (run_lo | run_hi)) {
-                atomicAdd(&lo[cur], run_lo);
-                if (run_hi) atomicAdd(&hi[cur], run_hi);
-                run_lo = run_hi = 0;
+            if (bin != cur && run_n) {
+                flush();
+                run_lo = run_hi = run_n = 0;
             }
             cur = bin;
             const u64 w = m(x);
             run_lo += (uint32_t)(w & ((1ull << kHalfBits) - 1));
             run_hi += (uint32_t)(w >> kHalfBits);
+            ++run_n;
         }
-        if (run_lo | run_hi) {
-            atomicAdd(&lo[cur], run_lo);
-            if (run_hi) atomicAdd(&hi[cur], run_hi);
-        }
+        if (run_n) flush();
         __syncthreads();
         const int b = threadIdx.x;
         if (b < 256) {
             u64 t = 0;
+            uint32_t c = 0;
             for (int h = 0; h < kCopies; ++h) {
-                const uint32_t l = sh.sub[0][h][b], u = sh.sub[1][h][b];
+                const uint32_t l = sh.sub[0][h][b], u = sh.sub[1][h][b], nn = sh.sub[2][h][b];
                 t += ((u64)u << kHalfBits) + l;
+                c += nn;
                 if (l) sh.sub[0][h][b] = 0;  // a digit touches few bins: store only where it did
                 if (u) sh.sub[1][h][b] = 0;
+                if (nn) sh.sub[2][h][b] = 0;
             }
             r.slot().v[b] = t;
+            r.slot().cnt[b] = m.by_weight ? c : (uint32_t)t;
         }
         r.publish();
         if (b < 256) {
@@ -452,25 +534,31 @@ __device__ Bound radix_select(Row<CL>& r, const Bound& within, const Measure& m,
                 sh.sel_bin = (uint32_t)bb;
                 sh.sel_need = need - before;
             }
+            if (lane == 0) sh.cand_n = 0;  // finish_small's counter; its last user passed barriers since
         }
         __syncthreads();  // the next writes of hist and sel_* come after the next exchange barrier
         const uint32_t bin = sh.sel_bin;
         prefix |= bin << shift;
         mask |= 255u << shift;
         need = sh.sel_need;
-        // The last digit's bins are whole keys: every rank's measure of the chosen one is its measure of the
-        // ties. The slots stay unwritten until two exchanges on.
-        if (shift == 0 && lane < CL) tie_measure = r.remote(lane).v[bin];
+        // Every rank's tokens in the chosen bin (lane q < CL: rank q's; the same in every warp). The slots stay
+        // unwritten until two exchanges on.
+        const u64 count_q = lane < CL ? r.remote(lane).cnt[bin] : 0;
         r.done();
+        const u64 count = warp_sum(count_q);
+        if (count <= kFinish) return finish_small(r, within, m, prefix, mask, need);
+        // The last digit's bins are whole keys: ties of key `prefix`, each of the same weight w (positive,
+        // since their bin's measure is). The tie that reaches need, found by count.
+        if (shift == 0) {
+            u64 w = 1;
+            if (m.by_weight) {
+                w = m(key_value(prefix));
+                if (w == 0) w = 1;  // unreachable (a chosen bin has positive measure); keeps the division defined
+            }
+            return {prefix, nth_tie(r, within, prefix, (need + w - 1) / w, count_q)};
+        }
     }
-    // Ties of key `prefix` each weigh the same w, positive since their bin's measure is: the tie reaching
-    // need, and every rank's count of them.
-    u64 w = 1;
-    if (m.by_weight) {
-        w = m(__uint_as_float((prefix & 0x80000000u) ? (prefix & 0x7fffffffu) : ~prefix));
-        if (w == 0) w = 1;  // unreachable (a chosen bin has positive measure); keeps the division defined
-    }
-    return {prefix, nth_tie(r, within, prefix, (need + w - 1) / w, tie_measure / w)};
+    return {prefix, -1};  // not reached: the last digit returns
 }
 
 // The row's top alternatives (`top`: exactly the n_top best tokens, n_top <= kSampleMaxTop): each block
