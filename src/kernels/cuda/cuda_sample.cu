@@ -616,8 +616,10 @@ __device__ void gather_top(Row<CL>& r, const Bound& top) {
 template <int CL>
 __global__ void __launch_bounds__(kThreads) sample_kernel(SampleOut* out, const float* logits, int64_t V,
                                                           const SampleArgs* args, const SampleAdjust* adjust) {
-    extern __shared__ float slice[];
-    __shared__ Shared sh;
+    // Dynamic shared memory: the block's state, then its slice (static shared memory stops at 48 KB).
+    extern __shared__ __align__(16) unsigned char smem[];
+    Shared& sh = *reinterpret_cast<Shared*>(smem);
+    float* slice = reinterpret_cast<float*>(smem + sizeof(Shared));
     cg::cluster_group cluster = cg::this_cluster();
     const int rank = (int)cluster.block_rank();
     const int64_t row_i = blockIdx.x / CL;
@@ -741,19 +743,22 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleOut* out, const 
     cluster.sync();
 }
 
+static_assert(sizeof(Shared) % 16 == 0, "the slice after the state stays 16-byte aligned");
+
+// Dynamic shared memory of a block: its state and its slice of the row.
 template <int CL>
-size_t slice_bytes(int64_t n_vocab) {
-    return (size_t)((n_vocab + CL - 1) / CL) * sizeof(float);
+size_t smem_bytes(int64_t n_vocab) {
+    return sizeof(Shared) + (size_t)((n_vocab + CL - 1) / CL) * sizeof(float);
 }
 
 template <int CL>
 bool fits(int64_t n_vocab) {
     return n_vocab > 0 && n_vocab < INT32_MAX && (n_vocab + CL - 1) / CL <= kMaxSlice &&
-           slice_bytes<CL>(n_vocab) + sizeof(Shared) <= device_limits().smem_optin;
+           smem_bytes<CL>(n_vocab) <= device_limits().smem_optin;
 }
 
-// The kernel's attributes for slices of `smem` bytes (raised as vocabularies need; the cluster of 16 is beyond
-// the portable size of 8).
+// The kernel's attributes for `smem` bytes of dynamic shared memory (raised as vocabularies need; the cluster
+// of 16 is beyond the portable size of 8).
 template <int CL>
 void prepare(size_t smem) {
     static size_t smem_set = 0;
@@ -787,7 +792,7 @@ int max_clusters(int64_t n_vocab) {
     if (n_vocab == for_vocab) return count;
     count = 0;
     if (fits<CL>(n_vocab)) {
-        const size_t smem = slice_bytes<CL>(n_vocab);
+        const size_t smem = smem_bytes<CL>(n_vocab);
         prepare<CL>(smem);
         cudaLaunchAttribute attr[1];
         const cudaLaunchConfig_t cfg = config<CL>(1, smem, nullptr, attr);
@@ -805,7 +810,7 @@ void launch_draw(SampleOut* out, const float* logits, int64_t n_vocab, const Sam
             const SampleAdjust* adjust, cudaStream_t stream) {
     DSV4_CHECK_MSG(fits<CL>(n_vocab) && rows * CL <= INT32_MAX,
                    "sample: a vocabulary of %lld tokens does not fit the draw's shared memory", (long long)n_vocab);
-    const size_t smem = slice_bytes<CL>(n_vocab);
+    const size_t smem = smem_bytes<CL>(n_vocab);
     prepare<CL>(smem);
     cudaLaunchAttribute attr[1];
     const cudaLaunchConfig_t cfg = config<CL>(rows, smem, stream, attr);
