@@ -101,7 +101,7 @@ void add_kernel_options(CLI::App& app, DeviceOptions& d) {
         ->delimiter(',');
     app.add_option("--kernel", d.kernels,
                    "CUDA only: OP=KERNEL runs that kernel wherever it serves a call (ops: matmul, moe_experts, "
-                   "attention, hc_pre_norm; kernels in docs/cuda.md); repeatable")
+                   "attention, hc_pre_norm, sample; kernels in docs/cuda.md); repeatable")
         ->delimiter(',');
 }
 

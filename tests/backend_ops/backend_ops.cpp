@@ -38,7 +38,7 @@ struct Check {
 // The op whose CUDA kernel choice a case exercises (cuda_kernels.h), or "" when its op has one kernel.
 std::string choice_op(const std::string& op) {
     if (op == "matmul" || op == "matmul_batch" || op == "matmul_norm") return "matmul";
-    if (op == "moe_experts" || op == "attention" || op == "hc_pre_norm") return op;
+    if (op == "moe_experts" || op == "attention" || op == "hc_pre_norm" || op == "sample") return op;
     return "";
 }
 #endif

@@ -18,12 +18,22 @@ struct DrawSpec {
     bool adjust;
 };
 
-// Logits of one row: `kind` 0 = random, 1 = ties (few distinct values), 2 = peaked, 3 = with banned tokens.
+// Logits of one row: `kind` 0 = random, 1 = ties (few distinct values), 2 = peaked, 3 = with banned tokens,
+// 4 = all equal (every cut falls inside one tie), 5 = flat (weights within a few times of each other: top-p
+// keeps most of the row, the draw's slowest case).
+constexpr int kKinds = 6;
+const char* kind_name(int kind) {
+    static const char* const names[kKinds] = {"random", "ties", "peaked", "banned", "equal", "flat"};
+    return names[kind];
+}
+
 std::vector<float> row_logits(Rng& rng, int64_t V, int kind) {
     std::vector<float> l = rng.vec(V, -8, 8);
     for (float& x : l) {
         if (kind == 1) x = (float)(int)(x * 0.5f);
         if (kind == 2) x *= 4.0f;
+        if (kind == 4) x = 1.5f;
+        if (kind == 5) x *= 1.0f / 16.0f;
     }
     if (kind == 3)
         for (int64_t i = 0; i < V; i += 3) l[i] = -std::numeric_limits<float>::infinity();
@@ -36,7 +46,7 @@ CaseGen draw_case(int64_t V, int64_t rows, const DrawSpec& spec, int kind, uint6
         c.op = "sample";
         char buf[160];
         std::snprintf(buf, sizeof buf, "V=%lld rows=%lld %s logits=%s", (long long)V, (long long)rows, spec.name,
-                      kind == 0 ? "random" : kind == 1 ? "ties" : kind == 2 ? "peaked" : "banned");
+                      kind_name(kind));
         c.shape = buf;
         Rng rng(case_seed(seed, c.op + c.shape));
         auto logits = std::make_shared<std::vector<float>>();
@@ -117,13 +127,24 @@ void add_sample_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
         {"T=1.2 top_p=0.5 min_p=0.02 adjust", 1.2f, 0.5f, 0.02f, 0, 3, true},
         {"greedy adjust", 0.0f, 1.0f, 0.0f, 0, 2, true},
         {"T=2 top_k=4000", 2.0f, 1.0f, 0.0f, 4000, 0, false},
+        {"T=0.6 top_p=0.95 top20", 0.6f, 0.95f, 0.0f, 0, 20, false},
+        {"T=1 top_p=0.95 top_k=200000", 1.0f, 0.95f, 0.0f, 200000, 0, false},  // top_k beyond the row: no cut
     };
+    constexpr int kGreedy = 0, kT1 = 2, kTopP = 3, kTopK = 4, kMinP = 6, kAdjust = 7, kTopPTop20 = 10;
     for (const DrawSpec& s : specs)
-        for (int kind = 0; kind < 4; ++kind) out.push_back(draw_case(1000, 3, s, kind, o.seed));
+        for (int kind = 0; kind < kKinds; ++kind) out.push_back(draw_case(1000, 3, s, kind, o.seed));
     for (const DrawSpec& s : specs) out.push_back(draw_case(129280, 2, s, 0, o.seed));
-    out.push_back(draw_case(129280, 64, specs[3], 2, o.seed));
-    out.push_back(draw_case(129280, 8, specs[7], 1, o.seed));
+    // One sequence at the model's vocabulary: the latency a single stream sees per step (the perf mode's
+    // single-row numbers), on random rows and on the cases that stress the selections: flat weights (top-p
+    // keeps most of the row), ties across the cut, one value everywhere.
+    for (int si : {kGreedy, kT1, kTopP, kTopK, kMinP, kTopPTop20}) out.push_back(draw_case(129280, 1, specs[si], 0, o.seed));
+    for (int kind : {1, 4, 5})
+        for (int si : {kTopP, kTopK, kTopPTop20}) out.push_back(draw_case(129280, 1, specs[si], kind, o.seed));
+    out.push_back(draw_case(129280, 64, specs[kTopP], 2, o.seed));
+    out.push_back(draw_case(129280, 8, specs[kAdjust], 1, o.seed));
+    out.push_back(draw_case(129280, 12, specs[kTopPTop20], 5, o.seed));  // past one wave of 16-block clusters
     out.push_back(draw_case(7, 1, specs[5], 1, o.seed));  // fewer tokens than top_k and n_top
+    out.push_back(draw_case(20, 1, specs[kTopPTop20], 0, o.seed));  // n_top = V: every token an alternative
 }
 
 }  // namespace dsv4::backend_ops

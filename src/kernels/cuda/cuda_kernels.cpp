@@ -23,6 +23,7 @@ constexpr Names<MoeKernel, 4> kMoe = {{{MoeKernel::decode_xreg, "decode_xreg"},
                                        {MoeKernel::grouped, "grouped"}}};
 constexpr Names<AttentionKernel, 2> kAttention = {{{AttentionKernel::tc_bf16, "tc_bf16"}, {AttentionKernel::f32, "f32"}}};
 constexpr Names<HcPreNormKernel, 2> kHcPreNorm = {{{HcPreNormKernel::fused, "fused"}, {HcPreNormKernel::split, "split"}}};
+constexpr Names<SampleKernel, 2> kSample = {{{SampleKernel::cluster16, "cluster16"}, {SampleKernel::cluster8, "cluster8"}}};
 
 template <class E, size_t N>
 const char* name_of(const Names<E, N>& names, E k) {
@@ -58,14 +59,16 @@ const char* kernel_name(MatmulKernel k) { return name_of(kMatmul, k); }
 const char* kernel_name(MoeKernel k) { return name_of(kMoe, k); }
 const char* kernel_name(AttentionKernel k) { return name_of(kAttention, k); }
 const char* kernel_name(HcPreNormKernel k) { return name_of(kHcPreNorm, k); }
+const char* kernel_name(SampleKernel k) { return name_of(kSample, k); }
 
-std::vector<std::string> kernel_choice_ops() { return {"matmul", "moe_experts", "attention", "hc_pre_norm"}; }
+std::vector<std::string> kernel_choice_ops() { return {"matmul", "moe_experts", "attention", "hc_pre_norm", "sample"}; }
 
 std::vector<std::string> kernel_names(std::string_view op) {
     if (op == "matmul") return all(kMatmul);
     if (op == "moe_experts") return all(kMoe);
     if (op == "attention") return all(kAttention);
     if (op == "hc_pre_norm") return all(kHcPreNorm);
+    if (op == "sample") return all(kSample);
     return {};
 }
 
@@ -74,6 +77,7 @@ bool set_kernel_force(KernelForce& f, std::string_view op, std::string_view kern
     if (op == "moe_experts") return set(f.moe, kMoe, kernel);
     if (op == "attention") return set(f.attention, kAttention, kernel);
     if (op == "hc_pre_norm") return set(f.hc_pre_norm, kHcPreNorm, kernel);
+    if (op == "sample") return set(f.sample, kSample, kernel);
     return false;
 }
 

@@ -1,6 +1,7 @@
 // The CUDA kernels an op can choose between, as data: one enum per op that has more than one kernel, each
 // value's name, and the list a test enumerates. Which kernel runs is decided in one place per op
-// (cuda_select.cu: select_matmul, select_moe, select_attention, select_hc_pre_norm); the launchers take that
+// (cuda_select.cu: select_matmul, select_moe, select_attention, select_hc_pre_norm, select_sample); the launchers
+// take that
 // choice. Plain C++ (no CUDA headers), so the CLI and tests can name kernels in any build.
 #pragma once
 
@@ -42,10 +43,17 @@ enum class HcPreNormKernel : uint8_t {
     split,  // hc_pre, then rms_norm
 };
 
+// sample: the token draw, one cluster of blocks per row (cuda_sample.cu).
+enum class SampleKernel : uint8_t {
+    cluster16,  // 16 blocks per row (a non-portable cluster): while every row of the call gets a cluster at once
+    cluster8,   // 8 blocks per row (the portable cluster size): any row count
+};
+
 const char* kernel_name(MatmulKernel k);
 const char* kernel_name(MoeKernel k);
 const char* kernel_name(AttentionKernel k);
 const char* kernel_name(HcPreNormKernel k);
+const char* kernel_name(SampleKernel k);
 
 // Kernels forced by name per op, for the conformance test (every kernel that can be chosen is checked on
 // the cases it serves) and for timing one kernel against another. A forced kernel runs only where it serves
@@ -55,9 +63,10 @@ struct KernelForce {
     std::optional<MoeKernel> moe;
     std::optional<AttentionKernel> attention;
     std::optional<HcPreNormKernel> hc_pre_norm;
+    std::optional<SampleKernel> sample;
 };
 
-// The ops that choose between kernels ("matmul", "moe_experts", "attention", "hc_pre_norm").
+// The ops that choose between kernels ("matmul", "moe_experts", "attention", "hc_pre_norm", "sample").
 std::vector<std::string> kernel_choice_ops();
 // The kernel names of one of those ops, in the order the op prefers them; empty for any other op.
 std::vector<std::string> kernel_names(std::string_view op);

@@ -106,4 +106,13 @@ HcPreNormKernel select_hc_pre_norm(const CudaBackend& b, int64_t dim, const floa
     return fused ? HcPreNormKernel::fused : HcPreNormKernel::split;
 }
 
+// Sixteen blocks per row halve every block's passes over its slice; they pay off while the call's rows all run
+// at once (one wave), beyond that the clusters of 8 keep twice as many rows in flight.
+SampleKernel select_sample(const CudaBackend& b, int64_t rows, int64_t n_vocab) {
+    const int wide = sample_max_clusters(SampleKernel::cluster16, n_vocab);
+    const auto& f = b.force().sample;
+    if (f && (*f == SampleKernel::cluster8 || wide > 0)) return *f;
+    return wide > 0 && rows <= wide ? SampleKernel::cluster16 : SampleKernel::cluster8;
+}
+
 }  // namespace dsv4::cuda
