@@ -226,6 +226,13 @@ void add_decode_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(gemv_case(q8, 1, 4096, 3, 4096, 3, 0, o.seed));
     out.push_back(gemv_case(q8, 1, 2048, 33, 2048, 33, 1, o.seed));
     out.push_back(gemv_case(q8, 1, 16384, 5000, 16384, 5000, 0, o.seed));
+    // The same kernel for the 2-4 tokens of a speculative verify step (every row's digits in registers, up to
+    // 16 warps: K <= 8192), strided activations and outputs, a partial stage, and the normed form.
+    for (int64_t n : {2, 3, 4}) {
+        for (int64_t K : {512, 1536, 4096, 8192}) out.push_back(gemv_case(q8, n, K, 83, K + 4, 83 + 5, 0, o.seed));
+        out.push_back(gemv_case(q8, n, 1024, 3, 1024, 3, 0, o.seed));
+        out.push_back(matmul_norm_case(q8, n, 1024, 83, 1024 + 4, true, o.seed));
+    }
     // MoE: every decode format for all three stacks, one token and seven tokens of 6 slots (42 pairs).
     for (GgmlType t : kDecodeTypes) {
         const int64_t be = ggml_traits(t).block_elems;
@@ -253,6 +260,11 @@ void add_decode_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(moe_case(iq, q2, 1, 8, 6, 512, 512, 0.0f, {3, 3, 1, 6, 0, 6}, " repeated ids, xreg", o.seed));
     out.push_back(moe_case(iq, q2, 1, 32, 8, 512, 512, 10.0f, {}, " k=8, xreg", o.seed));
     out.push_back(moe_case(GgmlType::Q8_0, q2, 1, 8, 5, 512, 1536, 0.0f, {}, " xreg down odd widths", o.seed));
+    // The register kernels for 2-4 tokens (a speculative verify step), with experts shared between tokens.
+    out.push_back(moe_case(iq, q2, 2, 8, 6, 3072, 1024, 10.0f, {}, " 2 tokens, xreg", o.seed));
+    out.push_back(moe_case(iq, q2, 3, 8, 4, 512, 512, 10.0f, {5, 1, 7, 2, 1, 5, 0, 3, 2, 7, 5, 1}, " shared ids, xreg",
+                           o.seed));
+    out.push_back(moe_case(iq, q2, 4, 16, 6, 1536, 512, 0.0f, {}, " 4 tokens, xreg", o.seed));
     // Pruned and re-routed files (fewer routed experts, any number used): one token on the register kernels, a
     // few tokens on the pipelined ones, more than 64 pairs on the grouped path.
     for (auto [E, k] : {std::pair{24, 4}, std::pair{7, 7}, std::pair{1, 1}, std::pair{256, 4}}) {

@@ -23,9 +23,10 @@ constexpr int kChunk = 32;     // rows between two flushes of the warps' sums (a
 constexpr int kMaxWarps = 32;  // a block of at most 1024 threads: K <= 512 H * 32
 static_assert(kChunk % kRows == 0 && kChunk <= kWarp, "a chunk is whole stages, a row per lane");
 
-// Shared memory of a block of w warps: the warps' rings (ring_bytes each), then the two buffers of warp sums.
-constexpr size_t block_smem(int w, size_t ring_bytes) {
-    return (size_t)w * ring_bytes + 2 * (size_t)w * kChunk * sizeof(float);
+// Shared memory of a block of w warps: the warps' rings (ring_bytes each), then the two buffers of warp sums
+// (of `rows` activation rows each).
+constexpr size_t block_smem(int w, size_t ring_bytes, int rows = 1) {
+    return (size_t)w * ring_bytes + 2 * (size_t)w * kChunk * sizeof(float) * (size_t)rows;
 }
 
 // This lane's 16 H values x[0 .. 16 H) (16-byte aligned), as 4 H float4s.
@@ -174,21 +175,34 @@ struct RingCursor {
     __device__ void next() { slot = slot + 1 == kStages ? 0 : slot + 1; }
 };
 
-// After stage s (of n_stages): keeps this warp's sums of its 4 rows (k from butterfly4) in sums (block_smem's
-// two buffers, n_warps x kChunk each, so one barrier per chunk suffices), and at the end of every kChunk rows
-// and after the last stage waits for the block, then warp 0 calls flush(buf, row0): buf[w * kChunk + i] is warp
-// w's sum of the chunk's row i, row0 the chunk's first row in the block.
-template <class Flush>
-__device__ __forceinline__ void stash_sums(float k, int s, int n_stages, float* sums, int n_warps, Flush&& flush) {
+// After stage s (of n_stages): keeps this warp's sums of its 4 rows (k from butterfly4; one per activation row
+// q < NR) in sums (block_smem's two buffers, NR x n_warps x kChunk each, so one barrier per chunk suffices), and
+// at the end of every kChunk rows and after the last stage waits for the block, then warp 0 calls
+// flush(q, buf, row0) for each q: buf[w * kChunk + i] is warp w's sum of the chunk's row i for activation row q,
+// row0 the chunk's first row in the block.
+template <int NR, class Flush>
+__device__ __forceinline__ void stash_sums_rows(const float (&k)[NR], int s, int n_stages, float* sums, int n_warps,
+                                                Flush&& flush) {
     constexpr int kStagesPerChunk = kChunk / kRows;
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
     const int chunk = s / kStagesPerChunk, at = (s % kStagesPerChunk) * kRows;
-    float* buf = sums + (chunk & 1) * n_warps * kChunk;
-    if ((lane & 7) == 0) buf[warp * kChunk + at + (lane >> 3)] = k;
+    float* buf = sums + (chunk & 1) * NR * n_warps * kChunk;
+    if ((lane & 7) == 0)
+#pragma unroll
+        for (int q = 0; q < NR; ++q) buf[(q * n_warps + warp) * kChunk + at + (lane >> 3)] = k[q];
     if (at + kRows == kChunk || s + 1 == n_stages) {
         __syncthreads();
-        if (warp == 0) flush(static_cast<const float*>(buf), chunk * kChunk);
+        if (warp == 0)
+#pragma unroll
+            for (int q = 0; q < NR; ++q) flush(q, static_cast<const float*>(buf + q * n_warps * kChunk), chunk * kChunk);
     }
+}
+
+// stash_sums_rows for one activation row: flush(buf, row0).
+template <class Flush>
+__device__ __forceinline__ void stash_sums(float k, int s, int n_stages, float* sums, int n_warps, Flush&& flush) {
+    const float one[1] = {k};
+    stash_sums_rows<1>(one, s, n_stages, sums, n_warps, [&](int, const float* buf, int row0) { flush(buf, row0); });
 }
 
 // Resident blocks per SM of kernel K for blocks of w = 1..kMaxWarps warps whose dynamic shared memory is
