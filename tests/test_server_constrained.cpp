@@ -208,14 +208,18 @@ TEST_F(ConstrainedTest, ForcedToolCallsParseAndValidate) {
         Out out;
     };
     std::vector<std::unique_ptr<Run>> runs;
-    for (int k = 0; k < 24; ++k) {
+    // 24 in chat mode (the prompt opens the call), 8 in thinking mode (free reasoning until the budget leaves
+    // just room for "</think>" and the shortest call).
+    for (int k = 0; k < 32; ++k) {
         ojson body = ojson::parse(R"({"messages": [{"role": "user", "content": "Call a tool."}]})");
         body["tools"] = ojson::parse(kTools);
+        if (k >= 24) body["reasoning_effort"] = "high";
         if (k % 3 == 0) body["tool_choice"] = "required";
         else body["tool_choice"] = {{"type", "function"}, {"function", {{"name", k % 3 == 1 ? "get_weather" : "set_flags"}}}};
         auto req = server::parse_chat_request(body, limits);
         ASSERT_TRUE(req.ok()) << req.error().message;
         ASSERT_TRUE(req->output.grammar);
+        ASSERT_EQ(req->output.trigger, k >= 24 ? std::string(chat::kThinkEnd) : std::string());
         auto run = std::make_unique<Run>();
         run->req = std::move(*req);
         auto text = server::render_chat_prompt(run->req);
@@ -241,7 +245,7 @@ TEST_F(ConstrainedTest, ForcedToolCallsParseAndValidate) {
         ASSERT_EQ(run.out.reason, GenerationEnd::stop) << run.out.text;
         ++stopped;
         const std::string completion = run.req.forced_prefix + run.out.text + std::string(chat::kEos);
-        auto msg = chat::parse_completion(completion, chat::ThinkingMode::chat);
+        auto msg = chat::parse_completion(completion, run.req.chat.thinking_mode);
         ASSERT_TRUE(msg.ok()) << msg.error() << "\n" << completion;
         ASSERT_FALSE(msg->tool_calls.empty());
         EXPECT_EQ(msg->content, "");

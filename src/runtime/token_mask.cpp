@@ -244,7 +244,7 @@ void GrammarMatcher::trigger_mask(int32_t limit) {
             while (i < end && t.nodes[i].byte != static_cast<uint8_t>(trig[j])) i = t.nodes[i].end;
             if (i >= end) break;
             const TokenTrie::Node& node = t.nodes[i];
-            const int32_t after = j + 1 == trig.size() ? start_distance_ : trigger_spell_[j + 1] + start_distance_;
+            const int64_t after = static_cast<int64_t>(start_distance_) + (j + 1 == trig.size() ? 0 : trigger_spell_[j + 1]);
             if (after <= limit)
                 for (uint32_t m = 0; m < node.n_tokens; ++m) mask_set(mask_, t.ids[node.first_token + m]);
             end = node.end;
@@ -285,6 +285,7 @@ std::span<const uint64_t> GrammarMatcher::mask(int64_t tokens_left) {
             trigger_mask(limit_);
             apply_bans();
             if (!mask_empty()) return mask_;
+            limit_ = -1;  // below the minimum: as without a budget, accept included
         }
         unlimited();
         return mask_;
