@@ -218,13 +218,17 @@ bool Engine::emit_prompt_scores(Sequence& s, int64_t begin, int64_t n, const std
     return true;
 }
 
-// A constrained draw: the grammar's mask before sampling. Only a token that completes a constraint's
-// trigger with bytes the value cannot start with is refused after the draw; it is banned and drawn again.
+// A constrained draw: the grammar's mask before sampling, under the draws left (max_tokens and the context
+// room, as emit_token ends a generation), so the value and its end token fit. Only a token that completes a
+// constraint's trigger with bytes the value cannot start with (or too late to finish) is refused after the
+// draw; it is banned and drawn again.
 Result<SampleResult> Engine::sample_token(Sequence& s, std::span<const float> logits) {
     if (!s.matcher) return s.sampler->sample(logits, s.generated);
+    int64_t left = opt_.n_ctx - static_cast<int64_t>(s.tokens.size()) + 1;
+    if (s.req.max_tokens > 0) left = std::min(left, s.req.max_tokens - static_cast<int64_t>(s.generated.size()));
     constexpr int kMaxRedraws = 16;
     for (int tries = 0;; ++tries) {
-        auto r = s.sampler->sample(logits, s.generated, s.matcher->mask());
+        auto r = s.sampler->sample(logits, s.generated, s.matcher->mask(std::max<int64_t>(left, 1)));
         if (!r.ok()) return r;
         Status st = s.matcher->accept(r->token, tok_.token_text(r->token));
         if (st.ok()) return r;

@@ -8,7 +8,8 @@
 // has read a whole value. Every node reads at least one byte and every live stack can be completed (the
 // compiler keeps only nodes that produce a finite value), so a state that is not dead can always reach an end.
 // Whitespace between structural bytes is bounded (Grammar::max_whitespace per position), so a model cannot
-// wander forever between two tokens of the value; strings and numbers are bounded only by max_tokens.
+// wander forever between two tokens of the value; strings and numbers are bounded only by the token budget
+// (runtime/grammar_distance.h, GrammarMatcher::mask).
 #pragma once
 
 #include <cstdint>

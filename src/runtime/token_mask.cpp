@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <unordered_map>
 
 #include "core/check.h"
 #include "tokenizer/chat_format.h"
@@ -12,6 +13,7 @@ namespace dsv4 {
 namespace {
 
 constexpr size_t kMaxCachedMasks = 512;  // per grammar (16 KiB each for a 129k vocabulary: 8 MiB); cleared when full
+constexpr size_t kMaxListed = 2048;       // distances listed per mask beside the common one (16 KiB at most)
 
 }  // namespace
 
@@ -66,12 +68,18 @@ std::shared_ptr<const TokenTrie> TokenTrie::from_tokenizer(const Tokenizer& tok)
 }
 
 TokenGrammar::TokenGrammar(Grammar g, std::shared_ptr<const TokenTrie> trie)
-    : grammar_(std::move(g)), trie_(std::move(trie)) {}
+    : grammar_(std::move(g)), trie_(std::move(trie)), distance_(grammar_, *trie_) {}
 
-void TokenGrammar::compute_mask(const GrammarState& s, TokenMask& out) const {
+void TokenGrammar::walk(const GrammarState& s, int32_t limit, Entry& out) const {
     const TokenTrie& t = *trie_;
-    out.assign((t.n_vocab + 63) / 64, 0);
+    out.mask.assign((t.n_vocab + 63) / 64, 0);
+    out.widest = out.common = 0;
+    out.listed = true;
+    out.other.clear();
     if (s.dead()) return;
+    const bool distances = distance_.available();
+    thread_local std::vector<uint64_t> found;  // (distance << 32 | token) of every allowed token
+    found.clear();
     GrammarRunner run(grammar_);
     std::vector<GrammarState> at(t.max_depth + 1);  // at[d]: the state after the current branch's first d bytes
     at[0] = s;
@@ -84,14 +92,50 @@ void TokenGrammar::compute_mask(const GrammarState& s, TokenMask& out) const {
             i = node.end;
             continue;
         }
-        for (uint32_t k = 0; k < node.n_tokens; ++k) mask_set(out, t.ids[node.first_token + k]);
+        if (node.n_tokens > 0) {
+            const int32_t d = distances ? distance_.state(next) : 0;
+            if (limit < 0 || d <= limit)
+                for (uint32_t k = 0; k < node.n_tokens; ++k) {
+                    const int32_t id = t.ids[node.first_token + k];
+                    mask_set(out.mask, id);
+                    if (limit < 0 && distances) found.push_back(uint64_t(uint32_t(d)) << 32 | uint32_t(id));
+                }
+        }
         ++i;
     }
+    if (found.empty()) return;
+    // The most common distance stays implicit; the rest are listed while few.
+    std::unordered_map<int32_t, uint32_t> counts;
+    for (uint64_t v : found) {
+        const auto d = static_cast<int32_t>(v >> 32);
+        ++counts[d];
+        out.widest = std::max(out.widest, d);
+    }
+    uint32_t most = 0;
+    for (auto [d, c] : counts)
+        if (c > most || (c == most && d < out.common)) most = c, out.common = d;
+    if (found.size() - most > kMaxListed) {
+        out.listed = false;
+        return;
+    }
+    for (uint64_t v : found)
+        if (static_cast<int32_t>(v >> 32) != out.common) out.other.push_back(v);
+    std::sort(out.other.begin(), out.other.end());
 }
 
-std::shared_ptr<const TokenMask> TokenGrammar::byte_mask(const GrammarState& s) const {
-    std::string key;
-    s.key(key);
+void TokenGrammar::compute_mask(const GrammarState& s, TokenMask& out) const {
+    Entry e;
+    walk(s, -1, e);
+    out = std::move(e.mask);
+}
+
+void TokenGrammar::compute_mask(const GrammarState& s, int32_t limit, TokenMask& out) const {
+    Entry e;
+    walk(s, std::max(limit, 0), e);
+    out = std::move(e.mask);
+}
+
+std::shared_ptr<const TokenGrammar::Entry> TokenGrammar::entry(const GrammarState& s, const std::string& key) const {
     {
         std::lock_guard<std::mutex> lk(mu_);
         if (auto it = cache_.find(key); it != cache_.end()) {
@@ -100,12 +144,64 @@ std::shared_ptr<const TokenMask> TokenGrammar::byte_mask(const GrammarState& s) 
         }
         ++stats_.misses;
     }
-    auto m = std::make_shared<TokenMask>();
-    compute_mask(s, *m);
+    auto e = std::make_shared<Entry>();
+    walk(s, -1, *e);
     std::lock_guard<std::mutex> lk(mu_);
     if (cache_.size() >= kMaxCachedMasks) cache_.clear();
-    cache_.emplace(std::move(key), m);
-    return m;
+    cache_.emplace(key, e);
+    return e;
+}
+
+std::shared_ptr<const TokenMask> TokenGrammar::byte_mask(const GrammarState& s) const {
+    std::string key;
+    s.key(key);
+    std::shared_ptr<const Entry> e = entry(s, key);
+    return std::shared_ptr<const TokenMask>(e, &e->mask);
+}
+
+void TokenGrammar::budget_mask(const GrammarState& s, int32_t limit, TokenMask& out) const {
+    std::string key;
+    s.key(key);
+    std::shared_ptr<const Entry> e = entry(s, key);
+    if (!distance_.available() || limit >= e->widest) {
+        out = e->mask;
+        return;
+    }
+    const auto dist = [](uint64_t v) { return static_cast<int32_t>(v >> 32); };
+    const auto id = [](uint64_t v) { return static_cast<int32_t>(v & 0xFFFFFFFFu); };
+    if (e->listed) {
+        if (limit >= e->common) {
+            out = e->mask;
+            for (auto it = e->other.rbegin(); it != e->other.rend() && dist(*it) > limit; ++it)
+                out[static_cast<size_t>(id(*it)) >> 6] &= ~(uint64_t{1} << (id(*it) & 63));
+        } else {
+            out.assign(e->mask.size(), 0);
+            for (uint64_t v : e->other) {
+                if (dist(v) > limit) break;
+                mask_set(out, id(v));
+            }
+        }
+        return;
+    }
+    // Too many distances to list: the limited walk, cached under the state and the limit (a key of a length
+    // no state key has, so the two never collide).
+    key.push_back('\xff');
+    key.append(reinterpret_cast<const char*>(&limit), sizeof(limit));
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (auto it = cache_.find(key); it != cache_.end()) {
+            ++stats_.hits;
+            out = it->second->mask;
+            return;
+        }
+        ++stats_.misses;
+    }
+    auto limited = std::make_shared<Entry>();
+    walk(s, limit, *limited);
+    out = limited->mask;
+    std::lock_guard<std::mutex> lk(mu_);
+    if (cache_.size() >= kMaxCachedMasks) cache_.clear();
+    cache_.emplace(std::move(key), std::move(limited));
 }
 
 TokenGrammar::CacheStats TokenGrammar::cache_stats() const {
@@ -118,25 +214,97 @@ GrammarMatcher::GrammarMatcher(GrammarConstraint constraint, std::vector<int32_t
     active_ = c_.trigger.empty();
     state_ = runner_.initial();
     if (active_) (void)runner_.advance(state_, c_.prefix);  // a prefix the grammar rejects leaves nothing allowed
+    const GrammarDistance& dist = c_.grammar->distance();
+    if (!active_ && dist.available()) {
+        GrammarState s = runner_.initial();
+        start_distance_ = runner_.advance(s, c_.prefix) ? dist.state(s) : GrammarDistance::kUnreachable;
+        trigger_spell_ = dist.spell_suffixes(c_.trigger);
+    }
 }
 
-std::span<const uint64_t> GrammarMatcher::mask() {
+void GrammarMatcher::apply_bans() {
     const size_t n_vocab = c_.grammar->trie().n_vocab;
-    if (!active_) {
-        mask_.assign((n_vocab + 63) / 64, ~uint64_t{0});
-        if (n_vocab % 64) mask_.back() = (uint64_t{1} << (n_vocab % 64)) - 1;
-        if (c_.trigger_required)
-            for (int32_t t : end_tokens_)
-                if (t >= 0 && static_cast<size_t>(t) < n_vocab) mask_[static_cast<size_t>(t) >> 6] &= ~(uint64_t{1} << (t & 63));
-    } else {
-        std::shared_ptr<const TokenMask> m = c_.grammar->byte_mask(state_);
-        mask_ = *m;
-        if (accepting())
-            for (int32_t t : end_tokens_)
-                if (t >= 0 && static_cast<size_t>(t) < n_vocab) mask_set(mask_, t);
-    }
     for (int32_t t : banned_)
         if (t >= 0 && static_cast<size_t>(t) < n_vocab) mask_[static_cast<size_t>(t) >> 6] &= ~(uint64_t{1} << (t & 63));
+}
+
+bool GrammarMatcher::mask_empty() const {
+    return std::all_of(mask_.begin(), mask_.end(), [](uint64_t w) { return w == 0; });
+}
+
+void GrammarMatcher::trigger_mask(int32_t limit) {
+    // The tail may end with several prefixes of the trigger; from each, the tokens that spell the trigger on.
+    const TokenTrie& t = c_.grammar->trie();
+    const std::string& trig = c_.trigger;
+    mask_.assign((t.n_vocab + 63) / 64, 0);
+    for (size_t k = 0; k < trig.size(); ++k) {
+        if (k > tail_.size() || tail_.compare(tail_.size() - k, k, trig, 0, k) != 0) continue;
+        size_t i = 0, end = t.nodes.size();  // the children of the current trie node: [i, end)
+        for (size_t j = k; j < trig.size(); ++j) {
+            while (i < end && t.nodes[i].byte != static_cast<uint8_t>(trig[j])) i = t.nodes[i].end;
+            if (i >= end) break;
+            const TokenTrie::Node& node = t.nodes[i];
+            const int64_t after = static_cast<int64_t>(start_distance_) + (j + 1 == trig.size() ? 0 : trigger_spell_[j + 1]);
+            if (after <= limit)
+                for (uint32_t m = 0; m < node.n_tokens; ++m) mask_set(mask_, t.ids[node.first_token + m]);
+            end = node.end;
+            ++i;
+        }
+    }
+}
+
+std::span<const uint64_t> GrammarMatcher::mask(int64_t tokens_left) {
+    const size_t n_vocab = c_.grammar->trie().n_vocab;
+    // The distance a token may leave: the draws after it, less one for the end token.
+    const int64_t reserve = end_tokens_.empty() ? 0 : 1;
+    const bool budget = tokens_left >= 0 && c_.grammar->distance().available();
+    limit_ = budget ? static_cast<int32_t>(std::clamp<int64_t>(tokens_left - 1 - reserve, -1, GrammarDistance::kUnreachable)) : -1;
+    auto unlimited = [&] {
+        if (!active_) {
+            mask_.assign((n_vocab + 63) / 64, ~uint64_t{0});
+            if (n_vocab % 64) mask_.back() = (uint64_t{1} << (n_vocab % 64)) - 1;
+            if (c_.trigger_required)
+                for (int32_t t : end_tokens_)
+                    if (t >= 0 && static_cast<size_t>(t) < n_vocab) mask_[static_cast<size_t>(t) >> 6] &= ~(uint64_t{1} << (t & 63));
+        } else {
+            mask_ = *c_.grammar->byte_mask(state_);
+            if (accepting())
+                for (int32_t t : end_tokens_)
+                    if (t >= 0 && static_cast<size_t>(t) < n_vocab) mask_set(mask_, t);
+        }
+        apply_bans();
+    };
+    if (!budget) {
+        unlimited();
+        return mask_;
+    }
+    if (!active_) {
+        // Free text is fine while the whole trigger and the value still fit after the token (a token that
+        // completes the trigger is checked by accept); past that, only spelling the trigger is.
+        if (c_.trigger_required && static_cast<int64_t>(trigger_spell_[0]) + start_distance_ > limit_) {
+            trigger_mask(limit_);
+            apply_bans();
+            if (!mask_empty()) return mask_;
+            limit_ = -1;  // below the minimum: as without a budget, accept included
+        }
+        unlimited();
+        return mask_;
+    }
+    if (limit_ >= 0) {
+        c_.grammar->budget_mask(state_, limit_, mask_);
+    } else {
+        mask_.assign((n_vocab + 63) / 64, 0);
+    }
+    if (accepting())
+        for (int32_t t : end_tokens_)
+            if (t >= 0 && static_cast<size_t>(t) < n_vocab) mask_set(mask_, t);
+    apply_bans();
+    if (mask_empty()) {
+        // The budget is below what the value needs (the caller did not check constraint_min_tokens): decode as
+        // without it, to be cut at the limit.
+        limit_ = -1;
+        unlimited();
+    }
     return mask_;
 }
 
@@ -168,6 +336,8 @@ Status GrammarMatcher::accept(int32_t token, std::string_view bytes) {
         const std::string_view rest = std::string_view(text).substr(at + c_.trigger.size());
         if (!runner_.advance(s, rest))
             return make_error("grammar: token " + std::to_string(token) + " ends the trigger with bytes the value cannot start with");
+        if (limit_ >= 0 && c_.grammar->distance().state(s) > limit_)
+            return make_error("grammar: token " + std::to_string(token) + " opens the value too late to finish it in the tokens left");
         state_ = std::move(s);
         active_ = true;
         tail_.clear();
@@ -184,5 +354,19 @@ Status GrammarMatcher::accept(int32_t token, std::string_view bytes) {
 
 bool GrammarMatcher::accepting() const { return active_ && runner_.accepting(state_); }
 bool GrammarMatcher::finished() const { return active_ && runner_.finished(state_); }
+
+}  // namespace dsv4
+
+namespace dsv4 {
+
+int64_t constraint_min_tokens(const GrammarConstraint& c, bool end_token) {
+    const GrammarDistance& dist = c.grammar->distance();
+    if (!dist.available()) return 0;
+    GrammarRunner run(c.grammar->grammar());
+    GrammarState s = run.initial();
+    int64_t need = run.advance(s, c.prefix) ? dist.state(s) : GrammarDistance::kUnreachable;
+    if (!c.trigger.empty()) need = c.trigger_required ? need + dist.spell(c.trigger) : 0;
+    return need + (end_token ? 1 : 0);
+}
 
 }  // namespace dsv4

@@ -8,6 +8,11 @@
 // Special tokens (control and user-defined) are not part of the byte grammar, except those spelling a piece
 // of tool-call markup ("｜DSML｜"), which the tool-call grammar writes; the matcher allows its end tokens
 // (EOS, end of turn) exactly in accepting states, and nothing else once the value is complete.
+//
+// With a token budget (the draws a generation has left) the mask also drops every token after which a complete
+// value and its end token no longer fit (runtime/grammar_distance.h): each cached mask keeps the distance after
+// each of its tokens (the most common one implicitly, the others listed), so a budget that is not tight returns
+// the very same mask and a tight one costs a copy and a short list.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +25,7 @@
 
 #include "core/status.h"
 #include "runtime/grammar.h"
+#include "runtime/grammar_distance.h"
 
 namespace dsv4 {
 
@@ -58,10 +64,14 @@ public:
 
     const Grammar& grammar() const { return grammar_; }
     const TokenTrie& trie() const { return *trie_; }
+    const GrammarDistance& distance() const { return distance_; }
     // The tokens whose bytes the grammar accepts from `s` (end tokens not included).
     std::shared_ptr<const TokenMask> byte_mask(const GrammarState& s) const;
-    // The same, computed without the cache (benchmarks, tests).
+    // The tokens of byte_mask(s) after which a complete value is at most `limit` tokens away (limit >= 0).
+    void budget_mask(const GrammarState& s, int32_t limit, TokenMask& out) const;
+    // byte_mask computed without the cache (benchmarks, tests); with a limit, budget_mask without the cache.
     void compute_mask(const GrammarState& s, TokenMask& out) const;
+    void compute_mask(const GrammarState& s, int32_t limit, TokenMask& out) const;
 
     struct CacheStats {
         uint64_t hits = 0, misses = 0;
@@ -69,10 +79,23 @@ public:
     CacheStats cache_stats() const;
 
 private:
+    // A cached mask and the distances after its tokens: `common` is the most frequent, `other` lists every
+    // token with another as (distance << 32 | token), ascending; not listed when too many differ.
+    struct Entry {
+        TokenMask mask;
+        int32_t widest = 0;  // the largest distance after an allowed token: a limit at or above it changes nothing
+        int32_t common = 0;
+        bool listed = true;
+        std::vector<uint64_t> other;
+    };
+    std::shared_ptr<const Entry> entry(const GrammarState& s, const std::string& key) const;
+    void walk(const GrammarState& s, int32_t limit, Entry& out) const;  // limit < 0: no limit, distances kept
+
     Grammar grammar_;
     std::shared_ptr<const TokenTrie> trie_;
+    GrammarDistance distance_;
     mutable std::mutex mu_;
-    mutable std::unordered_map<std::string, std::shared_ptr<const TokenMask>> cache_;
+    mutable std::unordered_map<std::string, std::shared_ptr<const Entry>> cache_;
     mutable CacheStats stats_;
 };
 
@@ -94,8 +117,10 @@ public:
     // end_tokens: allowed exactly when a whole value has been read (EOS, end of turn).
     GrammarMatcher(GrammarConstraint constraint, std::vector<int32_t> end_tokens);
 
-    // The allowed tokens now (valid until the next accept or ban).
-    std::span<const uint64_t> mask();
+    // The allowed tokens now (valid until the next accept or ban). tokens_left: the draws this generation has
+    // left, this one included (-1: no budget); then only tokens after which the value and an end token still
+    // fit are allowed, unless no token would be (a budget below the grammar's minimum: the mask without it).
+    std::span<const uint64_t> mask(int64_t tokens_left = -1);
     // Moves past `token`; an error (and no move) when the grammar does not allow it. Before the trigger only a
     // token that completes the trigger can fail (when the bytes after it do not start the value).
     Status accept(int32_t token, std::string_view bytes);
@@ -107,6 +132,10 @@ public:
     bool is_end_token(int32_t token) const;
 
 private:
+    void trigger_mask(int32_t limit);  // before a required trigger under a tight budget: only spelling it
+    void apply_bans();
+    bool mask_empty() const;
+
     GrammarConstraint c_;
     GrammarRunner runner_;
     std::vector<int32_t> end_tokens_;
@@ -115,6 +144,14 @@ private:
     GrammarState state_;
     TokenMask mask_;
     std::vector<int32_t> banned_;
+    int32_t start_distance_ = 0;          // before the trigger: the distance right after it (and the prefix)
+    std::vector<int32_t> trigger_spell_;  // tokens to spell the trigger from each byte on
+    int32_t limit_ = -1;                  // the last mask's budget: the distance allowed after the token (-1: none)
 };
+
+// The fewest tokens a generation under `c` needs for a complete value (the trigger first, when required),
+// plus one for the end token when end_token; 0 when the vocabulary gives no bound. A budget below it cannot
+// be kept.
+int64_t constraint_min_tokens(const GrammarConstraint& c, bool end_token);
 
 }  // namespace dsv4

@@ -262,6 +262,14 @@ ApiResult<std::shared_ptr<ChatRun>> GenerationRoutes::start_chat(const ChatReque
         auto tg = ctx_.grammars->get(r.output.key, [&]() -> Result<Grammar> { return *r.output.grammar; });
         if (!tg.ok()) return bad_request(tg.error(), {}, "unsupported_schema");
         constraint = GrammarConstraint{*tg, r.output.trigger, r.output.trigger_required, r.output.prefix};
+        // The engine keeps a constrained answer within max_tokens only when its shortest form fits.
+        if (const int64_t need = constraint_min_tokens(constraint, /*end_token=*/true); *max_tokens < need) {
+            return bad_request("max_tokens is " + std::to_string(*max_tokens) + ", but the shortest answer the " +
+                                   (r.output.key.rfind("tools", 0) == 0 ? "forced tool call" : "response format") +
+                                   " allows needs at least " + std::to_string(need) + " tokens; raise max_tokens to " +
+                                   std::to_string(need) + " or more",
+                               "max_tokens", "invalid_value");
+        }
     }
     auto job = start(std::move(*ids), r.gen, *max_tokens, id_prefix, std::move(constraint));
     if (!job.ok()) return job.error();

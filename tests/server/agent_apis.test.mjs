@@ -136,13 +136,14 @@ test('messages: thinking round trip', async () => {
 });
 
 test('messages: tools, every tool_choice, and a tool_use / tool_result conversation', async () => {
+  // 64 tokens: room for a forced call's shortest form (a max_tokens below it is a 400).
   for (const tool_choice of [undefined, { type: 'auto' }, { type: 'any' }, { type: 'tool', name: 'get_weather' }, { type: 'none' }]) {
-    const m = await anthropic.messages.create({ model: 'dsv4', max_tokens: 12, tools, tool_choice, messages: user('Weather in Paris?') });
-    checkMessage(m, 12);
+    const m = await anthropic.messages.create({ model: 'dsv4', max_tokens: 64, tools, tool_choice, messages: user('Weather in Paris?') });
+    checkMessage(m, 64);
     if (m.content.some((b) => b.type === 'tool_use')) assert.equal(m.stop_reason, 'tool_use');
-    const s = await streamMessage({ model: 'dsv4', max_tokens: 12, tools, tool_choice, messages: user('Weather in Rome?') });
+    const s = await streamMessage({ model: 'dsv4', max_tokens: 64, tools, tool_choice, messages: user('Weather in Rome?') });
     checkEventSequence(s.events);
-    checkMessage(s.message, 12);
+    checkMessage(s.message, 64);
   }
   const conversation = [
     ...user('Weather in Paris and Rome?'),
@@ -311,13 +312,14 @@ test('responses: input items, function tools and every tool_choice', async () =>
     { type: 'message', role: 'assistant', content: [{ type: 'output_text', text: 'It is 21 degrees.' }] },
     { role: 'user', content: 'And tomorrow?' },
   ];
+  // 64 tokens: room for a forced call's shortest form (a max_output_tokens below it is a 400).
   for (const tool_choice of [undefined, 'auto', 'required', 'none', { type: 'function', name: 'get_weather' }]) {
-    const r = await openai.responses.create({ model: 'dsv4', input, tools: fnTools, tool_choice, max_output_tokens: 10 });
-    checkResponse(r, 10);
-    const s = await openai.responses.create({ model: 'dsv4', input, tools: fnTools, tool_choice, max_output_tokens: 10, stream: true });
+    const r = await openai.responses.create({ model: 'dsv4', input, tools: fnTools, tool_choice, max_output_tokens: 64 });
+    checkResponse(r, 64);
+    const s = await openai.responses.create({ model: 'dsv4', input, tools: fnTools, tool_choice, max_output_tokens: 64, stream: true });
     let last;
     for await (const ev of s) last = ev;
-    checkResponse(last.response, 10);
+    checkResponse(last.response, 64);
   }
 });
 

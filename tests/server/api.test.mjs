@@ -211,9 +211,10 @@ const tools = [{
 
 test('tools: every tool_choice is accepted and nothing leaks', async () => {
   const choices = ['auto', 'none', 'required', { type: 'function', function: { name: 'get_weather' } }];
+  // 64 tokens: room for a forced call's shortest form (a max_tokens below it is a 400).
   for (const tool_choice of choices) {
     const r = await openai.chat.completions.create({
-      model, messages: user('Weather in Paris?'), tools, tool_choice, max_tokens: 8, seed: 3,
+      model, messages: user('Weather in Paris?'), tools, tool_choice, max_tokens: 64, seed: 3,
     });
     const c = r.choices[0];
     assert.ok(['stop', 'length', 'tool_calls'].includes(c.finish_reason));
@@ -227,13 +228,13 @@ test('tools: every tool_choice is accepted and nothing leaks', async () => {
   // The forced call opens the tool-call block in the prompt: the prompt is longer than with auto.
   const auto = await openai.chat.completions.create({ model, messages: user('x'), tools, max_tokens: 4 });
   const named = await openai.chat.completions.create({
-    model, messages: user('x'), tools, tool_choice: { type: 'function', function: { name: 'get_weather' } }, max_tokens: 4,
+    model, messages: user('x'), tools, tool_choice: { type: 'function', function: { name: 'get_weather' } }, max_tokens: 64,
   });
   assert.ok(named.usage.prompt_tokens > auto.usage.prompt_tokens);
   const none = await openai.chat.completions.create({ model, messages: user('x'), tools, tool_choice: 'none', max_tokens: 4 });
   assert.ok(none.usage.prompt_tokens < auto.usage.prompt_tokens, 'tool_choice none still rendered the tools');
   // A streamed request with tools never shows markup in a delta either.
-  const s = await streamChat({ messages: user('Weather?'), tools, tool_choice: 'required', max_tokens: 10, seed: 4 });
+  const s = await streamChat({ messages: user('Weather?'), tools, tool_choice: 'required', max_tokens: 64, seed: 4 });
   noMarkup(s.content);
 });
 
