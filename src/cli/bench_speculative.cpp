@@ -51,6 +51,66 @@ Result<nlohmann::ordered_json> verify_steps(Model& m, StepRunner& runner, KvCach
     return rows;
 }
 
+// The pieces of a speculative round besides the verify step, at the cache's depth (median ms): one MTP draft
+// step (a token drawn greedily on the backend from the block's logits, undone after), and the rollback of a
+// rejected draft (the rows a 2-token step overwrites saved, then put back).
+Result<nlohmann::ordered_json> round_parts(Model& m, StepRunner& runner, KvCache& cache, int64_t reps, bool quant_sim,
+                                           std::mt19937& rng) {
+    StepOptions opt;
+    opt.quant_sim = quant_sim;
+    const ModelConfig& c = m.config();
+    const size_t stream = (size_t)c.hc * c.n_embd;
+    std::vector<float> h(stream);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    for (float& x : h) x = g(rng);
+    float* hd = static_cast<float*>(m.backend().alloc(stream * sizeof(float)));
+    m.backend().upload(hd, h.data(), stream * sizeof(float));
+    DrawRequest greedy;
+    SampleOut drawn;
+    std::vector<double> draft, save, undo;
+    Status st;
+    for (int64_t r = -1; r < reps && st.ok(); ++r) {
+        const int32_t t = (int32_t)(rng() % (uint32_t)c.n_vocab);
+        Model::MtpItem it;
+        it.cache = &cache;
+        it.hidden = hd;
+        it.next_tokens = std::span<const int32_t>(&t, 1);
+        it.draw = &greedy;
+        it.drawn = &drawn;
+        st = cache.save_for_rollback(1, true);
+        if (!st.ok()) break;
+        m.backend().synchronize();
+        auto t0 = Clock::now();
+        st = runner.mtp_step(it, opt);
+        m.backend().synchronize();
+        auto t1 = Clock::now();
+        if (st.ok()) st = cache.rollback(1, true);
+        // The journal of a 2-token verify step: its save before the step, its rollback of one token after.
+        const int32_t two[2] = {t, (int32_t)((t + 1) % c.n_vocab)};
+        if (!st.ok()) break;
+        m.backend().synchronize();
+        auto t2 = Clock::now();
+        st = cache.save_for_rollback(2);
+        m.backend().synchronize();
+        auto t3 = Clock::now();
+        if (st.ok()) st = runner.step(cache, two, opt, nullptr);
+        m.backend().synchronize();
+        auto t4 = Clock::now();
+        if (st.ok()) st = cache.rollback(2);
+        m.backend().synchronize();
+        auto t5 = Clock::now();
+        if (r >= 0) {
+            draft.push_back(1e3 * since(t0, t1));
+            save.push_back(1e3 * since(t2, t3));
+            undo.push_back(1e3 * since(t4, t5));
+        }
+    }
+    m.backend().free(hd);
+    DSV4_TRY(st);
+    return nlohmann::ordered_json{{"mtp_draft_step_ms", median_of(draft)}, {"save_ms", median_of(save)},
+                                  {"rollback_ms", median_of(undo)}};
+}
+
 struct GenRun {
     std::vector<int32_t> tokens;
     double tokens_per_s = 0;
@@ -117,7 +177,7 @@ Result<nlohmann::ordered_json> bench_speculative(Model& m, StepRunner& runner, c
     std::vector<int32_t> prompt((size_t)b.n_prompt);
     for (int32_t& t : prompt) t = (int32_t)(rng() % (uint32_t)m.config().n_vocab);
     {
-        auto cache = m.new_cache(b.n_prompt + b.max_drafts + 2, false);
+        auto cache = m.new_cache(b.n_prompt + b.max_drafts + 2, true);
         StepOptions opt;
         opt.quant_sim = b.quant_sim;
         for (int64_t p = 0; p < b.n_prompt; p += 4096) {
@@ -127,6 +187,10 @@ Result<nlohmann::ordered_json> bench_speculative(Model& m, StepRunner& runner, c
         DSV4_ASSIGN_OR_RETURN(j["verify_steps"], verify_steps(m, runner, *cache, b.max_drafts + 1, std::max<int64_t>(b.repeat, 5) * 4,
                                                               b.quant_sim, rng));
         j["context"] = b.n_prompt;
+        // The MTP block's cache at the same depth (its window filled), then the round's other parts.
+        cache->set_mtp_pos(b.n_prompt);
+        DSV4_ASSIGN_OR_RETURN(j["round_parts"], round_parts(m, runner, *cache, std::max<int64_t>(b.repeat, 5) * 4,
+                                                            b.quant_sim, rng));
         if (b.profiler) {
             j["verify_profiles"] = nlohmann::ordered_json::array();
             for (int n = 1; n <= b.max_drafts + 1; ++n) {
@@ -188,6 +252,10 @@ void print_speculative(const nlohmann::ordered_json& j) {
     for (const auto& v : j["verify_steps"])
         std::printf("verify   %d-token main step at ctx %lld: %.3f ms (%.2fx one token)\n", v["tokens"].get<int>(),
                     (long long)j["context"].get<int64_t>(), v["ms"].get<double>(), v["vs_one_token"].get<double>());
+    const auto& rp = j["round_parts"];
+    std::printf("draft    one MTP step (greedy draw on the backend): %.3f ms; rollback of a 2-token step: save %.3f ms, "
+                "undo %.3f ms\n",
+                rp["mtp_draft_step_ms"].get<double>(), rp["save_ms"].get<double>(), rp["rollback_ms"].get<double>());
     std::printf("spec     drafts from %s\n", j["draft_source"].get<std::string>().c_str());
     std::printf("spec     plain greedy: %.2f tokens/s\n", j["plain"]["tokens_per_s"].get<double>());
     for (const auto& r : j["speculative"])
