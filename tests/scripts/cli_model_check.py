@@ -69,6 +69,21 @@ expect(outs[0] != outs[2], "run prints another text for another seed")
 r = run(["run", "-m", tiny, "-p", "plain text", "-n", "4", "--raw", "--temp", "0"])
 expect(r.returncode == 0, "run --raw (greedy) succeeds")
 
+# Speculative decoding with the MTP block: greedy text unchanged, the acceptance line printed; sampled runs
+# finish; a model without an MTP block and a malformed value are refused with the reason.
+plain = run(["run", "-m", tiny, "-p", "plain text", "-n", "24", "--raw", "--temp", "0"])
+for spec in ("mtp", "mtp:3"):
+    r = run(["run", "-m", tiny, "-p", "plain text", "-n", "24", "--raw", "--temp", "0", "--speculative", spec])
+    expect(r.returncode == 0 and r.stdout == plain.stdout, "run --speculative " + spec + " prints the greedy text")
+    expect("speculation: " in r.stderr and "tokens per step" in r.stderr, "run --speculative " + spec + " reports acceptance")
+r = run(["run", "-m", tiny, "-p", "plain text", "-n", "16", "--temp", "0.8", "--seed", "5", "--speculative", "mtp:2"])
+expect(r.returncode == 0 and "generation:" in r.stderr, "sampled run --speculative mtp:2 finishes")
+pro = os.path.join(shared, "golden", "pro-mini", "model.gguf")
+r = run(["bench", "-m", pro, "--prompt", "8", "--gen", "2", "--speculative", "mtp"])
+expect(r.returncode != 0 and "no MTP block" in r.stderr, "--speculative on a model without an MTP block: " + r.stderr.strip()[-200:])
+r = run(["run", "-m", tiny, "-p", "x", "-n", "2", "--speculative", "mtp:0"])
+expect(r.returncode != 0 and "mtp:K" in r.stderr, "a malformed --speculative value is refused")
+
 # dsv4 chat: multi-turn over stdin, /reset, and Ctrl-C stopping an answer but not the program. The Ctrl-C goes
 # once the answer streams (its first bytes after the "> " prompt), not after a fixed delay: on a loaded machine
 # the model may still be loading then, before chat takes over SIGINT.
