@@ -38,6 +38,7 @@ constexpr int kTile = kWarp;          // entries per tile: the butterfly leaves 
 constexpr int kMaxHeadDim = 1024;     // 32 values per lane per head
 constexpr int kMaxSplits = kWarp;     // the merge kernel reduces a query's splits in one warp
 constexpr int kMinSplitEntries = 16;  // fewer entries per split would be mostly fixed cost
+constexpr int64_t kDecodeQueries = 8;  // up to this many queries take one query's shape (see attention_f32)
 constexpr int kMergeThreads = 128;
 
 // A lane's NE values of a head_dim vector (dims past hd read as 0, never touched): with VEC, value e is dim
@@ -362,8 +363,12 @@ void attention_f32(CudaBackend& b, const AttentionArgs& a) {
     // work to wait for (a few percent of the V4-Flash decode step at 4K on the H200).
     const int ne = (hd + kWarp - 1) / kWarp;
     const int64_t sms = b.props().multiProcessorCount;
-    // The (query, head group) blocks with hpw heads per warp.
-    auto blocks_for = [&](int hpw) { return a.n * ceil_div(H, kWarps * hpw); };
+    // The (query, head group) blocks with hpw heads per warp. The shape decisions below (heads per warp,
+    // splits) are made as for one query up to kDecodeQueries queries, so that a query's arithmetic (which
+    // entries each split sums, the merge's order) is the same whether it is decoded alone or verified with
+    // a speculative step's others: a token's logits do not depend on the step it ran in.
+    const int64_t nq = a.n <= kDecodeQueries ? 1 : a.n;
+    auto blocks_for = [&](int hpw) { return nq * ceil_div(H, kWarps * hpw); };
     int hpw = 2;
     AttentionFn kernel = nullptr;
     if (ne > 16) {
@@ -381,10 +386,10 @@ void attention_f32(CudaBackend& b, const AttentionArgs& a) {
 
     // Split each query's entries only when the (query, head group) blocks leave SMs idle, and never below
     // kMinSplitEntries entries per split where the count is known here (with comp_count it is on the device).
-    const int64_t blocks = blocks_for(hpw);
+    const int64_t shape_blocks = blocks_for(hpw), blocks = a.n * ceil_div(H, kWarps * hpw);
     int splits = 1;
-    if (blocks < sms) {
-        int64_t s = std::min<int64_t>(kMaxSplits, (sms + blocks - 1) / blocks);
+    if (shape_blocks < sms) {
+        int64_t s = std::min<int64_t>(kMaxSplits, (sms + shape_blocks - 1) / shape_blocks);
         if (!a.kv_comp || a.comp_idx) {
             const int64_t entries = a.n_win + (a.kv_comp ? a.n_comp : 0);
             s = std::min<int64_t>(s, (entries + kMinSplitEntries - 1) / kMinSplitEntries);
