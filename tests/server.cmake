@@ -5,7 +5,7 @@
 # of tests/server. The Node tests start the server themselves on a free loopback port (--port 0) and stop it
 # with a signal.
 foreach(_t test_openai_request test_server_constrained test_server_constrained_slow test_http_guard test_server_agent_apis
-           test_server_scoring)
+           test_server_scoring test_server_speculative)
   if(TARGET ${_t})
     target_link_libraries(${_t} PRIVATE dsv4_server)
   endif()
