@@ -46,7 +46,9 @@ std::unique_ptr<Tokenizer> word_tokenizer(int64_t n) {
         d.types.push_back((int32_t)TokenType::normal);
     }
     while ((int64_t)d.tokens.size() < n - 1) {
-        d.tokens.push_back("w" + std::to_string(d.tokens.size()));
+        std::string w = "w";  // (not "w" + to_string: GCC 12 misreads that as an overlapping copy)
+        w += std::to_string(d.tokens.size());
+        d.tokens.push_back(w);
         d.types.push_back((int32_t)TokenType::normal);
     }
     d.tokens.push_back("<eos>");

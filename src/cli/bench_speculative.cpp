@@ -14,35 +14,41 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-// Main-model steps of n = 1 .. max_n tokens at the cache's depth, every row drawn greedily on the backend;
-// each step is rolled back, so all of them run at the same depth. Median milliseconds per n.
+// One verify step of n random tokens at the cache's depth, every row's token drawn greedily on the backend,
+// then rolled back: milliseconds from the issue of its ops to their end.
+Result<double> verify_step(Model& m, StepRunner& runner, KvCache& cache, int n, const StepOptions& opt,
+                           std::mt19937& rng) {
+    std::vector<int32_t> toks(n);
+    for (int32_t& t : toks) t = (int32_t)(rng() % (uint32_t)m.config().n_vocab);
+    std::vector<DrawRequest> draws(n);  // greedy: temperature 0, no adjustments
+    std::vector<SampleOut> drawn(n);
+    Model::BatchItem it;
+    it.cache = &cache;
+    it.tokens = toks;
+    it.draw = draws.data();
+    it.drawn = drawn.data();
+    it.n_draws = n;
+    DSV4_TRY(cache.save_for_rollback(n));
+    m.backend().synchronize();
+    const auto t0 = Clock::now();
+    DSV4_TRY(runner.step_batch(std::span<Model::BatchItem>(&it, 1), opt));
+    m.backend().synchronize();
+    const double ms = 1e3 * since(t0, Clock::now());
+    DSV4_TRY(cache.rollback(n));
+    return ms;
+}
+
+// Verify steps of n = 1 .. max_n tokens, all at the same depth: median milliseconds per n (after an untimed
+// step of each size, which records its step graph).
 Result<nlohmann::ordered_json> verify_steps(Model& m, StepRunner& runner, KvCache& cache, int max_n, int64_t reps,
-                                            bool quant_sim, std::mt19937& rng) {
-    StepOptions opt;
-    opt.quant_sim = quant_sim;
+                                            const StepOptions& opt, std::mt19937& rng) {
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
     double one = 0;
     for (int n = 1; n <= max_n; ++n) {
-        std::vector<int32_t> toks(n);
-        std::vector<DrawRequest> draws(n);  // greedy: temperature 0, no adjustments
-        std::vector<SampleOut> drawn(n);
         std::vector<double> ms;
-        for (int64_t r = -1; r < reps; ++r) {  // the first, untimed, records the step graph
-            for (int32_t& t : toks) t = (int32_t)(rng() % (uint32_t)m.config().n_vocab);
-            Model::BatchItem it;
-            it.cache = &cache;
-            it.tokens = toks;
-            it.draw = draws.data();
-            it.drawn = drawn.data();
-            it.n_draws = n;
-            DSV4_TRY(cache.save_for_rollback(n));
-            m.backend().synchronize();
-            const auto t0 = Clock::now();
-            DSV4_TRY(runner.step_batch(std::span<Model::BatchItem>(&it, 1), opt));
-            m.backend().synchronize();
-            const auto t1 = Clock::now();
-            DSV4_TRY(cache.rollback(n));
-            if (r >= 0) ms.push_back(1e3 * since(t0, t1));
+        for (int64_t r = -1; r < reps; ++r) {
+            DSV4_ASSIGN_OR_RETURN(double t, verify_step(m, runner, cache, n, opt, rng));
+            if (r >= 0) ms.push_back(t);
         }
         const double med = median_of(ms);
         if (n == 1) one = med;
@@ -178,50 +184,33 @@ Result<nlohmann::ordered_json> bench_speculative(Model& m, StepRunner& runner, c
     for (int32_t& t : prompt) t = (int32_t)(rng() % (uint32_t)m.config().n_vocab);
     {
         auto cache = m.new_cache(b.n_prompt + b.max_drafts + 2, true);
-        StepOptions opt;
-        opt.quant_sim = b.quant_sim;
+        StepOptions prefill;
+        prefill.quant_sim = b.quant_sim;
         for (int64_t p = 0; p < b.n_prompt; p += 4096) {
             const int64_t e = std::min<int64_t>(b.n_prompt, p + 4096);
-            DSV4_TRY(runner.step(*cache, std::span<const int32_t>(prompt.data() + p, e - p), opt, nullptr));
+            DSV4_TRY(runner.step(*cache, std::span<const int32_t>(prompt.data() + p, e - p), prefill, nullptr));
         }
-        DSV4_ASSIGN_OR_RETURN(j["verify_steps"], verify_steps(m, runner, *cache, b.max_drafts + 1, std::max<int64_t>(b.repeat, 5) * 4,
-                                                              b.quant_sim, rng));
+        StepOptions opt;
+        opt.quant_sim = b.quant_sim;
+        DSV4_ASSIGN_OR_RETURN(j["verify_steps"],
+                              verify_steps(m, runner, *cache, b.max_drafts + 1, std::max<int64_t>(b.repeat, 5) * 4, opt, rng));
         j["context"] = b.n_prompt;
-        // The MTP block's cache at the same depth (its window filled), then the round's other parts.
-        cache->set_mtp_pos(b.n_prompt);
-        DSV4_ASSIGN_OR_RETURN(j["round_parts"], round_parts(m, runner, *cache, std::max<int64_t>(b.repeat, 5) * 4,
-                                                            b.quant_sim, rng));
         if (b.profiler) {
+            // One step of each size with every op timed, after the measured ones recorded its graph.
             j["verify_profiles"] = nlohmann::ordered_json::array();
             for (int n = 1; n <= b.max_drafts + 1; ++n) {
                 b.profiler->reset();
                 b.profiler->set_enabled(true);
-                auto r = verify_steps(m, runner, *cache, n, 1, b.quant_sim, rng);
+                auto r = verify_step(m, runner, *cache, n, opt, rng);
                 b.profiler->set_enabled(false);
                 if (!r.ok()) return make_error(r.error());
-                // verify_steps ran steps of 1 .. n tokens twice each (one untimed): only the n-token one counts,
-                // so profile it alone.
-                b.profiler->reset();
-                b.profiler->set_enabled(true);
-                std::vector<int32_t> toks(n);
-                for (int32_t& t : toks) t = (int32_t)(rng() % (uint32_t)m.config().n_vocab);
-                std::vector<DrawRequest> draws(n);
-                std::vector<SampleOut> drawn(n);
-                Model::BatchItem it;
-                it.cache = cache.get();
-                it.tokens = toks;
-                it.draw = draws.data();
-                it.drawn = drawn.data();
-                it.n_draws = n;
-                StepOptions opt;
-                opt.quant_sim = b.quant_sim;
-                DSV4_TRY(cache->save_for_rollback(n));
-                DSV4_TRY(runner.step_batch(std::span<Model::BatchItem>(&it, 1), opt));
-                DSV4_TRY(cache->rollback(n));
-                b.profiler->set_enabled(false);
                 j["verify_profiles"].push_back({{"tokens", n}, {"report", b.profiler->report(1)}});
             }
         }
+        // The MTP block's cache at the same depth (its window filled), then the round's other parts.
+        cache->set_mtp_pos(b.n_prompt);
+        DSV4_ASSIGN_OR_RETURN(j["round_parts"], round_parts(m, runner, *cache, std::max<int64_t>(b.repeat, 5) * 4,
+                                                            b.quant_sim, rng));
     }
     DSV4_ASSIGN_OR_RETURN(GenRun plain, generate(m, tok, b, prompt, 0, nullptr, rng));
     j["draft_source"] = b.oracle >= 0 ? "oracle: the plain run's next token with probability " + std::to_string(b.oracle) +

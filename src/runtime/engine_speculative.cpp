@@ -151,11 +151,7 @@ Status Engine::run_mtp(Sequence& s, int64_t p0, int64_t rows, bool propose) {
     s.draft_q.clear();
     const int m = propose ? max_drafts(s) : 0;
     const bool device = s.req.sampling.temperature == 0 && draws_on_backend(s);
-    DrawRequest req;
-    if (device) {
-        Sampler argmax(SamplingParams{.temperature = 0});
-        DSV4_ASSIGN_OR_RETURN(req, make_draw_request(argmax, {}, model_.config().n_vocab));
-    }
+    const DrawRequest req;  // greedy drafts: temperature 0, no adjustments (ops/sample_args.h)
     StepOptions opt;
     opt.quant_sim = opt_.quant_sim;
     const int64_t stream = (int64_t)model_.config().hc * model_.config().n_embd;
