@@ -27,11 +27,10 @@ struct Engine::Sequence {
     std::optional<KvCache::Snapshot> block_snap;  // state at the last block boundary (no entries)
     bool done = false;
     std::vector<float> logits;
-    // Speculative decoding (EngineOptions::speculative): the MTP block's proposals after tokens.back(), their
-    // draft distributions when the draws are sampled, and the verify step's tokens (tokens.back(), drafts).
+    // Speculative decoding (EngineOptions::speculative): the MTP block's proposals after tokens.back() and the
+    // verify step's tokens (tokens.back(), then the drafts).
     bool spec = false;
     std::vector<int32_t> drafts;
-    std::vector<std::vector<TokenProb>> draft_q;
     std::vector<int32_t> feed;
 };
 

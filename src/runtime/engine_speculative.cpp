@@ -1,8 +1,8 @@
 // The engine's speculative decoding (runtime/speculative.h): a sequence's decode step feeds its last token
-// and the MTP block's drafts, the verdict keeps the longest prefix the model agrees with plus the model's own
-// next token, the cache rolls back past the rest, and the MTP block runs over the rows that became final to
-// draft the next step. Greedy requests on a device draw every row's token there (only ids cross to the
-// host); sampled requests verify on the host from every row's logits, by the speculative sampling rule.
+// and the MTP block's drafts, every row's token is drawn as plain decoding draws it (on the device where the
+// request's draws run there: only ids cross to the host), the drafts are kept while the draws equal them, the
+// cache rolls back past the rest, and the MTP block runs over the rows that became final to draft the next
+// step (its most likely token, drawn on the device too).
 #include <algorithm>
 
 #include "runtime/device_draw.h"
@@ -31,8 +31,9 @@ Status Engine::prepare_verify(Sequence& s, Model::BatchItem& item, std::vector<D
     item.hidden_device = spec_hidden_[s.slot];
     item.hidden_from = 0;
     if (n > 1) DSV4_TRY(s.cache->save_for_rollback(n));
-    if (s.req.sampling.temperature == 0 && draws_on_backend(s)) {
-        // Row j's token is drawn with the history it has if drafts 1..j are accepted.
+    if (draws_on_backend(s)) {
+        // Row j's token is drawn with the history it has if drafts 1..j are accepted (and, sampled, its own
+        // uniform from the request's RNG).
         std::vector<int32_t> history = s.generated;
         draws.clear();
         for (int64_t j = 0; j < n; ++j) {
@@ -59,34 +60,13 @@ void Engine::finish_verify(Sequence& s, const Model::BatchItem& item, std::span<
     const int64_t n = (int64_t)item.tokens.size();
     const int64_t p0 = s.n_fed;
     const size_t V = (size_t)model_.config().n_vocab;
-    const SamplingParams& sp = s.req.sampling;
     int64_t emitted = 0, accepted = 0;
     bool alive = true;
     for (int64_t j = 0; j < n && alive; ++j) {
-        const bool last = j + 1 == n;
-        Result<SampleResult> r = make_error("no draw");
-        if (item.draw) {
-            r = draw_result(drawn[j]);
-        } else {
-            std::span<const float> row(s.logits.data() + j * V, V);
-            if (sp.temperature == 0 || last) {
-                r = s.sampler->sample(row, s.generated);
-            } else {
-                // Speculative sampling: the draft against the model's distribution after the same bias,
-                // penalties and truncation a plain draw applies.
-                std::vector<float> adjusted(row.begin(), row.end());
-                Status st = apply_bias_and_penalties(adjusted, s.generated, sp);
-                auto p = st.ok() ? sampling_distribution(adjusted, sp) : Result<std::vector<TokenProb>>(make_error(st.error()));
-                if (!p.ok()) {
-                    r = make_error(p.error());
-                } else {
-                    const double ua = s.sampler->next_uniform(), ur = s.sampler->next_uniform();
-                    const SpeculativeVerdict v = speculative_accept(*p, s.draft_q[j], s.drafts[j], ua, ur);
-                    r = score_token(row, v.token, sp.top_logprobs);
-                }
-            }
-        }
-        const bool agrees = r.ok() && !last && r->token == s.drafts[j];
+        // The row's token as plain decoding draws it (s.generated holds the drafts accepted so far).
+        Result<SampleResult> r = item.draw ? draw_result(drawn[j])
+                                           : s.sampler->sample(std::span<const float>(s.logits.data() + j * V, V), s.generated);
+        const bool agrees = r.ok() && j + 1 < n && r->token == s.drafts[j];
         alive = emit_token(s, std::move(r));
         ++emitted;
         if (!agrees) break;
@@ -114,33 +94,22 @@ void Engine::finish_verify(Sequence& s, const Model::BatchItem& item, std::span<
 }
 
 Result<int32_t> Engine::draft_token(Sequence& s, const SampleOut* drawn, std::span<const float> logits, int64_t index) {
-    const SamplingParams& sp = s.req.sampling;
-    const size_t V = (size_t)model_.config().n_vocab;
     int32_t d = -1;
-    std::vector<TokenProb> q;
     if (drawn) {
         DSV4_ASSIGN_OR_RETURN(SampleResult r, draw_result(*drawn));
         d = r.token;
     } else {
-        std::span<const float> row = logits.subspan(logits.size() - V);
-        if (sp.temperature == 0) {
-            Sampler argmax(SamplingParams{.temperature = 0});
-            DSV4_ASSIGN_OR_RETURN(SampleResult r, argmax.sample(row, {}));
-            d = r.token;
-        } else {
-            std::vector<float> adjusted(row.begin(), row.end());
-            DSV4_TRY(apply_bias_and_penalties(adjusted, s.generated, sp));
-            DSV4_ASSIGN_OR_RETURN(q, sampling_distribution(adjusted, sp));
-            d = draw_from(q, s.sampler->next_uniform());
-        }
+        const size_t V = (size_t)model_.config().n_vocab;
+        Sampler argmax(SamplingParams{.temperature = 0});
+        DSV4_ASSIGN_OR_RETURN(SampleResult r, argmax.sample(logits.subspan(logits.size() - V), {}));
+        d = r.token;
     }
     if (opt_.draft_override) {
         const int32_t o = opt_.draft_override(s.id, index, d);
-        if (o < 0 || o >= (int32_t)V) return make_error("draft_override returned token " + std::to_string(o));
-        if (o != d && sp.temperature != 0) q.assign(1, TokenProb{o, 1.0});  // the proposal is then certain
+        if (o < 0 || o >= (int32_t)model_.config().n_vocab)
+            return make_error("draft_override returned token " + std::to_string(o));
         d = o;
     }
-    if (sp.temperature != 0) s.draft_q.push_back(std::move(q));
     return d;
 }
 
@@ -148,9 +117,8 @@ Status Engine::run_mtp(Sequence& s, int64_t p0, int64_t rows, bool propose) {
     KvCache& cache = *s.cache;
     cache.set_mtp_pos(p0);
     s.drafts.clear();
-    s.draft_q.clear();
     const int m = propose ? max_drafts(s) : 0;
-    const bool device = s.req.sampling.temperature == 0 && draws_on_backend(s);
+    const bool device = draws_on_backend(s);
     const DrawRequest req;  // greedy drafts: temperature 0, no adjustments (ops/sample_args.h)
     StepOptions opt;
     opt.quant_sim = opt_.quant_sim;

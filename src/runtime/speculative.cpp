@@ -1,9 +1,8 @@
-// Speculative decoding: option parsing, the model check and the speculative sampling rule.
+// Speculative decoding: option parsing and the model check.
 #include "runtime/speculative.h"
 
 #include <algorithm>
 #include <charconv>
-#include <unordered_map>
 
 #include "model/deepseek4.h"
 
@@ -39,43 +38,6 @@ Status check_speculative(const Model& model, int k) {
                           " tokens: its sliding window and smallest compress ratio); use K <= " +
                           std::to_string(limit - 1));
     return {};
-}
-
-int32_t draw_from(std::span<const TokenProb> dist, double u) {
-    double acc = 0;
-    for (const TokenProb& t : dist) {
-        acc += t.prob;
-        if (u < acc) return t.token;
-    }
-    return dist.empty() ? -1 : dist.back().token;
-}
-
-SpeculativeVerdict speculative_accept(std::span<const TokenProb> p, std::span<const TokenProb> q, int32_t d,
-                                      double u_accept, double u_residual) {
-    std::unordered_map<int32_t, double> qm;
-    qm.reserve(q.size() * 2);
-    for (const TokenProb& t : q) qm[t.token] = t.prob;
-    double pd = 0;
-    for (const TokenProb& t : p)
-        if (t.token == d) pd = t.prob;
-    const auto qd_it = qm.find(d);
-    const double qd = qd_it == qm.end() ? 0.0 : qd_it->second;
-    if (qd > 0 && u_accept * qd < pd) return {true, d};
-    // The residual max(0, p - q), in p's order.
-    std::vector<TokenProb> r;
-    r.reserve(p.size());
-    double sum = 0;
-    for (const TokenProb& t : p) {
-        const auto it = qm.find(t.token);
-        const double v = t.prob - (it == qm.end() ? 0.0 : it->second);
-        if (v > 0) {
-            r.push_back({t.token, v});
-            sum += v;
-        }
-    }
-    if (r.empty() || !(sum > 0)) return {false, draw_from(p, u_residual)};
-    for (TokenProb& t : r) t.prob /= sum;
-    return {false, draw_from(r, u_residual)};
 }
 
 }  // namespace dsv4
