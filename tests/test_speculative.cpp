@@ -261,6 +261,37 @@ TEST(SpeculativeEngine, GreedyIsTokenIdenticalOnGoldenModels) {
     }
 }
 
+TEST(SpeculativeEngine, LargeBatchesDecodePlainlyAndSpeculateAgainWhenSmall) {
+    Loaded g = load_golden("flash-mini");
+    ASSERT_TRUE(g.model);
+    auto tok = word_tokenizer(g.model->config().n_vocab);
+    std::mt19937 rng(6);
+    const int64_t V = g.model->config().n_vocab;
+    // Four requests at mtp:2 (12 verify rows: past the step graphs' 8) of different lengths: the batch decodes
+    // plainly while all four decode, and the two left after the short ones finish speculate.
+    std::vector<std::vector<int32_t>> prompts;
+    for (int64_t len : {12, 30, 9, 41}) prompts.push_back(random_tokens(rng, len, V));
+    std::vector<std::vector<int32_t>> outs[2];
+    for (int w = 0; w < 2; ++w) outs[w].resize(prompts.size());
+    for (int w = 0; w < 2; ++w) {
+        Engine engine(*g.model, *tok, engine_options(w == 0 ? 0 : 2, 4));
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            GenerationRequest r;
+            r.prompt = prompts[i];
+            r.max_tokens = i < 2 ? 10 : 60;
+            r.ignore_eos = true;
+            r.sampling.temperature = 0;
+            auto& o = outs[w][i];
+            ASSERT_TRUE(engine.submit(std::move(r), [&o](const TokenEvent& ev) {
+                if (ev.token >= 0) o.push_back(ev.token);
+            }).ok());
+        }
+        engine.run_until_idle();
+        if (w == 1) EXPECT_GT(engine.stats().spec_steps, 0u);  // speculation came back
+    }
+    EXPECT_EQ(outs[1], outs[0]);
+}
+
 TEST(SpeculativeEngine, GreedyIsTokenIdenticalWithTheRealVocabulary) {
     auto t = test::make_tiny_model("speculative_test", 3);
     ASSERT_TRUE(t.ok()) << t.error();

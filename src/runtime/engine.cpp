@@ -320,8 +320,16 @@ bool Engine::step() {
     };
     std::vector<Planned> plan;
     int64_t budget = opt_.step_token_budget;
+    // Speculation while the verify steps stay small: past kMaxGraphTokens rows (several sequences decoding
+    // at once) this step decodes every sequence plainly and drafts nothing for the next; the drafts come back
+    // once the batch is small again (the MTP block's window then misses the plain steps' positions, which only
+    // makes its first drafts worse: they are verified like any other).
+    int64_t spec_decoders = 0;
+    for (auto& s : running_) spec_decoders += s->spec && s->n_fed >= s->n_prompt;
+    const bool speculate = spec_decoders * (1 + opt_.speculative) <= kMaxGraphTokens;
     for (auto& s : running_)
         if (s->n_fed >= s->n_prompt) {
+            if (!speculate) s->drafts.clear();
             const int64_t n = s->spec ? 1 + (int64_t)s->drafts.size() : 1;
             plan.push_back({s.get(), n, true, false});
             budget -= n;
@@ -397,7 +405,7 @@ bool Engine::step() {
             if (!draw_errors[i].empty())
                 emit_token(s, make_error(draw_errors[i]));
             else
-                finish_verify(s, items[i], verify_drawn[i]);
+                finish_verify(s, items[i], verify_drawn[i], speculate);
             continue;
         }
         const int64_t begin = s.n_fed;

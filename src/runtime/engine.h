@@ -105,7 +105,7 @@ struct EngineStats {
     int64_t kv_tokens_used = 0, kv_tokens_capacity = 0;
     size_t prefix_cache_entries = 0, prefix_cache_bytes = 0;
     uint64_t prefix_cache_hits = 0, prefix_cache_misses = 0;
-    // Speculative decoding: verify steps, drafts proposed in them, drafts accepted.
+    // Speculative decoding: verify steps that had drafts, drafts proposed in them, drafts accepted.
     uint64_t spec_steps = 0, draft_tokens = 0, accepted_tokens = 0;
 };
 
@@ -156,10 +156,11 @@ private:
     // Speculative decoding (engine_speculative.cpp). Before the step: how a sequence's item verifies its
     // drafts (the cache saved for rollback, every row's logits or draws). After it: the verdict on a verify
     // step (tokens emitted, cache rolled back), and the MTP block over the rows the step made final, which
-    // proposes the next drafts. `drawn` holds the item's backend draws.
+    // proposes the next drafts (unless `draft_next` is off: the batch decodes plainly). `drawn` holds the
+    // item's backend draws.
     Status prepare_verify(Sequence& s, Model::BatchItem& item, std::vector<DrawRequest>& draws,
                           std::vector<SampleOut>& drawn);
-    void finish_verify(Sequence& s, const Model::BatchItem& item, std::span<const SampleOut> drawn);
+    void finish_verify(Sequence& s, const Model::BatchItem& item, std::span<const SampleOut> drawn, bool draft_next);
     // The MTP block on `rows` rows of the slot's hidden buffer at positions p0.. (next tokens from
     // s.tokens[p0 + 1 ..]), then drafts for the next step when `propose` is set.
     Status run_mtp(Sequence& s, int64_t p0, int64_t rows, bool propose);

@@ -56,7 +56,8 @@ Status Engine::prepare_verify(Sequence& s, Model::BatchItem& item, std::vector<D
     return {};
 }
 
-void Engine::finish_verify(Sequence& s, const Model::BatchItem& item, std::span<const SampleOut> drawn) {
+void Engine::finish_verify(Sequence& s, const Model::BatchItem& item, std::span<const SampleOut> drawn,
+                           bool draft_next) {
     const int64_t n = (int64_t)item.tokens.size();
     const int64_t p0 = s.n_fed;
     const size_t V = (size_t)model_.config().n_vocab;
@@ -72,7 +73,7 @@ void Engine::finish_verify(Sequence& s, const Model::BatchItem& item, std::span<
         if (!agrees) break;
         ++accepted;
     }
-    {
+    if (n > 1) {
         std::lock_guard<std::mutex> lk(mu_);
         ++stats_.spec_steps;
         stats_.draft_tokens += n - 1;
@@ -86,7 +87,9 @@ void Engine::finish_verify(Sequence& s, const Model::BatchItem& item, std::span<
         }
     }
     s.n_fed = p0 + emitted;
-    if (Status st = run_mtp(s, p0, emitted, true); !st.ok()) {
+    if (!draft_next) {
+        s.drafts.clear();
+    } else if (Status st = run_mtp(s, p0, emitted, true); !st.ok()) {
         finish(s, GenerationEnd::error, st.error());
         return;
     }
