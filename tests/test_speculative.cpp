@@ -287,7 +287,9 @@ TEST(SpeculativeEngine, LargeBatchesDecodePlainlyAndSpeculateAgainWhenSmall) {
             }).ok());
         }
         engine.run_until_idle();
-        if (w == 1) EXPECT_GT(engine.stats().spec_steps, 0u);  // speculation came back
+        if (w == 1) {
+            EXPECT_GT(engine.stats().spec_steps, 0u);  // speculation came back
+        }
     }
     EXPECT_EQ(outs[1], outs[0]);
 }

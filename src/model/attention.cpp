@@ -156,18 +156,20 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
             return v;
         });
         // The window source. One token (decode): it goes into the ring first (the slot it takes held token
-        // pos0 - win, which is outside its window) and attends to the ring itself. Several tokens: the ring's
-        // filled slots as they lie (token t < pos0 is in slot t % win; when pos0 < win the filled slots are
-        // [0, pos0)), then this step's fresh rows, and the ring is written after the attention.
-        const bool decode = n == 1;
-        const int64_t n_old = decode ? 0 : std::min<int64_t>(pos0, win);
+        // pos0 - win, which is outside its window) and attends to the ring itself. A few tokens (a verify
+        // step): the ring as it lies (token t < pos0 in slot t % win) and this step's rows in the stage rows
+        // after it (row win + t - pos0). More: the ring's filled slots copied out (when pos0 < win they are
+        // [0, pos0)), then this step's rows. Either way the ring is written after the attention.
+        const bool decode = n == 1, staged = n > 1 && n <= kWindowStageRows;
+        const int64_t n_old = decode || staged ? 0 : std::min<int64_t>(pos0, win);
         lists[si].n_old = n_old;
+        const int64_t fresh0 = staged ? win : n_old;  // where this step's rows start in the source
         lists[si].win_idx = c.i32_memo("win/" + std::to_string(s.row0), [&] {
             std::vector<int32_t> v((size_t)n * win, -1);
             for (int64_t i = 0; i < n; ++i) {
                 const int64_t p = pos0 + i, lo = std::max<int64_t>(0, p - win + 1);
                 for (int64_t t = lo; t <= p; ++t)
-                    v[i * win + (t - lo)] = (int32_t)(decode || t < pos0 ? t % win : n_old + (t - pos0));
+                    v[i * win + (t - lo)] = (int32_t)(decode || t < pos0 ? t % win : fresh0 + (t - pos0));
             }
             return v;
         });
@@ -217,7 +219,9 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
         const int64_t n = s.n;
         const float* kv = kv_all + s.row0 * hd;
         const float* kvw = lc.window;
-        if (n > 1) {
+        if (n > 1 && n <= kWindowStageRows) {
+            c.b.copy_rows(lc.window + (int64_t)win * hd, hd, kv, hd, n, hd);
+        } else if (n > 1) {
             const int64_t n_old = lists[si].n_old;
             float* buf = c.f32((n_old + n) * hd);
             if (n_old > 0) c.b.copy_rows(buf, hd, lc.window, hd, n_old, hd);
@@ -239,7 +243,7 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
         a.pos = c.pos + s.row0;
         c.b.attention(a);
 
-        // Several tokens: they go into the ring now (the older ring rows were copied above).
+        // Several tokens: they go into the ring now (their queries have read the older rows).
         if (n > 1) c.b.scatter_rows(lc.window, kv, lists[si].ring_rows, n, hd);
     }
 

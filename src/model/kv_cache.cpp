@@ -27,7 +27,7 @@ KvCache::KvCache(const ModelConfig& cfg, Backend& backend, int64_t capacity, boo
         LayerCache& L = layers_[il];
         L.ratio = il < cfg.n_layer ? cfg.ratio(il) : 0;
         off_window[il] = rows_floats;
-        rows_floats += (int64_t)cfg.window * hd;
+        rows_floats += ((int64_t)cfg.window + kWindowStageRows) * hd;
         if (L.ratio > 0) {
             const int coff = L.ratio == 4 ? 2 : 1;
             L.state_floats = (int64_t)coff * L.ratio * coff * hd;

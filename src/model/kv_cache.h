@@ -14,9 +14,13 @@
 
 namespace dsv4 {
 
+// Rows after each window ring where a step of at most this many tokens puts its own rows while it attends
+// (the ring's slots still hold the older tokens those rows' queries read), so that the ring need not be copied.
+constexpr int64_t kWindowStageRows = 8;
+
 struct LayerCache {
     int ratio = 0;
-    float* window = nullptr;        // [window, head_dim], token t at row t % window
+    float* window = nullptr;        // [window, head_dim], token t at row t % window; then kWindowStageRows rows
     float* comp = nullptr;          // [capacity / ratio, head_dim]
     float* index = nullptr;         // [capacity / 4, index_head_dim] (ratio 4 only)
     float* state_kv = nullptr;      // [coff*ratio, coff*head_dim]
