@@ -5,8 +5,13 @@
 #include <string>
 #include <vector>
 
+#include <fstream>
+#include <sstream>
+
 #include "cli/bench_batch.h"
 #include "runtime/engine.h"
+#include "runtime/json_schema.h"
+#include "runtime/token_mask.h"
 
 namespace dsv4::cli {
 
@@ -24,8 +29,9 @@ struct Sampling {
 constexpr Sampling kSamplings[] = {{"greedy", 0.0f, 1.0f}, {"run default", 0.6f, 0.95f}, {"temperature 1", 1.0f, 1.0f}};
 
 Result<nlohmann::ordered_json> bench_row(Engine& engine, int64_t n_vocab, int64_t n_prompt, const Sampling& sp,
-                                         const E2eBench& b, std::mt19937& rng) {
+                                         const E2eBench& b, const GrammarConstraint& constraint, std::mt19937& rng) {
     std::vector<double> ttft, tps;
+    int64_t parsed = 0;
     // One request first, untimed: the step graphs of its shapes are captured by it.
     for (int64_t rep = -1; rep < b.repeat; ++rep) {
         GenerationRequest req;
@@ -36,6 +42,10 @@ Result<nlohmann::ordered_json> bench_row(Engine& engine, int64_t n_vocab, int64_
         req.sampling.temperature = sp.temperature;
         req.sampling.top_p = sp.top_p;
         req.sampling.seed = (uint64_t)(rep + 2);
+        if (constraint) {
+            req.constraint = constraint;
+            req.ignore_eos = false;  // the answer ends where its value does
+        }
         Clock::time_point first{}, last{};
         int64_t tokens = 0;
         std::string error, text;
@@ -52,6 +62,7 @@ Result<nlohmann::ordered_json> bench_row(Engine& engine, int64_t n_vocab, int64_
         engine.run_until_idle();
         if (!error.empty()) return make_error("bench --e2e: " + error);
         if (rep < 0) continue;
+        if (constraint && !nlohmann::json::parse(text, nullptr, false).is_discarded()) ++parsed;
         ttft.push_back(since(t0, first));
         if (tokens > 1) tps.push_back((double)(tokens - 1) / since(first, last));
     }
@@ -59,6 +70,7 @@ Result<nlohmann::ordered_json> bench_row(Engine& engine, int64_t n_vocab, int64_
                                 {"sampling", sp.name}, {"temperature", sp.temperature}, {"top_p", sp.top_p},
                                 {"ttft_ms", 1e3 * median_of(ttft)}};
     if (!tps.empty()) j["tokens_per_s"] = median_of(tps);
+    if (constraint) j["parsed_json"] = parsed;
     return j;
 }
 
@@ -66,6 +78,18 @@ Result<nlohmann::ordered_json> bench_row(Engine& engine, int64_t n_vocab, int64_
 
 Result<nlohmann::ordered_json> bench_e2e(Model& m, const Tokenizer& tok, const E2eBench& b, std::mt19937& rng) {
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    GrammarConstraint constraint;
+    if (!b.schema_path.empty()) {
+        std::ifstream f(b.schema_path);
+        if (!f) return make_error("--e2e-schema: cannot open '" + b.schema_path + "'");
+        std::stringstream ss;
+        ss << f.rdbuf();
+        auto schema = nlohmann::ordered_json::parse(ss.str(), nullptr, false);
+        if (schema.is_discarded()) return make_error("--e2e-schema: '" + b.schema_path + "' is not JSON");
+        auto g = compile_json_schema(schema);
+        if (!g.ok()) return make_error("--e2e-schema: " + g.error());
+        constraint.grammar = std::make_shared<const TokenGrammar>(std::move(*g), TokenTrie::from_tokenizer(tok));
+    }
     for (int64_t n_prompt : b.prompts) {
         EngineOptions eo;
         eo.n_slots = 1;
@@ -75,7 +99,9 @@ Result<nlohmann::ordered_json> bench_e2e(Model& m, const Tokenizer& tok, const E
         eo.prefix_cache = false;  // every request computes its whole prompt
         Engine engine(m, tok, eo);
         for (const Sampling& sp : kSamplings) {
-            DSV4_ASSIGN_OR_RETURN(nlohmann::ordered_json row, bench_row(engine, m.config().n_vocab, n_prompt, sp, b, rng));
+            if (constraint && sp.temperature > 0 && sp.temperature < 1) continue;  // greedy and T = 1 suffice
+            DSV4_ASSIGN_OR_RETURN(nlohmann::ordered_json row,
+                                  bench_row(engine, m.config().n_vocab, n_prompt, sp, b, constraint, rng));
             rows.push_back(std::move(row));
         }
     }
@@ -88,6 +114,9 @@ void print_e2e(const nlohmann::ordered_json& rows) {
                     (long long)e["prompt_tokens"].get<int64_t>(), e["sampling"].get<std::string>().c_str(),
                     e["ttft_ms"].get<double>());
         if (e.contains("tokens_per_s")) std::printf(", then %.2f tokens/s", e["tokens_per_s"].get<double>());
+        if (e.contains("parsed_json"))
+            std::printf(", schema-constrained: %lld of %lld answers parse as JSON", (long long)e["parsed_json"].get<int64_t>(),
+                        (long long)e["requests"].get<int64_t>());
         std::printf(" (%lld tokens, median of %lld requests through the engine)\n", (long long)e["tokens"].get<int64_t>(),
                     (long long)e["requests"].get<int64_t>());
     }

@@ -21,9 +21,13 @@ struct E2eBench {
     int64_t n_gen = 64;      // generated tokens per request
     int64_t repeat = 3;      // requests per row; medians are reported
     bool quant_sim = true;
+    // A JSON schema (runtime/json_schema.h): the rows are then constrained to it (the grammar's masks on the
+    // host over the step's downloaded logits, as the server runs response_format), and each row also reports
+    // how many answers parsed as JSON.
+    std::string schema_path;
 };
 
-// For every prompt length, three samplings (greedy; `run`'s default temperature 0.6 with top-p 0.95;
+// For every prompt length, three samplings (with a schema: greedy and temperature 1) (greedy; `run`'s default temperature 0.6 with top-p 0.95;
 // temperature 1 over the whole vocabulary), each a row of: ttft_ms (submit to the first token's event) and
 // generation tokens/s (first to last token), medians of `repeat` requests.
 Result<nlohmann::ordered_json> bench_e2e(Model& m, const Tokenizer& tok, const E2eBench& b, std::mt19937& rng);

@@ -100,6 +100,9 @@ int cmd_bench(int argc, char** argv) {
                  "`run` and one server request do (sampling, detokenizing, stop checks), greedy, at `run`'s "
                  "default sampling and at temperature 1: time to first token and tokens/s as a user sees them");
     app.add_option("--e2e-prompts", e2e_prompts, "comma-separated prompt lengths of the --e2e requests (default --prompt)");
+    app.add_option("--e2e-schema", eb.schema_path,
+                   "a JSON schema file: the --e2e requests are constrained to it (as the server's response_format), "
+                   "greedy and at temperature 1, and each row says how many answers parse");
     app.add_option("--vocab", vocab_path,
                    "the --synth model takes this GGUF's tokenizer (and its vocabulary size), for --e2e");
     std::string speculative;

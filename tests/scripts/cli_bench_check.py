@@ -5,6 +5,7 @@ MoE call, per step one LM head matmul), so a profile that misses or double-count
 recorded as step graphs (captured the second time a step's ops repeat, then replayed), and --skip-fill reaches a
 depth without a prefill, and --repeat reports the median of several measurements."""
 import json
+import os
 import subprocess
 import sys
 
@@ -94,6 +95,32 @@ check(badb.returncode != 0 and "--batch" in badb.stderr, f"--batch 2,x is refuse
 bad = subprocess.run([dsv4, "bench", "--synth", "tiny", "--repeat", "0", "--device", "cpu"], capture_output=True,
                      text=True, timeout=60)
 check(bad.returncode != 0 and "repeat" in bad.stderr, f"--repeat 0 is refused: {bad.returncode} {bad.stderr[-300:]}")
+# --e2e under a JSON schema (the tiny model with the real vocabulary): every constrained answer parses, and
+# --speculative prints its verify steps and keeps the greedy tokens.
+shared = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared")
+vocab = os.path.join(shared, "fixtures", "tokenizer", "deepseek_v3", "vocab.gguf")
+check(os.path.exists(vocab), f"the real vocabulary at {vocab}")
+if os.path.exists(vocab):
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                                    "age": {"type": "integer"}}, "required": ["name", "age"]}, f)
+    r = subprocess.run([dsv4, "bench", "--synth", "tiny", "--vocab", vocab, "--prompt", "12", "--gen", "40", "--repeat", "2",
+                        "--e2e", "--e2e-schema", f.name, "--device", "cpu", "--json"], capture_output=True, text=True, timeout=300)
+    os.unlink(f.name)
+    check(r.returncode == 0, f"bench --e2e --e2e-schema runs: {r.stderr[-300:]}")
+    if r.returncode == 0:
+        rows = json.loads(r.stdout)["e2e"]
+        check(len(rows) == 2 and all(x["parsed_json"] == x["requests"] for x in rows),
+              f"every schema-constrained answer parses: {rows}")
+    r = subprocess.run([dsv4, "bench", "--synth", "tiny", "--vocab", vocab, "--prompt", "12", "--gen", "12", "--repeat", "1",
+                        "--speculative", "mtp:2", "--draft-oracle", "0.5", "--device", "cpu", "--json"],
+                       capture_output=True, text=True, timeout=300)
+    check(r.returncode == 0, f"bench --speculative runs: {r.stderr[-300:]}")
+    if r.returncode == 0:
+        sp = json.loads(r.stdout)["speculative"]
+        check(len(sp["verify_steps"]) == 3 and all(x["same_tokens_as_plain"] for x in sp["speculative"]),
+              f"bench --speculative: verify steps of 1-3 tokens, greedy tokens unchanged: {sp['speculative']}")
 if failures:
     print("\n".join("FAIL " + f for f in failures))
     sys.exit(1)
