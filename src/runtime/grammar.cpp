@@ -18,6 +18,17 @@
 #include <cstring>
 
 namespace dsv4 {
+
+void key_range(const GrammarNode& n, int32_t last, int32_t& lo, int32_t& hi) {
+    lo = last + 1;
+    hi = static_cast<int32_t>(n.properties.size()) - 1;
+    for (int32_t j = lo; j <= hi; ++j)
+        if (n.properties[static_cast<size_t>(j)].required) {
+            hi = j;
+            break;
+        }
+}
+
 namespace {
 
 constexpr int kMaxDepth = 64;      // nested alternatives / sequence pushes resolved for one byte
@@ -193,16 +204,6 @@ void set_phase(GrammarFrame& f, int32_t phase) {
     f.c = 0;
 }
 
-// The known properties a key may name after property `last`: up to and including the next required one.
-void key_range(const GrammarNode& n, int32_t last, int32_t& lo, int32_t& hi) {
-    lo = last + 1;
-    hi = static_cast<int32_t>(n.properties.size()) - 1;
-    for (int32_t j = lo; j <= hi; ++j)
-        if (n.properties[static_cast<size_t>(j)].required) {
-            hi = j;
-            break;
-        }
-}
 
 bool may_close(const GrammarNode& n, int32_t last) {
     for (size_t j = static_cast<size_t>(last + 1); j < n.properties.size(); ++j)

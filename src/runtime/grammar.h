@@ -71,6 +71,10 @@ public:
     }
 };
 
+// The known properties of object node `n` a key may name after property `last` (-1: none yet): [lo, hi], up to
+// and including the next required one. The runner and the distance bound (grammar_distance.h) share it.
+void key_range(const GrammarNode& n, int32_t last, int32_t& lo, int32_t& hi);
+
 // Copies `other`'s nodes into `g` and returns the id of its root there (to combine grammars as alternatives).
 int32_t append_grammar(Grammar& g, const Grammar& other);
 

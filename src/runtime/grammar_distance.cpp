@@ -34,17 +34,6 @@ int64_t trie_child(const TokenTrie& t, int64_t parent, uint8_t b) {
     return -1;
 }
 
-// key_range of grammar.cpp: the properties a key may name after property `last`.
-void key_range(const GrammarNode& n, int32_t last, int32_t& lo, int32_t& hi) {
-    lo = last + 1;
-    hi = static_cast<int32_t>(n.properties.size()) - 1;
-    for (int32_t j = lo; j <= hi; ++j)
-        if (n.properties[static_cast<size_t>(j)].required) {
-            hi = j;
-            break;
-        }
-}
-
 }  // namespace
 
 std::vector<int32_t> GrammarDistance::spell_suffixes(const std::string& text) const {
