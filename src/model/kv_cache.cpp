@@ -170,10 +170,10 @@ Status KvCache::restore(const Snapshot& s) {
     return {};
 }
 
-int64_t KvCache::rollback_limit() const {
-    int64_t lim = cfg_.window;
-    for (const LayerCache& L : layers_)
-        if (L.ratio > 0) lim = std::min<int64_t>(lim, L.ratio);
+int64_t kv_rollback_limit(const ModelConfig& cfg) {
+    int64_t lim = cfg.window;
+    for (int il = 0; il < cfg.n_layer; ++il)
+        if (cfg.ratio(il) > 0) lim = std::min<int64_t>(lim, cfg.ratio(il));
     return lim;
 }
 

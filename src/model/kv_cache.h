@@ -18,6 +18,10 @@ namespace dsv4 {
 // (the ring's slots still hold the older tokens those rows' queries read), so that the ring need not be copied.
 constexpr int64_t kWindowStageRows = 8;
 
+// The most tokens of one step a cache of model `cfg` can undo (KvCache::rollback): its window and every
+// compress ratio of its layers bound it.
+int64_t kv_rollback_limit(const ModelConfig& cfg);
+
 struct LayerCache {
     int ratio = 0;
     float* window = nullptr;        // [window, head_dim], token t at row t % window; then kWindowStageRows rows
@@ -74,7 +78,7 @@ public:
     // copies exactly those rows aside on the backend before such a step; rollback(k) after it puts back the
     // ones the last k tokens changed and moves the position back by k, so the cache is bit for bit the cache
     // that only saw the first n - k. One saved step per part at a time; n at most rollback_limit().
-    int64_t rollback_limit() const;
+    int64_t rollback_limit() const { return kv_rollback_limit(cfg_); }
     Status save_for_rollback(int64_t n, bool mtp = false);
     Status rollback(int64_t k, bool mtp = false);
 

@@ -28,10 +28,7 @@ Status check_speculative(const Model& model, int k) {
         return make_error("--speculative mtp: '" + model.file().path() +
                           "' has no MTP block (blk." + std::to_string(model.config().n_layer) +
                           ".nextn.*) and no MTP sidecar was attached (--mtp FILE names one)");
-    const ModelConfig& c = model.config();
-    int64_t limit = c.window;
-    for (int il = 0; il < c.n_layer; ++il)
-        if (c.ratio(il) > 0) limit = std::min<int64_t>(limit, c.ratio(il));
+    const int64_t limit = kv_rollback_limit(model.config());
     if (k + 1 > limit)
         return make_error("--speculative mtp:" + std::to_string(k) + ": a verify step of " + std::to_string(k + 1) +
                           " tokens cannot be undone in this model (at most " + std::to_string(limit) +

@@ -26,7 +26,7 @@ class Model;
 Result<int> parse_speculative(const std::string& spec);
 
 // Whether `model` can draft k tokens per step: it needs an MTP block, and a step of k + 1 tokens must be
-// undoable (k + 1 at most the window and the smallest compress ratio: KvCache::rollback_limit).
+// undoable (k + 1 at most kv_rollback_limit: the window and the smallest compress ratio).
 Status check_speculative(const Model& model, int k);
 
 }  // namespace dsv4
