@@ -16,12 +16,12 @@
 #include "cli/bench_speculative.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/generate.h"
 #include "exec/profiling_backend.h"
 #include "exec/step_runner.h"
 #include "format/gguf.h"
 #include "model/deepseek4.h"
 #include "model/synth.h"
-#include "runtime/speculative.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsv4::cli {
@@ -298,9 +298,8 @@ int cmd_bench(int argc, char** argv) {
         out["e2e"] = std::move(*rows);
     }
     if (!speculative.empty()) {
-        auto k = parse_speculative(speculative);
+        auto k = speculative_drafts(speculative, m);
         if (!k.ok()) return fail(k.error());
-        if (Status s = check_speculative(m, *k); !s.ok()) return fail(s.error());
         auto tok = Tokenizer::from_gguf(m.file());
         if (!tok.ok())
             return fail("--speculative needs the model's tokenizer (give --synth models one with --vocab FILE): " +
