@@ -18,6 +18,7 @@
 // does not depend on how many tokens share the step.
 #include <algorithm>
 #include <array>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_gemv.cuh"
@@ -178,24 +179,22 @@ constexpr int kH = 1, kS = 4;
 template <int NR>
 using Kernel = Geom<kH, kS, NR>;
 
-// Blocks of w warps per SM for nr activation rows (0: such a block cannot run here).
-template <int NR>
-int blocks_per_sm_rows(int w) {
-    return blocks_per_sm<gemv_q8_xreg_kernel<kH, kS, NR>, Kernel<NR>>(w);
-}
-int blocks_per_sm_for(int w, int64_t nr) {
+// f(std::integral_constant<int, NR>) for the kernel of nr = NR activation rows (1 .. kMaxRows): the one
+// place the row count becomes a template argument.
+template <class F>
+auto with_rows(int64_t nr, F&& f) {
     switch (nr) {
-        case 1: return blocks_per_sm_rows<1>(w);
-        case 2: return blocks_per_sm_rows<2>(w);
-        case 3: return blocks_per_sm_rows<3>(w);
-        case 4: return blocks_per_sm_rows<4>(w);
+        case 1: return f(std::integral_constant<int, 1>{});
+        case 2: return f(std::integral_constant<int, 2>{});
+        case 3: return f(std::integral_constant<int, 3>{});
+        default: return f(std::integral_constant<int, 4>{});
     }
-    return 0;
 }
+static_assert(kMaxRows == 4, "with_rows covers 1 .. kMaxRows");
 
-template <int NR>
-void launch_rows(const Batch& b, int64_t blocks, int w, cudaStream_t s) {
-    launch_pdl(gemv_q8_xreg_kernel<kH, kS, NR>, (unsigned)blocks, w * kWarp, Kernel<NR>::smem(w), s, b);
+// Blocks of w warps per SM for nr activation rows (0: such a block cannot run here).
+int blocks_per_sm_for(int w, int64_t nr) {
+    return with_rows(nr, [&](auto NR) { return blocks_per_sm<gemv_q8_xreg_kernel<kH, kS, NR>, Kernel<NR>>(w); });
 }
 
 void launch_batch(const MatmulParams* ps, int count, RowNorm norm, cudaStream_t s) {
@@ -216,12 +215,9 @@ void launch_batch(const MatmulParams* ps, int count, RowNorm norm, cudaStream_t 
     }
     b.count = count;
     b.rows_per_block = per;
-    switch (nr) {
-        case 1: launch_rows<1>(b, blocks, w, s); break;
-        case 2: launch_rows<2>(b, blocks, w, s); break;
-        case 3: launch_rows<3>(b, blocks, w, s); break;
-        default: launch_rows<4>(b, blocks, w, s); break;
-    }
+    with_rows(nr, [&](auto NR) {
+        launch_pdl(gemv_q8_xreg_kernel<kH, kS, NR>, (unsigned)blocks, w * kWarp, Kernel<NR>::smem(w), s, b);
+    });
 }
 
 }  // namespace
