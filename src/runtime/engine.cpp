@@ -237,10 +237,12 @@ Result<SampleResult> Engine::sample_token(Sequence& s, std::span<const float> lo
     }
 }
 
+bool Engine::backend_draws() const {
+    return opt_.draw == DrawPlace::backend || (opt_.draw == DrawPlace::automatic && !model_.backend().is_host());
+}
+
 bool Engine::draws_on_backend(const Sequence& s) const {
-    const bool backend = opt_.draw == DrawPlace::backend ||
-                         (opt_.draw == DrawPlace::automatic && !model_.backend().is_host());
-    return backend && !s.matcher && backend_draw_serves(s.req.sampling);
+    return backend_draws() && !s.matcher && backend_draw_serves(s.req.sampling);
 }
 
 bool Engine::sample_and_emit(Sequence& s, std::span<const float> logits) { return emit_token(s, sample_token(s, logits)); }
@@ -317,6 +319,7 @@ bool Engine::step() {
         int64_t n;
         bool want_logits;  // the step ends the prompt or decodes: sample from its last row
         bool score;        // a prompt chunk of a prompt_logprobs request: logits for every row
+        bool verify;       // a speculating sequence's decode: its last token and drafts (engine_speculative.cpp)
     };
     std::vector<Planned> plan;
     int64_t budget = opt_.step_token_budget;
@@ -330,8 +333,8 @@ bool Engine::step() {
     for (auto& s : running_)
         if (s->n_fed >= s->n_prompt) {
             if (!speculate) s->drafts.clear();
-            const int64_t n = s->spec ? 1 + (int64_t)s->drafts.size() : 1;
-            plan.push_back({s.get(), n, true, false});
+            const int64_t n = 1 + (int64_t)s->drafts.size();  // drafts: only a speculating sequence's
+            plan.push_back({s.get(), n, true, false, s->spec});
             budget -= n;
         }
     for (auto& s : running_) {
@@ -342,25 +345,21 @@ bool Engine::step() {
             const int64_t aligned = end / opt_.prefix_block * opt_.prefix_block;
             if (aligned > s->n_fed) end = aligned;
         }
-        plan.push_back({s.get(), end - s->n_fed, end == s->n_prompt, s->req.prompt_logprobs});
+        plan.push_back({s.get(), end - s->n_fed, end == s->n_prompt, s->req.prompt_logprobs, false});
         budget -= end - s->n_fed;
     }
     if (plan.empty()) return false;
 
     std::vector<Model::BatchItem> items(plan.size());
-    std::vector<DrawRequest> draws(plan.size());
-    std::vector<SampleOut> drawn(plan.size());
+    // Each item's backend draws: one for a plain step's last row, one per row for a verify step.
+    std::vector<std::vector<DrawRequest>> draws(plan.size());
+    std::vector<std::vector<SampleOut>> drawn(plan.size());
     std::vector<std::string> draw_errors(plan.size());
-    std::vector<std::vector<DrawRequest>> verify_draws(plan.size());
-    std::vector<std::vector<SampleOut>> verify_drawn(plan.size());
-    std::vector<bool> verify(plan.size(), false);
     for (size_t i = 0; i < plan.size(); ++i) {
         Sequence& s = *plan[i].s;
         items[i].cache = s.cache;
-        if (s.spec && s.n_fed >= s.n_prompt) {  // a decode step verifying the drafts
-            verify[i] = true;
-            if (Status st = prepare_verify(s, items[i], verify_draws[i], verify_drawn[i]); !st.ok())
-                draw_errors[i] = st.error();
+        if (plan[i].verify) {
+            if (Status st = prepare_verify(s, items[i], draws[i], drawn[i]); !st.ok()) draw_errors[i] = st.error();
             continue;
         }
         items[i].tokens = std::span<const int32_t>(s.tokens.data() + s.n_fed, plan[i].n);
@@ -377,9 +376,10 @@ bool Engine::step() {
                 draw_errors[i] = req.error();
                 continue;
             }
-            draws[i] = std::move(*req);
-            items[i].draw = &draws[i];
-            items[i].drawn = &drawn[i];
+            draws[i].push_back(std::move(*req));
+            drawn[i].resize(1);
+            items[i].draw = draws[i].data();
+            items[i].drawn = drawn[i].data();
         }
     }
     StepOptions opt;
@@ -401,26 +401,29 @@ bool Engine::step() {
     for (size_t i = 0; i < plan.size(); ++i) {
         const Planned& p = plan[i];
         Sequence& s = *p.s;
-        if (verify[i]) {
+        if (p.verify) {
             if (!draw_errors[i].empty())
                 emit_token(s, make_error(draw_errors[i]));
             else
-                finish_verify(s, items[i], verify_drawn[i], speculate);
+                finish_verify(s, items[i], drawn[i], speculate);
             continue;
         }
         const int64_t begin = s.n_fed;
         s.n_fed += p.n;
         const bool boundary = prefix_ && s.n_fed % opt_.prefix_block == 0;
-        // With speculation the MTP block catches up on the chunk before the state is worth keeping.
-        if (boundary && !s.spec) take_block_snapshot(s);
-        const int64_t mtp_rows = std::min<int64_t>(p.n, model_.config().window);
-        if (s.spec && !p.want_logits) {
-            if (Status st = run_mtp(s, s.n_fed - mtp_rows, mtp_rows, false); !st.ok()) {
+        // With speculation the MTP block catches up on the chunk's last rows (and, after the prompt's last
+        // chunk, drafts from the first generated token) before the state is worth keeping.
+        auto catch_up = [&](bool propose) {
+            const int64_t rows = std::min<int64_t>(p.n, model_.config().window);
+            if (Status st = run_mtp(s, s.n_fed - rows, rows, propose); !st.ok()) {
                 finish(s, GenerationEnd::error, st.error());
-                continue;
+                return false;
             }
             if (boundary) take_block_snapshot(s);
-        }
+            return true;
+        };
+        if (boundary && !s.spec) take_block_snapshot(s);
+        if (s.spec && !p.want_logits && !catch_up(false)) continue;
         if (p.score && !emit_prompt_scores(s, begin, p.n, s.logits)) continue;
         if (!p.want_logits) continue;
         if (s.req.max_tokens == 0) {
@@ -431,18 +434,12 @@ bool Engine::step() {
         if (!draw_errors[i].empty()) {
             alive = emit_token(s, make_error(draw_errors[i]));
         } else if (items[i].draw) {
-            alive = emit_token(s, draw_result(drawn[i]));
+            alive = emit_token(s, draw_result(drawn[i][0]));
         } else {
             const size_t V = s.logits.size() / static_cast<size_t>(p.score ? p.n : 1);
             alive = sample_and_emit(s, std::span<const float>(s.logits).subspan(s.logits.size() - V));
         }
-        if (!alive || !s.spec) continue;
-        // The prompt's last rows and the first generated token: the MTP block's first drafts.
-        if (Status st = run_mtp(s, s.n_fed - mtp_rows, mtp_rows, true); !st.ok()) {
-            finish(s, GenerationEnd::error, st.error());
-            continue;
-        }
-        if (boundary) take_block_snapshot(s);
+        if (alive && s.spec) catch_up(true);
     }
     std::erase_if(running_, [](const auto& s) { return s->done; });
     refresh_stats();

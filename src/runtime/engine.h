@@ -148,6 +148,8 @@ private:
     bool sample_and_emit(Sequence& s, std::span<const float> logits);
     // The rest of a draw (the token, or the error that ends the sequence): stop checks and the event.
     bool emit_token(Sequence& s, Result<SampleResult> r);
+    // Where draws go (EngineOptions::draw), and whether this sequence's can go there.
+    bool backend_draws() const;
     bool draws_on_backend(const Sequence& s) const;
     Result<SampleResult> sample_token(Sequence& s, std::span<const float> logits);
     // The prompt_logprobs events of a prompt chunk just run: logits [n, n_vocab] for tokens from `begin`.

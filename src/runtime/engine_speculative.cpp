@@ -12,7 +12,6 @@
 
 namespace dsv4 {
 
-
 int Engine::max_drafts(const Sequence& s) const {
     // The next verify step feeds tokens.back() and the drafts from position tokens.size() - 1; it must fit
     // the context, and drafting past max_tokens is wasted work.
@@ -121,8 +120,9 @@ Status Engine::run_mtp(Sequence& s, int64_t p0, int64_t rows, bool propose) {
     cache.set_mtp_pos(p0);
     s.drafts.clear();
     const int m = propose ? max_drafts(s) : 0;
-    const bool device = draws_on_backend(s);
-    const DrawRequest req;  // greedy drafts: temperature 0, no adjustments (ops/sample_args.h)
+    // The drafts are greedy, so the request's own sampling does not decide where they are drawn.
+    const bool device = backend_draws();
+    const DrawRequest req;  // temperature 0, no adjustments (ops/sample_args.h)
     StepOptions opt;
     opt.quant_sim = opt_.quant_sim;
     const int64_t stream = (int64_t)model_.config().hc * model_.config().n_embd;
