@@ -18,6 +18,7 @@
 #include "format/gguf.h"
 #include "model/synth.h"
 #include "runtime/engine.h"
+#include "util/served_engine.h"
 #include "util/tiny_model.h"
 #include "server/event_channel.h"
 #include "server/generation.h"
@@ -72,31 +73,16 @@ protected:
         eo.n_ctx = 256;
         eo.prefill_chunk = 40;
         eo.prefix_block = 32;
-        engine_ = std::make_unique<Engine>(*model_, *tok_, eo);
-        GenerationContext g;
-        g.engine = engine_.get();
-        g.counters = &counters_;
-        g.registry = &registry_;
-        g.limits.n_vocab = std::min<int64_t>(tok_->n_vocab(), model_->config().n_vocab);
-        g.model_ids = {"synth-tiny"};
-        routes_ = std::make_unique<GenerationRoutes>(g);
-        loop_ = std::thread([this] {
-            while (!stop_.load())
-                if (!engine_->step()) engine_->wait_for_work(stop_, 50);
-        });
+        served_ = std::make_unique<test::ServedEngine>(*model_, *tok_, eo);
     }
-    void TearDown() override {
-        stop_ = true;
-        engine_->notify();
-        loop_.join();
-    }
+    void TearDown() override { served_.reset(); }
 
     // POST /v1/completions through the handler; the body of a non-streaming answer.
     ojson post(const ojson& body, int* status = nullptr) {
         httplib::Request req;
         req.body = body.dump();
         httplib::Response res;
-        routes_->completions(req, res);
+        served_->routes().completions(req, res);
         if (status) *status = res.status;
         auto j = ojson::parse(res.body, nullptr, false);
         EXPECT_FALSE(j.is_discarded()) << res.body;
@@ -108,7 +94,7 @@ protected:
         httplib::Request req;
         req.body = body.dump();
         httplib::Response res;
-        routes_->completions(req, res);
+        served_->routes().completions(req, res);
         EXPECT_TRUE(res.content_provider_) << res.body;
         std::string wire;
         bool done = false;
@@ -158,12 +144,7 @@ protected:
     static inline Backend* backend_ = nullptr;
     static inline Model* model_ = nullptr;
     static inline Tokenizer* tok_ = nullptr;
-    std::unique_ptr<Engine> engine_;
-    HttpCounters counters_;
-    RequestRegistry registry_;
-    std::unique_ptr<GenerationRoutes> routes_;
-    std::atomic<bool> stop_{false};
-    std::thread loop_;
+    std::unique_ptr<test::ServedEngine> served_;
 };
 
 // Checks one choice's legacy logprobs for prompt `ids` against the logits path: tokens, null first entry,
@@ -347,13 +328,13 @@ TEST_F(ScoringTest, EngineTakesMaxTokensZeroButNotNegative) {
     GenerationRequest g;
     g.prompt = prompt_ids();
     g.max_tokens = -1;
-    auto bad = engine_->submit(g, [](const TokenEvent&) {});
+    auto bad = served_->engine().submit(g, [](const TokenEvent&) {});
     ASSERT_FALSE(bad.ok());
     EXPECT_NE(bad.error().find("max_tokens"), std::string::npos) << bad.error();
     // max_tokens 0 without scoring ends at once: one final event, reason length, no tokens.
     g.max_tokens = 0;
     EventChannel ch;
-    auto id = engine_->submit(g, [&ch](const TokenEvent& ev) { ch.push(ev); });
+    auto id = served_->engine().submit(g, [&ch](const TokenEvent& ev) { ch.push(ev); });
     ASSERT_TRUE(id.ok()) << id.error();
     std::vector<TokenEvent> events, got;
     while (got.empty() || !got.back().finished)

@@ -4,14 +4,11 @@
 // verify steps batched), and /metrics reports the speculative counters.
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "runtime/engine.h"
-#include "server/generation.h"
-#include "server/metrics.h"
+#include "util/served_engine.h"
 #include "util/tiny_model.h"
 
 namespace dsv4::server {
@@ -19,51 +16,31 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-// An engine (speculative or not) with a stepping thread and the routes on top, as the server runs them.
+// An engine (speculative or not) served through the routes, and its greedy completions.
 class Served {
 public:
-    Served(Model& m, const Tokenizer& tok, int speculative) {
+    Served(Model& m, const Tokenizer& tok, int speculative) : served_(m, tok, options(speculative)) {}
+    ojson complete(const std::string& prompt, int max_tokens) {
+        httplib::Request req;
+        req.body = ojson{{"model", "synth-tiny"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}}.dump();
+        httplib::Response res;
+        served_.routes().completions(req, res);
+        EXPECT_EQ(res.status, 200) << res.body;
+        return ojson::parse(res.body, nullptr, false);
+    }
+    std::string metrics() const { return served_.metrics(); }
+    EngineStats stats() { return served_.engine().stats(); }
+
+private:
+    static EngineOptions options(int speculative) {
         EngineOptions eo;
         eo.n_slots = 3;
         eo.n_ctx = 256;
         eo.prefill_chunk = 32;
         eo.speculative = speculative;
-        engine_ = std::make_unique<Engine>(m, tok, eo);
-        GenerationContext g;
-        g.engine = engine_.get();
-        g.counters = &counters_;
-        g.registry = &registry_;
-        g.limits.n_vocab = std::min<int64_t>(tok.n_vocab(), m.config().n_vocab);
-        g.model_ids = {"synth-tiny"};
-        routes_ = std::make_unique<GenerationRoutes>(g);
-        loop_ = std::thread([this] {
-            while (!stop_.load())
-                if (!engine_->step()) engine_->wait_for_work(stop_, 50);
-        });
+        return eo;
     }
-    ~Served() {
-        stop_ = true;
-        engine_->notify();
-        loop_.join();
-    }
-    ojson complete(const std::string& prompt, int max_tokens) {
-        httplib::Request req;
-        req.body = ojson{{"model", "synth-tiny"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}}.dump();
-        httplib::Response res;
-        routes_->completions(req, res);
-        EXPECT_EQ(res.status, 200) << res.body;
-        return ojson::parse(res.body, nullptr, false);
-    }
-    std::string metrics() const { return render_metrics(engine_->stats(), counters_.snapshot(), ProcessStats{}); }
-    EngineStats stats() const { return engine_->stats(); }
-
-private:
-    std::unique_ptr<Engine> engine_;
-    HttpCounters counters_;
-    RequestRegistry registry_;
-    std::unique_ptr<GenerationRoutes> routes_;
-    std::atomic<bool> stop_{false};
-    std::thread loop_;
+    test::ServedEngine served_;
 };
 
 TEST(ServerSpeculative, GreedyAnswersEqualPlainAndMetricsCountDrafts) {
