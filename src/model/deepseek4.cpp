@@ -202,13 +202,6 @@ const float* Model::output_logits_device(Ctx& c, const float* H, const Weight& h
     return logits;
 }
 
-void Model::output_logits(Ctx& c, const float* H, const Weight& hc_fn, const float* hc_base, const float* hc_scale,
-                          const float* norm, const std::vector<int32_t>& rows, std::vector<float>& out) {
-    const float* logits = output_logits_device(c, H, hc_fn, hc_base, hc_scale, norm, rows);
-    out.resize(rows.size() * (size_t)cfg_.n_vocab);
-    c.b.download(out.data(), logits, out.size() * sizeof(float));
-}
-
 void Model::draw_tokens(Ctx& c, const float* logits, std::span<BatchItem> items, const std::vector<int64_t>& last_row) {
     std::vector<SampleArgs> args;
     std::vector<SampleAdjust> adjust;

@@ -148,12 +148,9 @@ private:
     void attention_forward(Ctx& c, int il, const LayerWeights& L, const float* x, float* out);
     // The MoE's output in two parts: the routed experts' sum and the shared expert's output ([n, D] each).
     void ffn_forward(Ctx& c, int il, const LayerWeights& L, const float* x, float* routed, float* shared);
-    // Logits of the given rows of H ([n, hc, D]): in backend memory (step scratch), or downloaded into a host
-    // buffer [rows.size(), n_vocab].
+    // Logits of the given rows of H ([n, hc, D]), in backend memory (step scratch).
     const float* output_logits_device(Ctx& c, const float* H, const Weight& hc_fn, const float* hc_base,
                                       const float* hc_scale, const float* norm, const std::vector<int32_t>& rows);
-    void output_logits(Ctx& c, const float* H, const Weight& hc_fn, const float* hc_base, const float* hc_scale,
-                       const float* norm, const std::vector<int32_t>& rows, std::vector<float>& out);
     // The step's backend draws (BatchItem::draw); last_row[i]: item i's last row in `logits` [*, n_vocab].
     void draw_tokens(Ctx& c, const float* logits, std::span<BatchItem> items, const std::vector<int64_t>& last_row);
 
