@@ -46,25 +46,11 @@ Result<nlohmann::ordered_json> bench_row(Engine& engine, int64_t n_vocab, int64_
             req.constraint = constraint;
             req.ignore_eos = false;  // the answer ends where its value does
         }
-        Clock::time_point first{}, last{};
-        int64_t tokens = 0;
-        std::string error, text;
-        const auto t0 = Clock::now();
-        auto id = engine.submit(std::move(req), [&](const TokenEvent& ev) {
-            if (ev.token >= 0 && !ev.prompt) {
-                last = Clock::now();
-                if (tokens++ == 0) first = last;
-            }
-            text += ev.text;  // the text a user would be shown
-            if (ev.finished && ev.reason == GenerationEnd::error) error = ev.error;
-        });
-        if (!id.ok()) return make_error("bench --e2e: " + id.error());
-        engine.run_until_idle();
-        if (!error.empty()) return make_error("bench --e2e: " + error);
+        DSV4_ASSIGN_OR_RETURN(TimedRequest r, run_timed(engine, std::move(req), "bench --e2e"));
         if (rep < 0) continue;
-        if (constraint && !nlohmann::json::parse(text, nullptr, false).is_discarded()) ++parsed;
-        ttft.push_back(since(t0, first));
-        if (tokens > 1) tps.push_back((double)(tokens - 1) / since(first, last));
+        if (constraint && !nlohmann::json::parse(r.text, nullptr, false).is_discarded()) ++parsed;
+        ttft.push_back(r.ttft_s);
+        if (r.tokens.size() > 1) tps.push_back(r.tokens_per_s);
     }
     nlohmann::ordered_json j = {{"prompt_tokens", n_prompt}, {"tokens", b.n_gen}, {"requests", b.repeat},
                                 {"sampling", sp.name}, {"temperature", sp.temperature}, {"top_p", sp.top_p},
@@ -75,6 +61,28 @@ Result<nlohmann::ordered_json> bench_row(Engine& engine, int64_t n_vocab, int64_
 }
 
 }  // namespace
+
+Result<TimedRequest> run_timed(Engine& engine, GenerationRequest req, const char* what) {
+    TimedRequest r;
+    Clock::time_point first{}, last{};
+    std::string error;
+    const auto t0 = Clock::now();
+    auto id = engine.submit(std::move(req), [&](const TokenEvent& ev) {
+        if (ev.token >= 0 && !ev.prompt) {
+            last = Clock::now();
+            if (r.tokens.empty()) first = last;
+            r.tokens.push_back(ev.token);
+        }
+        r.text += ev.text;  // the text a user would be shown
+        if (ev.finished && ev.reason == GenerationEnd::error) error = ev.error;
+    });
+    if (!id.ok()) return make_error(std::string(what) + ": " + id.error());
+    engine.run_until_idle();
+    if (!error.empty()) return make_error(std::string(what) + ": " + error);
+    if (!r.tokens.empty()) r.ttft_s = since(t0, first);
+    if (r.tokens.size() > 1) r.tokens_per_s = (double)(r.tokens.size() - 1) / since(first, last);
+    return r;
+}
 
 Result<nlohmann::ordered_json> bench_e2e(Model& m, const Tokenizer& tok, const E2eBench& b, std::mt19937& rng) {
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();

@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "model/deepseek4.h"
+#include "runtime/engine.h"
 #include "runtime/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -26,6 +27,15 @@ struct E2eBench {
     // how many answers parsed as JSON.
     std::string schema_path;
 };
+
+// One request through `engine`, run to its end, as a user sees it: its generated tokens and text, the time
+// from submission to the first token and the tokens/s after it. `what` names the caller in errors.
+struct TimedRequest {
+    std::vector<int32_t> tokens;
+    std::string text;
+    double ttft_s = 0, tokens_per_s = 0;  // tokens_per_s: 0 with fewer than two tokens
+};
+Result<TimedRequest> run_timed(Engine& engine, GenerationRequest req, const char* what);
 
 // For every prompt length, three samplings (with a schema: greedy and temperature 1) (greedy; `run`'s default temperature 0.6 with top-p 0.95;
 // temperature 1 over the whole vocabulary), each a row of: ttft_ms (submit to the first token's event) and

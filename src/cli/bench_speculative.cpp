@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cli/bench_batch.h"
+#include "cli/bench_e2e.h"
 #include "runtime/engine.h"
 
 namespace dsv4::cli {
@@ -154,23 +155,10 @@ Result<GenRun> generate(Model& m, const Tokenizer& tok, const SpecBench& b, cons
         req.sampling.temperature = temperature;
         req.sampling.top_p = top_p;
         req.sampling.seed = (uint64_t)(rep + 2);
-        std::vector<int32_t> out;
-        Clock::time_point first{}, last{};
-        std::string error;
-        auto id = engine.submit(std::move(req), [&](const TokenEvent& ev) {
-            if (ev.token >= 0 && !ev.prompt) {
-                last = Clock::now();
-                if (out.empty()) first = last;
-                out.push_back(ev.token);
-            }
-            if (ev.finished && ev.reason == GenerationEnd::error) error = ev.error;
-        });
-        if (!id.ok()) return make_error("bench --speculative: " + id.error());
-        engine.run_until_idle();
-        if (!error.empty()) return make_error("bench --speculative: " + error);
+        DSV4_ASSIGN_OR_RETURN(TimedRequest r, run_timed(engine, std::move(req), "bench --speculative"));
         if (rep < 0) continue;
-        if (out.size() > 1) tps.push_back((double)(out.size() - 1) / since(first, last));
-        run.tokens = std::move(out);
+        if (r.tokens.size() > 1) tps.push_back(r.tokens_per_s);
+        run.tokens = std::move(r.tokens);
     }
     run.tokens_per_s = median_of(tps);
     run.stats = engine.stats();
