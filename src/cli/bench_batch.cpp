@@ -66,16 +66,13 @@ Result<nlohmann::ordered_json> bench_batches(Model& m, StepRunner& runner, const
             if (n <= 0) return make_error("--batch sizes must be positive");
             std::vector<std::unique_ptr<KvCache>> caches;
             for (int64_t i = 0; i < n; ++i) {
-                caches.push_back(m.new_cache(depth + b.n_gen * b.repeat + 1, false));
+                caches.push_back(m.new_cache(depth + b.n_gen * (b.repeat + (b.profiler ? 1 : 0)) + 1, false));
                 DSV4_TRY(reach_depth(m, runner, *caches.back(), depth, b.chunk, b.skip_fill, opt, rng));
             }
             std::vector<int32_t> tokens((size_t)n);
             std::vector<std::vector<float>> logits((size_t)n);
             std::vector<Model::BatchItem> items((size_t)n);
-            std::vector<double> runs;
-            for (int64_t rep = 0; rep < b.repeat; ++rep) {
-                m.backend().synchronize();
-                const auto t0 = Clock::now();
+            auto run_steps = [&]() -> Status {
                 for (int64_t s = 0; s < b.n_gen; ++s) {
                     for (int64_t i = 0; i < n; ++i) {
                         tokens[(size_t)i] = (int32_t)(rng() % V);
@@ -85,8 +82,24 @@ Result<nlohmann::ordered_json> bench_batches(Model& m, StepRunner& runner, const
                     }
                     DSV4_TRY(runner.step_batch(items, opt));
                 }
+                return {};
+            };
+            std::vector<double> runs;
+            for (int64_t rep = 0; rep < b.repeat; ++rep) {
+                m.backend().synchronize();
+                const auto t0 = Clock::now();
+                DSV4_TRY(run_steps());
                 m.backend().synchronize();
                 runs.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+            }
+            std::string profile;
+            if (b.profiler) {
+                b.profiler->reset();
+                b.profiler->set_enabled(true);
+                Status s = run_steps();
+                b.profiler->set_enabled(false);
+                DSV4_TRY(s);
+                profile = b.profiler->report(b.n_gen);
             }
             const double dt = median_of(runs);
             const double bytes = decode_step_weight_bytes(m, n);
@@ -102,6 +115,7 @@ Result<nlohmann::ordered_json> bench_batches(Model& m, StepRunner& runner, const
             if (b.repeat > 1) r["repeats"] = b.repeat;
             if (b.skip_fill) r["fill"] = "skipped: random cache entries";
             if (b.peak_gbs > 0) r["fraction_of_peak"] = bytes * (double)b.n_gen / dt / 1e9 / b.peak_gbs;
+            if (b.profiler) r["profile"] = profile;
             rows.push_back(r);
         }
     }
@@ -119,6 +133,9 @@ void print_batches(const nlohmann::ordered_json& rows, double peak_gbs) {
         if (r.contains("fraction_of_peak"))
             std::printf(" (%.1f%% of %.0f GB/s)", 100 * r["fraction_of_peak"].get<double>(), peak_gbs);
         std::printf("; KV %.1f MB per sequence\n", (double)r["kv_bytes_per_sequence"].get<size_t>() / 1e6);
+        if (r.contains("profile"))
+            std::printf("profile  %lld streams, per step:\n%s", (long long)r["sequences"].get<int64_t>(),
+                        r["profile"].get<std::string>().c_str());
     }
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "exec/profiling_backend.h"
 #include "exec/step_runner.h"
 #include "model/deepseek4.h"
 
@@ -36,6 +37,9 @@ struct BatchBench {
     int64_t chunk = 256;          // prefill chunk when the depth is filled for real
     bool skip_fill = false;
     double peak_gbs = 0;
+    // --profile: after each measurement, n_gen more steps with every op timed alone; the table goes into
+    // the row ("profile") and is printed with it.
+    ProfilingBackend* profiler = nullptr;
 };
 
 // One JSON row per (depth, size): tokens/s in all and per stream, the weight bytes a step reads (dense and

@@ -272,6 +272,7 @@ int cmd_bench(int argc, char** argv) {
         bb.chunk = chunk;
         bb.skip_fill = skip_fill;
         bb.peak_gbs = peak_gbs;
+        if (profile) bb.profiler = &profiler;
         auto rows = bench_batches(m, runner, opt, bb, rng);
         if (!rows.ok()) return fail(rows.error());
         out["batch"] = std::move(*rows);
