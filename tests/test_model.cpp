@@ -105,6 +105,74 @@ TEST_F(ModelTest, BatchedStepEqualsSeparateSteps) {
     }
 }
 
+TEST_F(ModelTest, BatchedDecodeEqualsSoloDecodeBitForBit) {
+    // Sequences at different depths decode together for 150 steps (through the window (32) and the 4- and
+    // 128-token compression blocks, each sequence completing its entries at its own steps): the decode group's
+    // per-row cache tables must give every sequence exactly its solo logits on the CPU. Every third step a
+    // sequence that prefills a chunk joins the step, so the group shares it with a multi-token sequence.
+    const int64_t V = model_->config().n_vocab;
+    const std::vector<int64_t> depths = {1, 3, 30, 33, 126, 129};
+    const int steps = 150;
+    StepOptions opt;
+    std::vector<std::vector<int32_t>> toks;
+    for (size_t i = 0; i < depths.size(); ++i) toks.push_back(random_tokens(depths[i] + steps, V, 40 + (uint32_t)i));
+    const auto chunky = random_tokens(400, V, 50);
+    auto prefill = [&](KvCache& cache, size_t i) {
+        std::vector<float> l;
+        ASSERT_TRUE(runner_->step(cache, std::span<const int32_t>(toks[i].data(), depths[i]), opt, &l).ok());
+    };
+    // Solo: each sequence alone.
+    std::vector<std::vector<float>> want(depths.size());
+    for (size_t i = 0; i < depths.size(); ++i) {
+        auto cache = model_->new_cache(depths[i] + steps, false);
+        prefill(*cache, i);
+        std::vector<float> l;
+        for (int t = 0; t < steps; ++t) {
+            ASSERT_TRUE(runner_->step(*cache, std::span<const int32_t>(&toks[i][depths[i] + t], 1), opt, &l).ok());
+            want[i].insert(want[i].end(), l.begin(), l.end());
+        }
+    }
+    // Batched, the chunked sequence in the middle of the items every third step.
+    std::vector<std::unique_ptr<KvCache>> caches;
+    for (size_t i = 0; i < depths.size(); ++i) {
+        caches.push_back(model_->new_cache(depths[i] + steps, false));
+        prefill(*caches.back(), i);
+    }
+    auto chunk_cache = model_->new_cache((int64_t)chunky.size(), false);
+    int64_t chunk_pos = 0;
+    std::vector<std::vector<float>> got(depths.size()), out(depths.size());
+    std::vector<float> chunk_logits;
+    for (int t = 0; t < steps; ++t) {
+        std::vector<Model::BatchItem> items;
+        for (size_t i = 0; i < depths.size(); ++i) {
+            Model::BatchItem it;
+            it.cache = caches[i].get();
+            it.tokens = std::span<const int32_t>(&toks[i][depths[i] + t], 1);
+            it.logits = &out[i];
+            items.push_back(it);
+            if (i == 2 && t % 3 == 0 && chunk_pos + 7 <= (int64_t)chunky.size()) {
+                Model::BatchItem c;
+                c.cache = chunk_cache.get();
+                c.tokens = std::span<const int32_t>(chunky.data() + chunk_pos, 7);
+                c.logits = &chunk_logits;
+                items.push_back(c);
+                chunk_pos += 7;
+            }
+        }
+        ASSERT_TRUE(runner_->step_batch(items, opt).ok()) << "step " << t;
+        for (size_t i = 0; i < depths.size(); ++i) got[i].insert(got[i].end(), out[i].begin(), out[i].end());
+    }
+    for (size_t i = 0; i < depths.size(); ++i) {
+        ASSERT_EQ(want[i].size(), got[i].size());
+        for (size_t k = 0; k < want[i].size(); ++k)
+            ASSERT_EQ(want[i][k], got[i][k]) << "sequence " << i << " (depth " << depths[i] << "), step " << k / V;
+    }
+    // The chunked sequence's last chunk equals its solo run's rows.
+    const auto solo = run(std::vector<int32_t>(chunky.begin(), chunky.begin() + chunk_pos), {7});
+    const std::vector<float> last(solo.end() - V, solo.end());
+    EXPECT_LT(max_diff(last, chunk_logits), 1e-5);
+}
+
 TEST_F(ModelTest, SnapshotRestoreIsExact) {
     const int64_t V = model_->config().n_vocab;
     const auto prefix = random_tokens(150, V, 5);

@@ -104,7 +104,7 @@ OpCost describe(tag::hc_pre_norm, const char*, float*, float*, float*, const flo
 }
 
 OpCost describe(tag::indexer_topk, const char*, int32_t*, const float*, const float*, const float*, const int32_t*,
-                int64_t n, int, int, int) {
+                int64_t n, int, int, int, const float* const*) {
     return {"indexer_topk " + rows_class(n), 0};
 }
 

@@ -20,6 +20,9 @@ namespace dsv4 {
 
 // Steps of at most this many tokens are recorded (decode, small batches); larger ones run as issued.
 constexpr int64_t kMaxGraphTokens = 8;
+// ... except a step of single-token sequences only (batched decode, whose attention runs once for all of them:
+// its ops do not depend on the sequences' positions), recorded up to this many sequences.
+constexpr int64_t kMaxGraphDecodeRows = 256;
 
 struct StepGraphStats {
     int64_t segments = 0;  // recorded runs (a step is one, or more when it downloads in the middle)

@@ -13,7 +13,7 @@ namespace {
 
 // The key lists every field of these structs; a new field must be added to put() below (this fails first).
 static_assert(sizeof(Weight) == 56 && sizeof(HcParams) == 32 && sizeof(HcPostArgs) == 48 && sizeof(RopeParams) == 16 &&
-                  sizeof(AttentionArgs) == 128 && sizeof(CompressorArgs) == 80 && sizeof(MoeArgs) == 224,
+                  sizeof(AttentionArgs) == 144 && sizeof(CompressorArgs) == 96 && sizeof(MoeArgs) == 224,
               "an op argument struct changed: update StepRecorder::put");
 
 constexpr size_t kArenaAlign = 256;  // the CUDA kernels' vector loads assume cudaMalloc-like alignment
@@ -188,6 +188,8 @@ void StepRecorder::put(const AttentionArgs& a) {
     put(a.comp_count);
     put(a.out_rope);
     put(a.pos);
+    put(a.kv_win_rows);
+    put(a.kv_comp_rows);
 }
 
 void StepRecorder::put(const CompressorArgs& a) {
@@ -202,6 +204,8 @@ void StepRecorder::put(const CompressorArgs& a) {
     put(a.ratio);
     put(a.d);
     put(a.overlap);
+    put(a.state_kv_rows);
+    put(a.state_sc_rows);
 }
 
 void StepRecorder::put(const MoeArgs& a) {

@@ -15,11 +15,12 @@ Status StepRunner::step(KvCache& cache, std::span<const int32_t> tokens, const S
     return step_batch(std::span<Model::BatchItem>(&item, 1), opt);
 }
 
-bool StepRunner::records(int64_t n, const StepOptions& opt) {
+bool StepRunner::records(int64_t n, bool single_tokens, const StepOptions& opt) {
     // A trace reads intermediates while the step runs: only an eager step has them then. An empty step is
     // refused by the model before it issues anything.
     Backend& b = model_.backend();
-    if (!opt.graphs || opt.trace || n == 0 || n > kMaxGraphTokens || !b.graph_support()) return false;
+    const int64_t most = single_tokens ? kMaxGraphDecodeRows : kMaxGraphTokens;
+    if (!opt.graphs || opt.trace || n == 0 || n > most || !b.graph_support()) return false;
     if (!graphs_) graphs_ = std::make_unique<StepGraphs>(b, *b.graph_support());
     return true;
 }
@@ -37,14 +38,18 @@ struct RecordingScope {
 
 Status StepRunner::step_batch(std::span<Model::BatchItem> items, const StepOptions& opt) {
     int64_t n = 0;
-    for (const Model::BatchItem& it : items) n += (int64_t)it.tokens.size();
-    if (!records(n, opt)) return model_.step_batch(items, opt);
+    bool single_tokens = true;
+    for (const Model::BatchItem& it : items) {
+        n += (int64_t)it.tokens.size();
+        single_tokens &= it.tokens.size() == 1;
+    }
+    if (!records(n, single_tokens, opt)) return model_.step_batch(items, opt);
     RecordingScope scope{*graphs_};
     return model_.step_batch(items, opt, graphs_->begin(opt.defer_branches));
 }
 
 Status StepRunner::mtp_step(const Model::MtpItem& item, const StepOptions& opt) {
-    if (!records((int64_t)item.next_tokens.size(), opt)) return model_.mtp_step(item, opt);
+    if (!records((int64_t)item.next_tokens.size(), false, opt)) return model_.mtp_step(item, opt);
     RecordingScope scope{*graphs_};
     return model_.mtp_step(item, opt, graphs_->begin(opt.defer_branches));
 }

@@ -22,8 +22,8 @@ public:
 
     Model& model() { return model_; }
 
-    // Model::step and Model::step_batch with the same results; a step of at most kMaxGraphTokens tokens is
-    // recorded and replayed as one unit when it repeats an earlier one (unless opt.graphs is off, opt has a
+    // Model::step and Model::step_batch with the same results; a step of at most kMaxGraphTokens tokens (or
+    // kMaxGraphDecodeRows single-token sequences) is recorded and replayed as one unit when it repeats an earlier one (unless opt.graphs is off, opt has a
     // trace, or the backend cannot replay).
     Status step(KvCache& cache, std::span<const int32_t> tokens, const StepOptions& opt, std::vector<float>* logits,
                 std::vector<float>* hidden = nullptr);
@@ -36,8 +36,8 @@ public:
     const StepGraphStats* graph_stats() const { return graphs_ ? &graphs_->stats() : nullptr; }
 
 private:
-    // Whether a step of n tokens is recorded (see step()).
-    bool records(int64_t n, const StepOptions& opt);
+    // Whether a step of n tokens (single_tokens: one per sequence) is recorded (see step()).
+    bool records(int64_t n, bool single_tokens, const StepOptions& opt);
     Model& model_;
     std::unique_ptr<StepGraphs> graphs_;  // created at the first step recorded
 };

@@ -74,61 +74,106 @@ int64_t compress(Model::Ctx& c, const SeqSlice& s, const CompressorWeights& w, c
     return n_new;
 }
 
-// The compressed sources of one sequence's attention at a layer with compression (ratio > 0): its compressors'
-// and the lightning indexer's projections of x and qr (one batch), the compressor updates and, at ratio 4, the
-// indexer's top-k; fills a's compressed fields.
-void compressed_sources(Model::Ctx& c, int il, const LayerWeights& L, const SeqSlice& s, const float* x,
-                        const float* qr, const RopeParams& rope, AttentionArgs& a) {
+// The projections a layer with compression (ratio > 0) needs for every row of the step, as one batch: its
+// compressors' kv and gate and, at ratio 4, the lightning indexer's query and head weights (the query rotated
+// and, in quant-sim mode, FP4-simulated here, for all rows at once).
+struct SourceProj {
+    CompressorProj main, index;
+    float* qi = nullptr;   // [N, ih, id]
+    float* wts = nullptr;  // [N, ih]
+};
+SourceProj source_projections(Model::Ctx& c, const LayerWeights& L, const float* x, const float* qr_n,
+                              const RopeParams& rope) {
     const ModelConfig& cfg = c.cfg;
-    const int64_t D = cfg.n_embd;
-    const int hd = cfg.head_dim, ratio = L.ratio;
-    LayerCache& lc = s.cache->layer(il);
-    const int64_t n = s.n, pos0 = s.pos0;
-    const int32_t* pos = c.pos + s.row0;
-    // The compressors' projections, and the indexer's query and head-weight projections, as one batch.
+    const int64_t D = cfg.n_embd, N = c.n;
     const int ih = cfg.index_n_head, id = cfg.index_head_dim;
     std::vector<MatmulJob> jobs;
-    const CompressorProj main = compressor_jobs(c, jobs, L.compressor, ratio, hd, n, x);
-    CompressorProj index;
-    float* qi = nullptr;
-    float* wts = nullptr;
-    if (ratio == 4) {
-        index = compressor_jobs(c, jobs, L.index_compressor, 4, id, n, x);
-        qi = c.f32(n * ih * id);
-        wts = c.f32(n * ih);
-        jobs.push_back({qi, (int64_t)ih * id, qr, cfg.q_lora_rank, &L.index_q_b});
-        jobs.push_back({wts, ih, x, D, &L.index_proj});
+    SourceProj p;
+    p.main = compressor_jobs(c, jobs, L.compressor, L.ratio, cfg.head_dim, N, x);
+    if (L.ratio == 4) {
+        p.index = compressor_jobs(c, jobs, L.index_compressor, 4, id, N, x);
+        p.qi = c.f32(N * ih * id);
+        p.wts = c.f32(N * ih);
+        jobs.push_back({p.qi, (int64_t)ih * id, qr_n, cfg.q_lora_rank, &L.index_q_b});
+        jobs.push_back({p.wts, ih, x, D, &L.index_proj});
     }
-    c.b.matmul_batch(jobs, n);
-    compress(c, s, L.compressor, main, ratio, hd, lc.state_kv, lc.state_sc, lc.comp, rope, false);
-    a.kv_comp = lc.comp;
-    if (ratio == 4) {
-        // Lightning indexer: rotated FP4-simulated queries against the indexer's own compressed keys.
-        compress(c, s, L.index_compressor, index, 4, id, lc.index_state_kv, lc.index_state_sc, lc.index, rope,
-                 true);
-        c.b.rope(qi, n, ih, id, (int64_t)ih * id, pos, rope, false);
-        c.b.hadamard(qi, n * ih, id, c.opt.quant_sim);
-        // Head weights (projected above); the reference's constant factor (id*ih)^-0.5 is positive, so it
-        // cannot change the top-k and is left out.
-        const int32_t* n_vis = c.i32_memo("vis/" + std::to_string(s.row0), [&] {
-            std::vector<int32_t> v(n);
-            for (int64_t i = 0; i < n; ++i) v[i] = (int32_t)((pos0 + i + 1) / 4);
-            return v;
-        });
-        int32_t* idx = c.i32_uninit(n * cfg.index_top_k);
-        c.b.indexer_topk(idx, qi, wts, lc.index, n_vis, n, ih, id, cfg.index_top_k);
-        a.comp_idx = idx;
-        a.n_comp = cfg.index_top_k;
-    } else {
-        a.comp_count = c.i32_memo("count/" + std::to_string(s.row0) + "/" + std::to_string(ratio), [&] {
-            std::vector<int32_t> v(n);
-            for (int64_t i = 0; i < n; ++i) v[i] = (int32_t)((pos0 + i + 1) / ratio);
-            return v;
-        });
+    c.b.matmul_batch(jobs, N);
+    if (L.ratio == 4) {
+        // Lightning indexer queries: rotated FP4-simulated, against the indexer's own compressed keys. The head
+        // weights need no scaling: the reference's constant factor (id*ih)^-0.5 is positive, so it cannot
+        // change the top-k and is left out.
+        c.b.rope(p.qi, N, ih, id, (int64_t)ih * id, c.pos, rope, false);
+        c.b.hadamard(p.qi, N * ih, id, c.opt.quant_sim);
     }
+    return p;
+}
+
+// Rows [row0, ...) of a compressor's projections.
+CompressorProj proj_rows(const CompressorProj& p, int64_t row0, int ratio, int d) {
+    const int64_t width = (ratio == 4 ? 2 : 1) * (int64_t)d;
+    return {p.kv + row0 * width, p.sc + row0 * width};
+}
+
+// compress() for the decode group (rows [0, c.group), one token of its own sequence each, at positions gpos):
+// one compressor update over every sequence's state, then the entries the tokens complete (rows of zeros for
+// the others) normed, RoPE'd, rotated as compress() does and scattered to their sequences' caches.
+void compress_group(Model::Ctx& c, const CompressorWeights& w, const CompressorProj& pr, int ratio, int d,
+                    float* const* state_kv, float* const* state_sc, float* const* entries, const RopeParams& rope,
+                    bool indexer, const std::vector<int64_t>& gpos) {
+    const int64_t G = c.group;
+    float* out = c.f32(G * d);
+    CompressorArgs a;
+    a.kv = pr.kv;
+    a.score = pr.sc;
+    a.ape = w.ape;
+    a.state_kv_rows = state_kv;
+    a.state_sc_rows = state_sc;
+    a.out_entries = out;
+    a.n = G;
+    a.pos = c.pos;
+    a.ratio = ratio;
+    a.d = d;
+    a.overlap = ratio == 4;
+    c.b.compressor(a);
+    const std::string r = std::to_string(ratio);
+    const int32_t* epos = c.i32_memo("group-epos/" + r, [&] {
+        std::vector<int32_t> v((size_t)G);
+        for (int64_t j = 0; j < G; ++j) v[j] = (int32_t)(gpos[j] / ratio * ratio);  // its block's start
+        return v;
+    });
+    c.b.norm_rope(out, G, 1, d, d, w.norm, c.cfg.norm_eps, epos, rope, !indexer && c.opt.quant_sim ? 64 : 0);
+    if (indexer) c.b.hadamard(out, G, d, c.opt.quant_sim);
+    const int32_t* rows = c.i32_memo("group-erow/" + r, [&] {
+        std::vector<int32_t> v((size_t)G);
+        for (int64_t j = 0; j < G; ++j) v[j] = (gpos[j] + 1) % ratio == 0 ? (int32_t)(gpos[j] / ratio) : -1;
+        return v;
+    });
+    c.b.scatter_rows_to(entries, out, rows, G, d);
 }
 
 }  // namespace
+
+void build_group_tables(Model::Ctx& c) {
+    constexpr int kKinds = 7;
+    const int64_t G = c.group;
+    const int n_layer = c.cfg.n_layer;
+    std::vector<void*> host((size_t)n_layer * kKinds * G, nullptr);
+    for (const SeqSlice& s : c.seqs) {
+        if (s.n != 1) continue;
+        for (int il = 0; il < n_layer; ++il) {
+            const LayerCache& lc = s.cache->layer(il);
+            void* const ptrs[kKinds] = {lc.window, lc.comp, lc.index, lc.state_kv, lc.state_sc, lc.index_state_kv,
+                                        lc.index_state_sc};
+            for (int k = 0; k < kKinds; ++k) host[((size_t)il * kKinds + k) * G + s.row0] = ptrs[k];
+        }
+    }
+    float* const* base = reinterpret_cast<float* const*>(c.ptr_table(host));
+    c.group_tables.resize(n_layer);
+    for (int il = 0; il < n_layer; ++il) {
+        float* const* t = base + (size_t)il * kKinds * G;
+        c.group_tables[il] = {t, t + G, t + 2 * G, t + 3 * G, t + 4 * G, t + 5 * G, t + 6 * G};
+    }
+}
 
 void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float* x_all, float* out_all) {
     const ModelConfig& cfg = cfg_;
@@ -137,6 +182,18 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
     const int ratio = L.ratio;
     RopeParams rope{ratio > 0 ? rope_freqs_compressed_ : rope_freqs_window_, cfg.rope_dim};
     const int64_t N = c.n;
+    // The decode group (rows [0, NG), see Model::Ctx::group) runs each per-sequence op once for all its
+    // sequences, through the layer's cache tables; every other sequence runs them by itself.
+    const int64_t NG = c.group;
+    auto grouped = [NG](const SeqSlice& s) { return NG > 0 && s.n == 1; };
+    std::vector<int64_t> gpos((size_t)NG);
+    const LayerCache* group_cache = nullptr;  // a group sequence's cache: the sources' non-null placeholders
+    for (const SeqSlice& s : c.seqs)
+        if (grouped(s)) {
+            gpos[(size_t)s.row0] = s.pos0;
+            group_cache = &s.cache->layer(il);
+        }
+    const GroupTables* T = NG > 0 ? &c.group_tables[il] : nullptr;
 
     // The index lists of every sequence, uploaded before the branches below (a list is shared by the layers).
     struct SeqLists {
@@ -147,6 +204,7 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
     std::vector<SeqLists> lists(c.seqs.size());
     for (size_t si = 0; si < c.seqs.size(); ++si) {
         const SeqSlice& s = c.seqs[si];
+        if (grouped(s)) continue;
         const int64_t n = s.n, pos0 = s.pos0;
         // Token t goes to slot t % win: the ring is written by one scatter through this device list.
         lists[si].ring_rows = c.i32_memo("ring/" + std::to_string(s.row0), [&] {
@@ -174,6 +232,24 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
             return v;
         });
     }
+    // The group's: each token as a decode token of its own sequence.
+    const int32_t* group_ring = nullptr;
+    const int32_t* group_win = nullptr;
+    if (NG > 0) {
+        group_ring = c.i32_memo("group-ring", [&] {
+            std::vector<int32_t> v((size_t)NG);
+            for (int64_t j = 0; j < NG; ++j) v[j] = (int32_t)(gpos[j] % win);
+            return v;
+        });
+        group_win = c.i32_memo("group-win", [&] {
+            std::vector<int32_t> v((size_t)NG * win, -1);
+            for (int64_t j = 0; j < NG; ++j) {
+                const int64_t p = gpos[j], lo = std::max<int64_t>(0, p - win + 1);
+                for (int64_t t = lo; t <= p; ++t) v[j * win + (t - lo)] = (int32_t)(t % win);
+            }
+            return v;
+        });
+    }
 
     // Query for every row: low-rank, normalized, per-head unweighted RMS norm, RoPE on the tail dims.
     float* qr_all = c.f32(N * cfg.q_lora_rank);
@@ -187,22 +263,79 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
     c.b.branch();
     // The KV row: kv_norm, RoPE, and in quant-sim mode the FP8 round trip of its non-RoPE dims.
     c.b.norm_rope(kv_all, N, 1, hd, hd, L.kv_norm, cfg.norm_eps, c.pos, rope, c.opt.quant_sim ? 64 : 0);
+    if (NG > 0) c.b.scatter_rows_to(T->window, kv_all, group_ring, NG, hd);
     for (size_t si = 0; si < c.seqs.size(); ++si) {
         const SeqSlice& s = c.seqs[si];
-        if (s.n == 1) c.b.scatter_rows(s.cache->layer(il).window, kv_all + s.row0 * hd, lists[si].ring_rows, 1, hd);
+        if (s.n == 1 && !grouped(s))
+            c.b.scatter_rows(s.cache->layer(il).window, kv_all + s.row0 * hd, lists[si].ring_rows, 1, hd);
     }
     c.b.end_branch();
 
     std::vector<AttentionArgs> args(c.seqs.size());
+    AttentionArgs group_args;
     if (ratio > 0) {
         c.b.branch();
         // The indexer's query reads the normed latent: normed into a buffer of this branch, while q_b norms
         // its own.
         float* qr_n = c.f32(N * cfg.q_lora_rank);
         c.b.rms_norm(qr_n, qr_all, L.q_a_norm, N, cfg.q_lora_rank, cfg.q_lora_rank, cfg.norm_eps);
+        const SourceProj pr = source_projections(c, L, x_all, qr_n, rope);
+        const int ih = cfg.index_n_head, id = cfg.index_head_dim, top_k = cfg.index_top_k;
+        const int32_t* counts = nullptr;  // [N] compressed entries each row sees (ratio != 4)
+        const int32_t* n_vis = nullptr;   // [N] indexer keys each row sees (ratio 4)
+        int32_t* idx = nullptr;           // [N, top_k] the indexer's choice (ratio 4)
+        if (ratio == 4) {
+            n_vis = c.i32_memo("vis", [&] {
+                std::vector<int32_t> v((size_t)N);
+                for (const SeqSlice& s : c.seqs)
+                    for (int64_t i = 0; i < s.n; ++i) v[s.row0 + i] = (int32_t)((s.pos0 + i + 1) / 4);
+                return v;
+            });
+            idx = c.i32_uninit(N * top_k);
+        } else {
+            counts = c.i32_memo("count/" + std::to_string(ratio), [&] {
+                std::vector<int32_t> v((size_t)N);
+                for (const SeqSlice& s : c.seqs)
+                    for (int64_t i = 0; i < s.n; ++i) v[s.row0 + i] = (int32_t)((s.pos0 + i + 1) / ratio);
+                return v;
+            });
+        }
+        if (NG > 0) {
+            compress_group(c, L.compressor, pr.main, ratio, hd, T->state_kv, T->state_sc, T->comp, rope, false, gpos);
+            if (ratio == 4) {
+                compress_group(c, L.index_compressor, pr.index, 4, id, T->index_state_kv, T->index_state_sc, T->index,
+                               rope, true, gpos);
+                c.b.indexer_topk(idx, pr.qi, pr.wts, group_cache->index, n_vis, NG, ih, id, top_k, T->index);
+            }
+        }
         for (size_t si = 0; si < c.seqs.size(); ++si) {
             const SeqSlice& s = c.seqs[si];
-            compressed_sources(c, il, L, s, x_all + s.row0 * D, qr_n + s.row0 * cfg.q_lora_rank, rope, args[si]);
+            if (grouped(s)) continue;
+            LayerCache& lc = s.cache->layer(il);
+            compress(c, s, L.compressor, proj_rows(pr.main, s.row0, ratio, hd), ratio, hd, lc.state_kv, lc.state_sc,
+                     lc.comp, rope, false);
+            AttentionArgs& a = args[si];
+            a.kv_comp = lc.comp;
+            if (ratio == 4) {
+                compress(c, s, L.index_compressor, proj_rows(pr.index, s.row0, 4, id), 4, id, lc.index_state_kv,
+                         lc.index_state_sc, lc.index, rope, true);
+                c.b.indexer_topk(idx + s.row0 * top_k, pr.qi + s.row0 * ih * id, pr.wts + s.row0 * ih, lc.index,
+                                 n_vis + s.row0, s.n, ih, id, top_k, nullptr);
+                a.comp_idx = idx + s.row0 * top_k;
+                a.n_comp = top_k;
+            } else {
+                a.comp_count = counts + s.row0;
+            }
+        }
+        if (NG > 0) {
+            group_args.kv_comp = group_cache->comp;
+            group_args.kv_comp_rows = T->comp;
+            if (ratio == 4) {
+                group_args.comp_idx = idx;
+                group_args.n_comp = top_k;
+            } else {
+                group_args.comp_count = counts;
+            }
         }
         c.b.end_branch();
     }
@@ -213,8 +346,28 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
     c.b.join();
     float* o_all = c.f32(N * nh * hd);
 
+    auto common = [&](AttentionArgs& a, int64_t row0, int64_t n) {
+        a.out = o_all + row0 * nh * hd;
+        a.q = q_all + row0 * nh * hd;
+        a.n = n;
+        a.n_heads = nh;
+        a.head_dim = hd;
+        a.scale = 1.0f / std::sqrt((float)hd);
+        a.sinks = L.sinks;
+        a.n_win = win;
+        a.out_rope = rope;  // the output's inverse RoPE, in the attention op
+        a.pos = c.pos + row0;
+    };
+    if (NG > 0) {
+        common(group_args, 0, NG);
+        group_args.kv_win = group_cache->window;
+        group_args.kv_win_rows = T->window;
+        group_args.win_idx = group_win;
+        c.b.attention(group_args);
+    }
     for (size_t si = 0; si < c.seqs.size(); ++si) {
         const SeqSlice& s = c.seqs[si];
+        if (grouped(s)) continue;
         LayerCache& lc = s.cache->layer(il);
         const int64_t n = s.n;
         const float* kv = kv_all + s.row0 * hd;
@@ -229,18 +382,9 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
             kvw = buf;
         }
         AttentionArgs& a = args[si];
-        a.out = o_all + s.row0 * nh * hd;
-        a.q = q_all + s.row0 * nh * hd;
-        a.n = n;
-        a.n_heads = nh;
-        a.head_dim = hd;
-        a.scale = 1.0f / std::sqrt((float)hd);
-        a.sinks = L.sinks;
+        common(a, s.row0, n);
         a.kv_win = kvw;
         a.win_idx = lists[si].win_idx;
-        a.n_win = win;
-        a.out_rope = rope;  // the output's inverse RoPE, in the attention op
-        a.pos = c.pos + s.row0;
         c.b.attention(a);
 
         // Several tokens: they go into the ring now (their queries have read the older rows).

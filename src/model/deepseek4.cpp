@@ -270,11 +270,20 @@ Status Model::step_batch(std::span<BatchItem> items, const StepOptions& opt, Bac
     if (N > max_step_tokens()) return make_error("step: too many tokens for one step");
     Ctx c(ops, cfg_, opt);
     c.n = N;
-    std::vector<int32_t> pos, toks, logit_rows;
+    // Rows: the single-token sequences first (the decode group when there are two or more), then the others,
+    // each in item order; c.seqs[i] is items[i].
+    int64_t singles = 0;
+    for (const BatchItem& it : items) singles += it.tokens.size() == 1;
+    std::vector<int32_t> pos((size_t)N), toks((size_t)N), logit_rows;
+    int64_t next_single = 0, next_other = singles;
     for (BatchItem& it : items) {
-        SeqSlice s{(int64_t)toks.size(), (int64_t)it.tokens.size(), it.cache->pos(), it.cache, false};
-        for (int64_t i = 0; i < s.n; ++i) pos.push_back((int32_t)(s.pos0 + i));
-        toks.insert(toks.end(), it.tokens.begin(), it.tokens.end());
+        const int64_t n = (int64_t)it.tokens.size();
+        SeqSlice s{n == 1 ? next_single++ : next_other, n, it.cache->pos(), it.cache, false};
+        if (n > 1) next_other += n;
+        for (int64_t i = 0; i < n; ++i) {
+            pos[(size_t)(s.row0 + i)] = (int32_t)(s.pos0 + i);
+            toks[(size_t)(s.row0 + i)] = it.tokens[(size_t)i];
+        }
         if (it.logits || it.draw) {
             for (int64_t i = s.n - logit_row_count(it); i < s.n; ++i) logit_rows.push_back((int32_t)(s.row0 + i));
         }
@@ -282,6 +291,10 @@ Status Model::step_batch(std::span<BatchItem> items, const StepOptions& opt, Bac
     }
     c.pos = c.i32(pos);
     c.tokens = c.i32(toks);
+    if (singles >= 2) {
+        c.group = singles;
+        build_group_tables(c);
+    }
 
     const int64_t D = cfg_.n_embd;
     const int hc = cfg_.hc;

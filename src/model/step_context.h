@@ -20,6 +20,18 @@ struct SeqSlice {
     bool mtp = false;  // the MTP block's cache layer and position
 };
 
+// The cache buffers of one layer for each sequence of a step's decode group (Model::Ctx::group): pointer
+// tables in backend memory, entry j for the group's row j.
+struct GroupTables {
+    float* const* window = nullptr;
+    float* const* comp = nullptr;
+    float* const* index = nullptr;
+    float* const* state_kv = nullptr;
+    float* const* state_sc = nullptr;
+    float* const* index_state_kv = nullptr;
+    float* const* index_state_sc = nullptr;
+};
+
 struct Model::Ctx {
     Backend& b;
     const ModelConfig& cfg;
@@ -28,6 +40,11 @@ struct Model::Ctx {
     const int32_t* pos = nullptr;     // [n] backend: each row's position
     const int32_t* tokens = nullptr;  // [n] backend
     std::vector<SeqSlice> seqs;
+    // The decode group: with two or more single-token sequences, they take rows [0, group) and the
+    // attention sublayer runs each of its per-sequence ops once for all of them (per-row cache tables);
+    // 0 otherwise (every sequence by itself).
+    int64_t group = 0;
+    std::vector<GroupTables> group_tables;  // per layer, when group > 0
     std::vector<void*> scratch;            // released by release() or when the step ends
     std::vector<void*> persistent;         // i32_memo lists: kept for the whole step
     std::map<std::string, int32_t*> memo;  // see i32_memo
@@ -78,6 +95,13 @@ struct Model::Ctx {
         memo.emplace(key, p);
         return p;
     }
+    // A table of backend pointers uploaded to backend memory (kept for the whole step).
+    void* const* ptr_table(const std::vector<void*>& host) {
+        void* p = b.alloc(std::max<size_t>(host.size(), 1) * sizeof(void*));
+        persistent.push_back(p);
+        if (!host.empty()) b.upload(p, host.data(), host.size() * sizeof(void*));
+        return static_cast<void* const*>(p);
+    }
     int32_t* i32_uninit(int64_t count) {
         void* p = b.alloc((size_t)std::max<int64_t>(count, 1) * sizeof(int32_t));
         scratch.push_back(p);
@@ -87,5 +111,9 @@ struct Model::Ctx {
         if (opt.trace) opt.trace(name, layer, data, count);
     }
 };
+
+// Fills c.group_tables for c.group > 0: every layer's cache buffers of the group's sequences, uploaded as one
+// table (attention.cpp).
+void build_group_tables(Model::Ctx& c);
 
 }  // namespace dsv4

@@ -75,6 +75,10 @@ struct RopeParams {
 // kv_win, -1 = none) and a compressed source (either an index list into kv_comp, -1 = none, or when
 // comp_idx is null, the first comp_count[q] rows of kv_comp). Optionally the output then gets the inverse
 // RoPE: exactly rope(out, n, n_heads, head_dim, n_heads * head_dim, pos, out_rope, true).
+// Queries of different sequences (batched decode) each have their own sources: with kv_win_rows (and
+// kv_comp_rows where kv_comp is set), query i's window source is kv_win_rows[i] and its compressed source
+// kv_comp_rows[i] (kv_win and kv_comp then only say whether a source exists). These pointer tables are in
+// backend memory, and each pointer is 16-byte aligned when head_dim % 4 == 0.
 struct AttentionArgs {
     float* out = nullptr;        // [n, n_heads, head_dim]
     const float* q = nullptr;    // [n, n_heads, head_dim]
@@ -92,13 +96,27 @@ struct AttentionArgs {
     const int32_t* comp_count = nullptr;  // [n] when comp_idx is null
     RopeParams out_rope;                  // the output's inverse RoPE when out_rope.freqs is non-null
     const int32_t* pos = nullptr;         // [n] the queries' positions, for out_rope
+    const float* const* kv_win_rows = nullptr;   // [n] or null: per-query window sources (see above)
+    const float* const* kv_comp_rows = nullptr;  // [n] or null: per-query compressed sources
 };
+
+// The source of query i's window rows and compressed rows (the per-query tables when given).
+inline const float* attention_win_src(const AttentionArgs& a, int64_t i) {
+    return a.kv_win_rows ? a.kv_win_rows[i] : a.kv_win;
+}
+inline const float* attention_comp_src(const AttentionArgs& a, int64_t i) {
+    return a.kv_comp_rows ? a.kv_comp_rows[i] : a.kv_comp;
+}
 
 // The compressor update for a run of consecutive tokens of one sequence. state_kv/state_sc hold the last
 // coff*ratio tokens' projections (score already plus ape), rows [0, ratio) = previous block (overlap only),
 // [off, off+ratio) = current block, off = ratio if overlap else 0. For each token the op stores its row;
 // whenever a block completes it pools an entry (per-channel softmax over slots) into out_entries. The first
 // position is read on the device, so the op's arguments do not change from one decode step to the next.
+// Tokens of different sequences (batched decode): with state_kv_rows and state_sc_rows, token j is one
+// token of its own sequence, at position pos[j], whose state is state_kv_rows[j] / state_sc_rows[j]
+// (state_kv / state_sc unused); out_entries is then [n, d]: row j gets the entry token j completes, or
+// zeros when it completes none. The tables are in backend memory.
 struct CompressorArgs {
     const float* kv = nullptr;     // [n, coff*d] projections of the n tokens
     const float* score = nullptr;  // [n, coff*d] gate projections (ape not yet added)
@@ -111,6 +129,8 @@ struct CompressorArgs {
     int ratio = 4;
     int d = 0;
     bool overlap = false;
+    float* const* state_kv_rows = nullptr;  // [n] or null: per-token states (see above)
+    float* const* state_sc_rows = nullptr;
 };
 
 struct MoeArgs {

@@ -55,11 +55,13 @@ DSV4_OP(fp8_sim, (float* x, int64_t n, int64_t n_dims, int64_t stride, int block
 DSV4_OP(hadamard, (float* x, int64_t n, int dim, bool fp4_sim), (x, n, dim, fp4_sim), copied)
 DSV4_OP(compressor, (const CompressorArgs& a), (a), copied)
 // Lightning indexer: for query i, score(t) = sum_h relu(q[i,h] . keys[t]) * w[i,h] over t < n_visible[i];
-// writes the top min(top_k, n_visible[i]) entries (descending) to idx[i, :], the rest -1.
+// writes the top min(top_k, n_visible[i]) entries (descending) to idx[i, :], the rest -1. With key_rows
+// (backend memory, [n]; queries of different sequences), query i's keys are key_rows[i] instead of keys,
+// each pointer 16-byte aligned when head_dim % 4 == 0.
 DSV4_OP(indexer_topk,
         (int32_t* idx, const float* q, const float* w, const float* keys, const int32_t* n_visible, int64_t n,
-         int n_heads, int head_dim, int top_k),
-        (idx, q, w, keys, n_visible, n, n_heads, head_dim, top_k), copied)
+         int n_heads, int head_dim, int top_k, const float* const* key_rows),
+        (idx, q, w, keys, n_visible, n, n_heads, head_dim, top_k, key_rows), copied)
 DSV4_OP(attention, (const AttentionArgs& a), (a), copied)
 // Router: scores s = sqrt(softplus(logits)); choose top-k of s + bias (or tid2eid[token] when given);
 // weights = s[chosen] / sum * scale (normalized when `norm`).
@@ -82,6 +84,11 @@ DSV4_OP(gather_rows, (float* dst, const float* src, const int32_t* idx, int64_t 
         (dst, src, idx, n, cols), copied)
 // dst[idx[i]] = src[i] rows (scatter) for every idx[i] >= 0; the targets must be distinct.
 DSV4_OP(scatter_rows, (float* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols),
+        (dst, src, idx, n, cols), copied)
+// Row i of src to row idx[i] of its own destination dst[i] (rows of `cols` floats) for every idx[i] >= 0:
+// the scatter of rows of different sequences into their caches. dst is a pointer table in backend memory;
+// the targets must be distinct.
+DSV4_OP(scatter_rows_to, (float* const* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols),
         (dst, src, idx, n, cols), copied)
 
 // The token draw of ops/sample_args.h for `rows` rows: args[r] names its logits row (of n_vocab floats) and

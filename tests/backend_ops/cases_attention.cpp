@@ -24,25 +24,30 @@ enum class Comp { none, idx, count };
 constexpr double kTolBf16Attention = 8.0 * (1.0 + 2.0 / 27.0) * kUb2;
 
 // With out_rope, the output's inverse RoPE on its last 64 dims at random positions (AttentionArgs::out_rope).
+// With per_query, every query has its own window and compressed rows, named by the per-query tables
+// (kv_win_rows, kv_comp_rows: queries of different sequences).
 CaseGen attention_case(int64_t n, int H, int hd, int n_win, Comp comp, int n_comp, bool sinks, bool empty_row,
-                       bool perf_only, uint64_t seed, Mode mode = Mode::F32, bool out_rope = false) {
+                       bool perf_only, uint64_t seed, Mode mode = Mode::F32, bool out_rope = false,
+                       bool per_query = false) {
     return [=]() {
         Case c;
         c.op = "attention";
         char buf[160];
-        std::snprintf(buf, sizeof buf, "%sn=%lld H=%d hd=%d win=%d comp=%s/%d%s%s%s", mode == Mode::BF16 ? "bf16 " : "",
+        std::snprintf(buf, sizeof buf, "%sn=%lld H=%d hd=%d win=%d comp=%s/%d%s%s%s%s", mode == Mode::BF16 ? "bf16 " : "",
                       (long long)n, H, hd, n_win,
                       comp == Comp::none  ? "none"
                       : comp == Comp::idx ? "idx"
                                           : "count",
-                      n_comp, sinks ? " sinks" : "", empty_row ? " empty-row" : "", out_rope ? " rope" : "");
+                      n_comp, sinks ? " sinks" : "", empty_row ? " empty-row" : "", out_rope ? " rope" : "",
+                      per_query ? " per-query" : "");
         c.shape = buf;
         c.perf_only = perf_only;
         Rng rng(case_seed(seed, c.op + c.shape));
         const int W = std::max(n_win + 8, 40), C = std::max(n_comp + 20, 100);  // rows of kv_win / kv_comp
+        const int64_t sources = per_query ? n : 1;  // query i's rows: source i % sources
         auto q = std::make_shared<std::vector<float>>(rng.vec(n * H * hd));
-        auto kvw = std::make_shared<std::vector<float>>(rng.vec((int64_t)W * hd));
-        auto kvc = std::make_shared<std::vector<float>>(rng.vec((int64_t)C * hd));
+        auto kvw = std::make_shared<std::vector<float>>(rng.vec(sources * W * hd));
+        auto kvc = std::make_shared<std::vector<float>>(rng.vec(sources * C * hd));
         auto snk = std::make_shared<std::vector<float>>(rng.vec(H, -1, 1));
         auto widx = std::make_shared<std::vector<int32_t>>((size_t)(n * n_win));
         for (auto& v : *widx) v = rng.uniform_int(0, 4) == 0 ? -1 : rng.uniform_int(0, W - 1);
@@ -70,7 +75,7 @@ CaseGen attention_case(int64_t n, int H, int hd, int n_win, Comp comp, int n_com
             Instance in;
             in.dev = std::make_unique<Dev>(b);
             Dev& d = *in.dev;
-            AttentionArgs a;
+            AttentionArgs a;  // (per_query: query i's sources at W or C rows times i)
             a.out = d.f32_out(n * H * hd);
             a.q = d.f32(*q);
             a.n = n;
@@ -78,11 +83,15 @@ CaseGen attention_case(int64_t n, int H, int hd, int n_win, Comp comp, int n_com
             a.head_dim = hd;
             a.scale = 1.0f / std::sqrt((float)hd);
             a.sinks = sinks ? d.f32(*snk) : nullptr;
-            a.kv_win = d.f32(*kvw);
+            float* kvw_d = d.f32(*kvw);
+            a.kv_win = kvw_d;
+            if (per_query) a.kv_win_rows = d.rows(kvw_d, n, (int64_t)W * hd);
             a.win_idx = d.i32(*widx);
             a.n_win = n_win;
             if (comp != Comp::none) {
-                a.kv_comp = d.f32(*kvc);
+                float* kvc_d = d.f32(*kvc);
+                a.kv_comp = kvc_d;
+                if (per_query) a.kv_comp_rows = d.rows(kvc_d, n, (int64_t)C * hd);
                 if (comp == Comp::idx) {
                     a.comp_idx = d.i32(*cidx);
                     a.n_comp = n_comp;
@@ -106,13 +115,15 @@ CaseGen attention_case(int64_t n, int H, int hd, int n_win, Comp comp, int n_com
             const double scale = 1.0f / std::sqrt((float)hd);
             for (int64_t i = 0; i < n; ++i) {
                 std::vector<const float*> rows;
+                const float* win_rows = kvw->data() + i % sources * W * hd;
+                const float* comp_rows = kvc->data() + i % sources * C * hd;
                 for (int w = 0; w < n_win; ++w)
-                    if ((*widx)[i * n_win + w] >= 0) rows.push_back(kvw->data() + (int64_t)(*widx)[i * n_win + w] * hd);
+                    if ((*widx)[i * n_win + w] >= 0) rows.push_back(win_rows + (int64_t)(*widx)[i * n_win + w] * hd);
                 if (comp == Comp::idx)
                     for (int k = 0; k < n_comp; ++k)
-                        if ((*cidx)[i * n_comp + k] >= 0) rows.push_back(kvc->data() + (int64_t)(*cidx)[i * n_comp + k] * hd);
+                        if ((*cidx)[i * n_comp + k] >= 0) rows.push_back(comp_rows + (int64_t)(*cidx)[i * n_comp + k] * hd);
                 if (comp == Comp::count)
-                    for (int k = 0; k < (*ccount)[i]; ++k) rows.push_back(kvc->data() + (int64_t)k * hd);
+                    for (int k = 0; k < (*ccount)[i]; ++k) rows.push_back(comp_rows + (int64_t)k * hd);
                 for (int h = 0; h < H; ++h) {
                     const size_t o0 = out.size();
                     const float* qh = q->data() + (i * H + h) * hd;
@@ -149,13 +160,15 @@ CaseGen attention_case(int64_t n, int H, int hd, int n_win, Comp comp, int n_com
     };
 }
 
-CaseGen indexer_case(int64_t n, int H, int hd, int NV, int top_k, bool exact, bool perf_only, uint64_t seed) {
+// With per_query, every query has its own keys, named by indexer_topk's key_rows table.
+CaseGen indexer_case(int64_t n, int H, int hd, int NV, int top_k, bool exact, bool perf_only, uint64_t seed,
+                     bool per_query = false) {
     return [=]() {
         Case c;
         c.op = "indexer_topk";
         char buf[160];
-        std::snprintf(buf, sizeof buf, "n=%lld H=%d hd=%d keys=%d top_k=%d%s", (long long)n, H, hd, NV, top_k,
-                      exact ? " integer-valued" : "");
+        std::snprintf(buf, sizeof buf, "n=%lld H=%d hd=%d keys=%d top_k=%d%s%s", (long long)n, H, hd, NV, top_k,
+                      exact ? " integer-valued" : "", per_query ? " per-query" : "");
         c.shape = buf;
         c.perf_only = perf_only;
         Rng rng(case_seed(seed, c.op + c.shape));
@@ -169,7 +182,9 @@ CaseGen indexer_case(int64_t n, int H, int hd, int NV, int top_k, bool exact, bo
         const float halves[] = {-1, -0.5f, 0, 0.5f, 1}, pows[] = {0.5f, 1, 2};
         auto q = std::make_shared<std::vector<float>>(exact ? coarse(n * H * hd, halves, 5) : rng.vec(n * H * hd));
         auto w = std::make_shared<std::vector<float>>(exact ? coarse(n * H, pows, 3) : rng.vec(n * H, -1, 1));
-        auto keys = std::make_shared<std::vector<float>>(exact ? coarse((int64_t)NV * hd, halves, 5) : rng.vec((int64_t)NV * hd));
+        const int64_t sources = per_query ? n : 1;  // query i's keys: set i % sources
+        auto keys = std::make_shared<std::vector<float>>(exact ? coarse(sources * NV * hd, halves, 5)
+                                                               : rng.vec(sources * NV * hd));
         auto nvis = std::make_shared<std::vector<int32_t>>((size_t)n);
         for (auto& v : *nvis) v = rng.uniform_int(0, NV);
         (*nvis)[0] = NV;
@@ -184,7 +199,7 @@ CaseGen indexer_case(int64_t n, int H, int hd, int NV, int top_k, bool exact, bo
                 for (int h = 0; h < H; ++h) {
                     double dot = 0, abs_dot = 0;
                     for (int k = 0; k < hd; ++k) {
-                        const double p = (double)(*q)[(i * H + h) * hd + k] * (*keys)[(int64_t)t * hd + k];
+                        const double p = (double)(*q)[(i * H + h) * hd + k] * (*keys)[(i % sources * NV + t) * hd + k];
                         dot += p;
                         abs_dot += std::fabs(p);
                     }
@@ -202,9 +217,12 @@ CaseGen indexer_case(int64_t n, int H, int hd, int NV, int top_k, bool exact, bo
             int32_t* idx = d.i32_out(n * top_k);
             const float* qd = d.f32(*q);
             const float* wd = d.f32(*w);
-            const float* kd = d.f32(*keys);
+            float* kd = d.f32(*keys);
+            const float* const* key_rows = per_query ? d.rows(kd, n, (int64_t)NV * hd) : nullptr;
             const int32_t* nv = d.i32(*nvis);
-            in.run = [&b, idx, qd, wd, kd, nv, n, H, hd, top_k]() { b.indexer_topk(idx, qd, wd, kd, nv, n, H, hd, top_k); };
+            in.run = [&b, idx, qd, wd, kd, nv, n, H, hd, top_k, key_rows]() {
+                b.indexer_topk(idx, qd, wd, kd, nv, n, H, hd, top_k, key_rows);
+            };
             in.read = [&d, idx, n, top_k]() { return Arrays{d.get_i(idx, n * top_k)}; };
             return in;
         };
@@ -340,6 +358,105 @@ CaseGen compressor_case(int ratio, int d, int64_t n1, int64_t n2, uint64_t seed)
     };
 }
 
+// The per-token form (CompressorArgs::state_kv_rows): n tokens of n sequences, each with its own state (random
+// rows, as a sequence's earlier tokens leave them) at its own position; every other token completes a block,
+// whose entry lands in its row of out_entries, and the others leave zeros there.
+CaseGen compressor_rows_case(int ratio, int d, int64_t n, uint64_t seed) {
+    return [=]() {
+        Case c;
+        c.op = "compressor";
+        char buf[128];
+        std::snprintf(buf, sizeof buf, "ratio=%d d=%d per-token states n=%lld", ratio, d, (long long)n);
+        c.shape = buf;
+        Rng rng(case_seed(seed, c.op + c.shape));
+        const bool overlap = ratio == 4;
+        const int coff = overlap ? 2 : 1;
+        const int64_t width = (int64_t)coff * d, rows = (int64_t)coff * ratio, state = rows * width;
+        auto kv = std::make_shared<std::vector<float>>(rng.vec(n * width));
+        auto sc = std::make_shared<std::vector<float>>(rng.vec(n * width, -3, 3));
+        auto ape = std::make_shared<std::vector<float>>(rng.vec((int64_t)ratio * width, -1, 1));
+        auto skv0 = std::make_shared<std::vector<float>>(rng.vec(n * state));
+        auto ssc0 = std::make_shared<std::vector<float>>(rng.vec(n * state, -3, 3));
+        auto positions = std::make_shared<std::vector<int32_t>>((size_t)n);
+        for (int64_t j = 0; j < n; ++j) {
+            const int block = rng.uniform_int(0, 300);
+            const int in_block = j % 2 ? ratio - 1 : rng.uniform_int(0, ratio - 2 < 0 ? 0 : ratio - 2);
+            (*positions)[j] = block * ratio + in_block;  // odd j complete their block
+        }
+        const int n_slots = overlap ? 2 * ratio : ratio;
+        c.tol = kTolTransc + tol_dot(n_slots);
+        c.ref_tol = c.tol;
+        c.bytes = 4.0 * (2 * n * width + 2 * n * state + n * d);
+        c.make = [=](Backend& b) {
+            Instance in;
+            in.dev = std::make_unique<Dev>(b);
+            Dev& dv = *in.dev;
+            float* skv = dv.f32(*skv0);
+            float* ssc = dv.f32(*ssc0);
+            float* entries = dv.f32_out(n * d);
+            CompressorArgs a;
+            a.kv = dv.f32(*kv);
+            a.score = dv.f32(*sc);
+            a.ape = dv.f32(*ape);
+            a.state_kv_rows = dv.rows(skv, n, state);
+            a.state_sc_rows = dv.rows(ssc, n, state);
+            a.out_entries = entries;
+            a.n = n;
+            a.pos = dv.i32(*positions);
+            a.ratio = ratio;
+            a.d = d;
+            a.overlap = overlap;
+            // Repeatable for timing: the states are reset first (the op itself reads and writes them).
+            in.run = [=, &b, &dv]() {
+                b.upload(skv, skv0->data(), skv0->size() * sizeof(float));
+                b.upload(ssc, ssc0->data(), ssc0->size() * sizeof(float));
+                b.compressor(a);
+            };
+            in.read = [&dv, entries, skv, ssc, n, d, state]() {
+                return Arrays{dv.get(entries, n * d), dv.get(skv, n * state), dv.get(ssc, n * state)};
+            };
+            return in;
+        };
+        c.reference = [=]() {
+            const int off = overlap ? ratio : 0;
+            Array entries, skv_all, ssc_all;
+            for (int64_t j = 0; j < n; ++j) {
+                std::vector<double> skv(skv0->begin() + j * state, skv0->begin() + (j + 1) * state);
+                std::vector<double> ssc(ssc0->begin() + j * state, ssc0->begin() + (j + 1) * state);
+                const int64_t p = (*positions)[j];
+                const int slot = off + (int)(p % ratio);
+                for (int64_t col = 0; col < width; ++col) {
+                    skv[slot * width + col] = (*kv)[j * width + col];
+                    ssc[slot * width + col] = (double)(*sc)[j * width + col] + (*ape)[(p % ratio) * width + col];
+                }
+                if ((p + 1) % ratio) {
+                    entries.insert(entries.end(), (size_t)d, 0.0);
+                } else {
+                    for (int ch = 0; ch < d; ++ch) {
+                        double m = -INFINITY, sum = 0, acc = 0;
+                        auto col = [&](int s) { return (overlap && s >= ratio) ? d + ch : ch; };
+                        for (int s = 0; s < n_slots; ++s) m = std::max(m, ssc[s * width + col(s)]);
+                        for (int s = 0; s < n_slots; ++s) {
+                            const double e = std::exp(ssc[s * width + col(s)] - m);
+                            sum += e;
+                            acc += e * skv[s * width + col(s)];
+                        }
+                        entries.push_back(acc / sum);
+                    }
+                    if (overlap) {
+                        std::copy(skv.begin() + ratio * width, skv.end(), skv.begin());
+                        std::copy(ssc.begin() + ratio * width, ssc.end(), ssc.begin());
+                    }
+                }
+                skv_all.insert(skv_all.end(), skv.begin(), skv.end());
+                ssc_all.insert(ssc_all.end(), ssc.begin(), ssc.end());
+            }
+            return Arrays{entries, skv_all, ssc_all};
+        };
+        return c;
+    };
+}
+
 }  // namespace
 
 void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
@@ -459,12 +576,29 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
           std::tuple{128, 83, 1000, 130}, std::tuple{8, 64, 70, 200}, std::tuple{4, 512, 4093, 7},
           std::tuple{4, 83, 13, 150}, std::tuple{128, 64, 130, 100}})
         out.push_back(compressor_case(ratio, d, n1, n2, s));
+    // Queries of different sequences (batched decode): per-query sources through the tables, one query (the
+    // split shape), a few (still one query's shape), many (one block per head group); the indexer likewise,
+    // and the compressor's per-token states.
+    for (int64_t n : {1, 5, 64}) {
+        out.push_back(attention_case(n, 64, 512, 128, Comp::idx, 128, true, n > 1, false, s, Mode::F32, true, true));
+        out.push_back(attention_case(n, 12, 128, 32, Comp::count, 100, true, false, false, s, Mode::F32, false, true));
+        out.push_back(attention_case(n, 5, 83, 16, Comp::none, 0, true, false, false, s, Mode::F32, false, true));
+        out.push_back(indexer_case(n, 64, 128, 1024, 512, false, false, s, true));
+        out.push_back(indexer_case(n, 16, 64, 300, 64, true, false, s, true));
+        out.push_back(indexer_case(n, 4, 30, 200, 16, false, false, s, true));
+    }
+    out.push_back(attention_case(64, 64, 512, 128, Comp::idx, 128, true, false, false, s, Mode::BF16, true, true));
+    for (auto [ratio, d, n] : {std::tuple{4, 512, 64}, std::tuple{4, 128, 5}, std::tuple{128, 512, 64},
+                               std::tuple{4, 83, 7}, std::tuple{8, 64, 1}})
+        out.push_back(compressor_rows_case(ratio, d, n, s));
     if (o.perf) {
         // V4-Flash-like decode and prefill attention (64 heads of 512, 128 window + 512 selected entries; up
         // to a 2048-token prefill chunk) and the indexer over a 128K context (32K compressed keys) and in a
         // prefill chunk.
         out.push_back(attention_case(1, 64, 512, 128, Comp::idx, 512, true, false, true, s));
         out.push_back(attention_case(64, 64, 512, 128, Comp::idx, 512, true, false, true, s));
+        out.push_back(attention_case(64, 64, 512, 128, Comp::idx, 512, true, false, true, s, Mode::F32, true, true));
+        out.push_back(indexer_case(64, 64, 128, 1024, 512, false, true, s, true));
         out.push_back(attention_case(2048, 64, 512, 128, Comp::idx, 512, true, false, true, s));
         out.push_back(attention_case(2048, 64, 512, 128, Comp::idx, 512, true, false, true, s, Mode::BF16));
         out.push_back(indexer_case(1, 64, 128, 32768, 512, false, true, s));

@@ -1,5 +1,6 @@
 // Conformance cases of the per-row and element-wise ops: rms_norm, rope, fp8_sim, norm_rope, hadamard (with and
-// without the FP4 round trip), swiglu, add, copy_rows, gather_rows, scatter_rows and fill.
+// without the FP4 round trip), swiglu, add, copy_rows, gather_rows, scatter_rows,
+// scatter_rows_to and fill.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -484,6 +485,31 @@ void add_elementwise_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
                     for (int64_t i = 0; i < n; ++i)
                         if (sidx[i] >= 0)
                             for (int64_t c = 0; c < cols; ++c) r[sidx[i] * cols + c] = gsrc[i * cols + c];
+                    return r;
+                }));
+            // Rows of different sequences into their own tables (three here, row i into table i % 3 at row
+            // i / 3, reversed within each table; every fourth row skipped).
+            const int64_t per = n / 3 + 1;
+            std::vector<int32_t> tidx((size_t)n);
+            for (int64_t i = 0; i < n; ++i) tidx[i] = i % 4 == 1 ? -1 : (int32_t)(per - 1 - i / 3);
+            const std::vector<float> tdst = rng.vec(3 * per * cols);
+            out.push_back(inplace_case(
+                "scatter_rows_to", dims({{"n", n}, {"cols", cols}, {"rows", per}}), tdst, 0, 0,
+                [=](Backend& b, float* y) {
+                    Dev d(b);
+                    std::vector<float*> host((size_t)n);
+                    for (int64_t i = 0; i < n; ++i) host[i] = y + (i % 3) * per * cols;
+                    void* table = d.bytes(host.size() * sizeof(float*));
+                    b.upload(table, host.data(), host.size() * sizeof(float*));
+                    b.scatter_rows_to(static_cast<float* const*>(table), d.f32(gsrc), d.i32(tidx), n, cols);
+                    b.synchronize();
+                },
+                [=](const std::vector<float>& in) {
+                    Array r(in.begin(), in.end());
+                    for (int64_t i = 0; i < n; ++i)
+                        if (tidx[i] >= 0)
+                            for (int64_t c = 0; c < cols; ++c)
+                                r[((i % 3) * per + tidx[i]) * cols + c] = gsrc[i * cols + c];
                     return r;
                 }));
         }

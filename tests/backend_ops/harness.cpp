@@ -53,6 +53,14 @@ void* Dev::bytes(size_t n) {
     return p;
 }
 
+float* const* Dev::rows(float* base, int64_t n, int64_t stride) {
+    std::vector<float*> host((size_t)n);
+    for (int64_t i = 0; i < n; ++i) host[i] = base + i * stride;
+    void* p = bytes(host.size() * sizeof(float*));
+    b_.upload(p, host.data(), host.size() * sizeof(float*));
+    return static_cast<float* const*>(p);
+}
+
 int32_t* Dev::i32(const std::vector<int32_t>& host) {
     void* p = b_.alloc(std::max<size_t>(host.size(), 1) * sizeof(int32_t));
     ptrs_.push_back(p);

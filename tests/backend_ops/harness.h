@@ -48,6 +48,8 @@ public:
     int32_t* i32(const std::vector<int32_t>& host);
     int32_t* i32_out(int64_t n);  // pre-filled with a poison value
     void* bytes(size_t n);        // uninitialised
+    // A pointer table in backend memory: entry i = base + i * stride floats, for i < n (per-row sources).
+    float* const* rows(float* base, int64_t n, int64_t stride);
     // Rows [0, n) x cols [0, cols) of a strided buffer, as doubles.
     Array get(const float* p, int64_t n, int64_t cols = 1, int64_t stride = 0);
     Array get_i(const int32_t* p, int64_t n);

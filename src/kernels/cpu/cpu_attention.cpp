@@ -2,6 +2,7 @@
 // the rope op itself), and the lightning indexer's top-k.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 #include <vector>
 
@@ -11,8 +12,26 @@
 
 namespace dsv4 {
 
+namespace {
+
+// The per-query source tables' contract (ops/backend.h): a pointer for every query, 16-byte aligned when
+// head_dim % 4 == 0 (the CUDA kernels' vector loads rely on it; checked here, on the oracle).
+template <class P>
+void check_row_table(P const* rows, int64_t n, int head_dim, const char* what) {
+    if (!rows) return;
+    for (int64_t i = 0; i < n; ++i) {
+        DSV4_CHECK_MSG(rows[i], "%s: the table has no pointer for row %lld", what, (long long)i);
+        DSV4_CHECK_MSG(head_dim % 4 != 0 || reinterpret_cast<uintptr_t>(rows[i]) % 16 == 0,
+                       "%s: row %lld's pointer is not 16-byte aligned", what, (long long)i);
+    }
+}
+
+}  // namespace
+
 void CpuBackend::attention(const AttentionArgs& a) {
     const int H = a.n_heads, hd = a.head_dim;
+    check_row_table(a.kv_win_rows, a.n, hd, "attention: kv_win_rows");
+    if (a.kv_comp) check_row_table(a.kv_comp_rows, a.n, hd, "attention: kv_comp_rows");
     pool_.parallel_for(a.n * H, 1, [&](int64_t b, int64_t e, int) {
         std::vector<const float*> rows;
         std::vector<float> scores;
@@ -20,18 +39,20 @@ void CpuBackend::attention(const AttentionArgs& a) {
             const int64_t i = task / H;
             const int h = (int)(task % H);
             rows.clear();
+            const float* kv_win = attention_win_src(a, i);
             for (int w = 0; w < a.n_win; ++w) {
                 const int32_t r = a.win_idx[i * a.n_win + w];
-                if (r >= 0) rows.push_back(a.kv_win + (int64_t)r * hd);
+                if (r >= 0) rows.push_back(kv_win + (int64_t)r * hd);
             }
             if (a.kv_comp) {
+                const float* kv_comp = attention_comp_src(a, i);
                 if (a.comp_idx) {
                     for (int c = 0; c < a.n_comp; ++c) {
                         const int32_t r = a.comp_idx[i * a.n_comp + c];
-                        if (r >= 0) rows.push_back(a.kv_comp + (int64_t)r * hd);
+                        if (r >= 0) rows.push_back(kv_comp + (int64_t)r * hd);
                     }
                 } else {
-                    for (int32_t r = 0; r < a.comp_count[i]; ++r) rows.push_back(a.kv_comp + (int64_t)r * hd);
+                    for (int32_t r = 0; r < a.comp_count[i]; ++r) rows.push_back(kv_comp + (int64_t)r * hd);
                 }
             }
             const float* q = a.q + (i * H + h) * hd;
@@ -66,12 +87,15 @@ void CpuBackend::attention(const AttentionArgs& a) {
     }
 }
 
-void CpuBackend::indexer_topk(int32_t* idx, const float* q, const float* w, const float* keys,
-                              const int32_t* n_visible, int64_t n, int n_heads, int head_dim, int top_k) {
+void CpuBackend::indexer_topk(int32_t* idx, const float* q, const float* w, const float* query_keys,
+                              const int32_t* n_visible, int64_t n, int n_heads, int head_dim, int top_k,
+                              const float* const* key_rows) {
+    check_row_table(key_rows, n, head_dim, "indexer_topk: key_rows");
     pool_.parallel_for(n, 1, [&](int64_t b, int64_t e, int) {
         std::vector<float> score;
         std::vector<int32_t> order;
         for (int64_t i = b; i < e; ++i) {
+            const float* keys = key_rows ? key_rows[i] : query_keys;
             const int32_t nv = n_visible[i];
             score.resize(nv);
             for (int32_t t = 0; t < nv; ++t) {

@@ -1,15 +1,36 @@
 // CPU KV compressor: stores each token's projections in the partial-block state and, when a block of
 // `ratio` tokens completes, pools an entry with a per-channel softmax over the block's slots (with overlap,
 // the previous block's first channel half joins the current block's second half).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "core/check.h"
 #include "kernels/cpu/cpu_backend.h"
 
 namespace dsv4 {
 
 void CpuBackend::compressor(const CompressorArgs& a) {
+    if (a.state_kv_rows || a.state_sc_rows) {
+        // Tokens of different sequences: each is a one-token call on its own state, its entry (or zeros) in
+        // its own row of out_entries.
+        DSV4_CHECK_MSG(a.state_kv_rows && a.state_sc_rows, "compressor: per-token states need both tables");
+        for (int64_t j = 0; j < a.n; ++j) {
+            CompressorArgs one = a;
+            one.state_kv_rows = one.state_sc_rows = nullptr;
+            one.state_kv = a.state_kv_rows[j];
+            one.state_sc = a.state_sc_rows[j];
+            one.kv = a.kv + j * (a.overlap ? 2 : 1) * a.d;
+            one.score = a.score + j * (a.overlap ? 2 : 1) * a.d;
+            one.out_entries = a.out_entries + j * a.d;
+            one.pos = a.pos + j;
+            one.n = 1;
+            if ((a.pos[j] + 1) % a.ratio != 0) std::fill(one.out_entries, one.out_entries + a.d, 0.0f);
+            compressor(one);
+        }
+        return;
+    }
     const int r = a.ratio, d = a.d;
     const int coff = a.overlap ? 2 : 1;
     const int64_t width = (int64_t)coff * d;

@@ -9,6 +9,14 @@
 
 namespace dsv4::cuda {
 
+// Query i's window and compressed sources (the per-query tables when given; ops/backend.h).
+__device__ __forceinline__ const float* win_src(const AttentionArgs& a, int64_t i) {
+    return a.kv_win_rows ? a.kv_win_rows[i] : a.kv_win;
+}
+__device__ __forceinline__ const float* comp_src(const AttentionArgs& a, int64_t i) {
+    return a.kv_comp_rows ? a.kv_comp_rows[i] : a.kv_comp;
+}
+
 // How many entries query i has: the window, then the compressed entries (a fixed count with index lists,
 // comp_count[i] without).
 __device__ __forceinline__ int entry_count(const AttentionArgs& a, int64_t i) {
@@ -21,20 +29,21 @@ __device__ __forceinline__ const float* entry_row(const AttentionArgs& a, int64_
     if (e >= end) return nullptr;
     if (e < a.n_win) {
         const int32_t w = a.win_idx[i * a.n_win + e];
-        return w >= 0 ? a.kv_win + (int64_t)w * a.head_dim : nullptr;
+        return w >= 0 ? win_src(a, i) + (int64_t)w * a.head_dim : nullptr;
     }
     const int c = e - a.n_win;
     if (a.comp_idx) {
         const int32_t w = a.comp_idx[i * a.n_comp + c];
-        return w >= 0 ? a.kv_comp + (int64_t)w * a.head_dim : nullptr;
+        return w >= 0 ? comp_src(a, i) + (int64_t)w * a.head_dim : nullptr;
     }
-    return a.kv_comp + (int64_t)c * a.head_dim;
+    return comp_src(a, i) + (int64_t)c * a.head_dim;
 }
 
 // Whether q, out and both KV arrays start on 16-byte boundaries (rows of a head_dim that is a multiple of 4 then
-// stay so): the condition of both kernels' 16-byte loads and copies.
+// stay so): the condition of both kernels' 16-byte loads and copies. Per-query source tables hold such pointers
+// by contract (AttentionArgs).
 inline bool rows_aligned16(const AttentionArgs& a) {
-    return aligned16(a.q, a.out, a.kv_win, a.kv_comp);
+    return aligned16(a.q, a.out, a.kv_win_rows ? nullptr : a.kv_win, a.kv_comp_rows ? nullptr : a.kv_comp);
 }
 
 }  // namespace dsv4::cuda

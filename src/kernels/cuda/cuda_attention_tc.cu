@@ -285,7 +285,10 @@ bool with_head_dim(int head_dim, F&& f) {
 }  // namespace
 
 bool attention_tc_serves(const CudaBackend& b, const AttentionArgs& a) {
-    if (b.gemm_precision() != GemmPrecision::BF16 || a.n <= 0 || a.n_heads <= 0 || !rows_aligned16(a)) return false;
+    // The tile kernel shares each KV tile between a block's queries: per-query sources are the f32 kernel's.
+    if (b.gemm_precision() != GemmPrecision::BF16 || a.n <= 0 || a.n_heads <= 0 || !rows_aligned16(a) ||
+        a.kv_win_rows || a.kv_comp_rows)
+        return false;
     bool fits = false;
     const bool has = with_head_dim(a.head_dim, [&](auto hd) { fits = TcLaunch<decltype(hd)::value>(a).fits(b, a); });
     return has && fits;

@@ -6,7 +6,8 @@
 // every step touches only the columns of its own channel c (c and d + c), so no thread waits for another.
 // A long call (prefill) has only d threads' worth of that loop, so it pools every completed entry at once
 // instead (a thread per entry and channel, reading each slot from the inputs or from the state as it was at
-// the start of the call), then a second kernel writes the state the token loop would have left.
+// the start of the call), then a second kernel writes the state the token loop would have left. Tokens of
+// different sequences (per-token states) each take the serial path's one step, a block row per token.
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
@@ -52,39 +53,55 @@ struct StateSlots {
     __device__ float value(int s, int64_t col) const { return kv[s * width + col]; }
 };
 
-__global__ void compressor_kernel(CompressorArgs a) {
-    pdl_begin();
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+// The serial token loop of channel c over n tokens from pos0 (inputs kv / score, rows of width floats) on one
+// state, entries to out in completion order. With `zero_if_none`, a call that completes no entry writes zeros
+// to out's first row (the per-token form's rule).
+__device__ __forceinline__ void compress_tokens(const CompressorArgs& a, int c, const float* kv, const float* score,
+                                                float* state_kv, float* state_sc, float* out, int64_t n,
+                                                int64_t pos0, bool zero_if_none) {
     const int r = a.ratio, d = a.d;
-    if (c >= d) return;
     const int coff = a.overlap ? 2 : 1;
     const int64_t width = (int64_t)coff * d;
     const int off = a.overlap ? r : 0;
-    const StateSlots slots{a.state_kv, a.state_sc, width};
+    const StateSlots slots{state_kv, state_sc, width};
     int64_t n_new = 0;
-    const int64_t pos0 = a.pos[0];
-    for (int64_t j = 0; j < a.n; ++j) {
+    for (int64_t j = 0; j < n; ++j) {
         const int64_t p = pos0 + j;
         const int slot = off + (int)(p % r);
         const float* ape = a.ape + (p % r) * width;
         for (int h = 0; h < coff; ++h) {
             const int64_t col = (int64_t)h * d + c;
-            a.state_kv[slot * width + col] = a.kv[j * width + col];
-            a.state_sc[slot * width + col] = a.score[j * width + col] + ape[col];
+            state_kv[slot * width + col] = kv[j * width + col];
+            state_sc[slot * width + col] = score[j * width + col] + ape[col];
         }
         if ((p + 1) % r != 0) continue;
-        a.out_entries[n_new * d + c] = pool_entry(slots, r, d, c, a.overlap);
+        out[n_new * d + c] = pool_entry(slots, r, d, c, a.overlap);
         ++n_new;
         if (a.overlap) {
             // The current block becomes the previous one (this thread's columns only).
             for (int s = 0; s < r; ++s)
                 for (int h = 0; h < coff; ++h) {
                     const int64_t col = (int64_t)h * d + c;
-                    a.state_kv[s * width + col] = a.state_kv[(s + r) * width + col];
-                    a.state_sc[s * width + col] = a.state_sc[(s + r) * width + col];
+                    state_kv[s * width + col] = state_kv[(s + r) * width + col];
+                    state_sc[s * width + col] = state_sc[(s + r) * width + col];
                 }
         }
     }
+    if (zero_if_none && n_new == 0) out[c] = 0.0f;
+}
+
+// Block (channel group x, token y of the per-token form; y = 0 otherwise).
+__global__ void compressor_kernel(CompressorArgs a) {
+    pdl_begin();
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= a.d) return;
+    if (!a.state_kv_rows) {
+        compress_tokens(a, c, a.kv, a.score, a.state_kv, a.state_sc, a.out_entries, a.n, a.pos[0], false);
+        return;
+    }
+    const int64_t j = blockIdx.y, width = (int64_t)(a.overlap ? 2 : 1) * a.d;
+    compress_tokens(a, c, a.kv + j * width, a.score + j * width, a.state_kv_rows[j], a.state_sc_rows[j],
+                    a.out_entries + j * a.d, 1, a.pos[j], true);
 }
 
 // The parallel path's slots of one completing block: slot s holds token base + s (base = the block's first
@@ -177,6 +194,13 @@ void CudaBackend::compressor(const CompressorArgs& a) {
     if (skipped("compressor")) return;
     if (a.n <= 0 || a.d <= 0) return;
     DSV4_CHECK(a.ratio > 0);
+    DSV4_CHECK_MSG(!a.state_kv_rows == !a.state_sc_rows, "compressor: per-token states need both tables");
+    if (a.state_kv_rows) {  // tokens of different sequences: one serial step each
+        DSV4_CHECK(a.n <= 65535);
+        launch_pdl(compressor_kernel, dim3(ceil_div(a.d, 128), (unsigned)a.n), 128, 0, stream_, a);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
     if (a.n < kParallelMinTokens) {
         launch_pdl(compressor_kernel, ceil_div(a.d, 128), 128, 0, stream_, a);
         CUDA_CHECK_LAUNCH();

@@ -273,6 +273,7 @@ struct ScoreArgs {
     const float* q;
     const float* w;
     const float* keys;
+    const float* const* key_rows;  // per-query keys (indexer_topk's key_rows), or null
     const int32_t* n_visible;
     int H, hd;
     int H_pad, hd_pad;  // heads padded to kHeadChunk, dims to kSlice (zeros)
@@ -328,6 +329,7 @@ template <int RK>
 __device__ __forceinline__ void stage_slice(const ScoreArgs& a, float* kt, int lo, int hi, int g, int steps, int n_sl) {
     constexpr int TK = kWarp * RK;
     const int t0 = lo + (g / steps) * TK, k0 = (g % steps % n_sl) * kSlice;
+    const float* keys = a.key_rows ? a.key_rows[blockIdx.x] : a.keys;  // the scoring kernel's block x: query i
     float* dst = kt + (g % kStageBufs<RK>) * TK * kSliceStride;
     if (a.vec) {
 #pragma unroll
@@ -335,13 +337,12 @@ __device__ __forceinline__ void stage_slice(const ScoreArgs& a, float* kt, int l
             const int c = (int)threadIdx.x + kThreads * m, row = c / (kSlice / 4), part = c % (kSlice / 4);
             const int t = t0 + row, d = k0 + 4 * part;
             const bool valid = t < hi && d < a.hd;
-            cp_async16_zfill(dst + row * kSliceStride + 4 * part, valid ? a.keys + (int64_t)t * a.hd + d : a.keys,
-                             valid);
+            cp_async16_zfill(dst + row * kSliceStride + 4 * part, valid ? keys + (int64_t)t * a.hd + d : keys, valid);
         }
     } else {
         for (int e = threadIdx.x; e < TK * kSlice; e += kThreads) {
             const int row = e / kSlice, d = e % kSlice, t = t0 + row;
-            dst[row * kSliceStride + d] = t < hi && k0 + d < a.hd ? a.keys[(int64_t)t * a.hd + k0 + d] : 0.0f;
+            dst[row * kSliceStride + d] = t < hi && k0 + d < a.hd ? keys[(int64_t)t * a.hd + k0 + d] : 0.0f;
         }
     }
     cp_async_commit();
@@ -608,7 +609,8 @@ __global__ void __launch_bounds__(kMergeThreads)
 }  // namespace
 
 void CudaBackend::indexer_topk(int32_t* idx, const float* q, const float* w, const float* keys,
-                               const int32_t* n_visible, int64_t n, int n_heads, int head_dim, int top_k) {
+                               const int32_t* n_visible, int64_t n, int n_heads, int head_dim, int top_k,
+                               const float* const* key_rows) {
     if (n <= 0 || top_k <= 0) return;
     if (skipped("indexer_topk")) {  // what-if: no entry selected (all -1), so the attention still reads valid lists
         CUDA_CHECK(cudaMemsetAsync(idx, 0xFF, (size_t)n * top_k * sizeof(int32_t), stream_));
@@ -623,6 +625,7 @@ void CudaBackend::indexer_topk(int32_t* idx, const float* q, const float* w, con
     a.q = q;
     a.w = w;
     a.keys = keys;
+    a.key_rows = key_rows;
     a.n_visible = n_visible;
     a.H = n_heads;
     a.hd = head_dim;
@@ -630,7 +633,7 @@ void CudaBackend::indexer_topk(int32_t* idx, const float* q, const float* w, con
     a.hd_pad = (head_dim + kSlice - 1) / kSlice * kSlice;
     a.top_k = top_k;
     a.buf_cap = k2 + std::max(kMaxTile, k2 / 2);
-    a.vec = head_dim % 4 == 0 && aligned16(keys, q);
+    a.vec = head_dim % 4 == 0 && aligned16(key_rows ? nullptr : keys, q);  // a table's rows are aligned by contract
     const size_t smem = score_smem_bytes(a.H_pad, a.hd_pad, a.buf_cap);
     DSV4_CHECK_MSG(smem + sizeof(SelShared) <= (size_t)props_.sharedMemPerBlockOptin,
                    "indexer_topk: top_k %d with %d heads of %d needs %zu bytes of shared memory", top_k, n_heads,

@@ -52,6 +52,18 @@ __global__ void scatter_rows_kernel(float* dst, const float* src, const int32_t*
     }
 }
 
+// scatter_rows with a destination per row (a pointer table).
+__global__ void scatter_rows_to_kernel(float* const* dst, const float* src, const int32_t* idx, int64_t n,
+                                       int64_t cols) {
+    pdl_begin();
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n * cols;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = t / cols, c = t % cols;
+        const int32_t r = idx[i];
+        if (r >= 0) dst[i][(int64_t)r * cols + c] = src[t];
+    }
+}
+
 }  // namespace
 
 void CudaBackend::fill(float* dst, float value, int64_t n) {
@@ -96,6 +108,13 @@ void CudaBackend::scatter_rows(float* dst, const float* src, const int32_t* idx,
     if (skipped("scatter_rows")) return;
     if (n * cols <= 0) return;
     launch_pdl(scatter_rows_kernel, grid_for(n * cols, kThreads), kThreads, 0, stream_, dst, src, idx, n, cols);
+    CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::scatter_rows_to(float* const* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) {
+    if (skipped("scatter_rows_to")) return;
+    if (n * cols <= 0) return;
+    launch_pdl(scatter_rows_to_kernel, grid_for(n * cols, kThreads), kThreads, 0, stream_, dst, src, idx, n, cols);
     CUDA_CHECK_LAUNCH();
 }
 
