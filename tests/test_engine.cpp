@@ -119,6 +119,32 @@ TEST_F(EngineTest, BatchedRequestsMatchSoloRuns) {
     EXPECT_EQ(e.stats().requests_finished, prompts.size());
 }
 
+TEST_F(EngineTest, SixtyFourConcurrentRequestsMatchSoloRuns) {
+    // 64 slots decoding together (the decode group of the batched step: one attention call, compressor and
+    // indexer update for all of them), prompts of different lengths so the sequences sit at different depths
+    // and complete their compression blocks at different steps: every greedy output equals its solo run.
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 64; ++i)
+        prompts.push_back(tok_->encode("Stream " + std::to_string(i) + std::string(i % 13 * 3, 'y') + " begins", false));
+    std::vector<Out> solo;
+    {
+        Engine e(*model_, *tok_, options(false));
+        for (auto& p : prompts) solo.push_back(generate(e, greedy(p, 12)));
+    }
+    EngineOptions o = options(false);
+    o.n_slots = 64;
+    o.step_token_budget = 64 + 48;
+    Engine e(*model_, *tok_, o);
+    std::vector<Out> together(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) submit(e, greedy(prompts[i], 12), together[i]);
+    e.run_until_idle();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_EQ(solo[i].tokens, together[i].tokens) << "request " << i;
+        EXPECT_EQ(together[i].last.completion_tokens, 12);
+    }
+    EXPECT_EQ(e.stats().requests_finished, prompts.size());
+}
+
 TEST_F(EngineTest, SeededSamplingIsReproducible) {
     Engine e(*model_, *tok_, options(true));
     auto req = [&](uint64_t seed) {

@@ -17,6 +17,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/generate.h"
+#include "cli/synth_options.h"
 #include "exec/profiling_backend.h"
 #include "exec/step_runner.h"
 #include "format/gguf.h"
@@ -46,23 +47,14 @@ std::vector<int64_t> parse_list(const std::string& s) {
 int cmd_bench(int argc, char** argv) {
     CLI::App app{"Measure prefill and decode speed (tokens/s) and the achieved weight-read bandwidth"};
     ModelOptions mo;
-    std::string synth_preset_name, experts_type, dense_type, ctx_list = "0";
-    int layers = 0;
-    uint64_t seed = 0;
+    SynthOptions synth;
+    std::string ctx_list = "0";
     int64_t n_prompt = 128, n_gen = 32, chunk = 256, repeat = 1;
-    bool json = false, exact = false, profile = false, synth_quantize = false;
+    bool json = false, exact = false, profile = false;
     double peak_gbs = 0, peak_tflops = 0;
     DeviceOptions dev;
     add_model_options(app, mo, false);
-    app.add_option("--synth", synth_preset_name, "benchmark a random-weight model of this preset (tiny, flash, pro)");
-    app.add_option("--layers", layers, "main layers of the --synth model");
-    app.add_option("--seed", seed, "weight seed of the --synth model");
-    app.add_option("--experts-type", experts_type,
-                   "type of every routed-expert stack of the --synth model (default IQ2_XXS gate/up, Q2_K down)");
-    app.add_option("--dense-type", dense_type, "type of the dense matrices of the --synth model (default Q8_0)");
-    app.add_flag("--synth-quantize", synth_quantize,
-                 "quantize Gaussian weights with the real quantizers (minutes for a full Q2_K model) instead of "
-                 "writing random valid blocks of the same types (same bytes and decode work, seconds)");
+    add_synth_options(app, synth, "benchmark");
     app.add_option("--prompt", n_prompt, "prompt tokens for the prefill measurement")->capture_default_str()->check(positive_number());
     app.add_option("--gen", n_gen, "decoded tokens per measurement")->capture_default_str()->check(positive_number());
     app.add_option("--repeat", repeat,
@@ -92,7 +84,6 @@ int cmd_bench(int argc, char** argv) {
                  "and its position is set (decode timing at depth in seconds instead of minutes; the logits mean "
                  "nothing)");
     bool e2e = false;
-    std::string vocab_path;
     E2eBench eb;
     std::string e2e_prompts;
     app.add_flag("--e2e", e2e,
@@ -103,8 +94,6 @@ int cmd_bench(int argc, char** argv) {
     app.add_option("--e2e-schema", eb.schema_path,
                    "a JSON schema file: the --e2e requests are constrained to it (as the server's response_format), "
                    "greedy and at temperature 1, and each row says how many answers parse");
-    app.add_option("--vocab", vocab_path,
-                   "the --synth model takes this GGUF's tokenizer (and its vocabulary size), for --e2e");
     std::string speculative;
     double draft_oracle = -1;
     app.add_option("--speculative", speculative,
@@ -124,7 +113,7 @@ int cmd_bench(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     }
-    if (mo.path.empty() == synth_preset_name.empty()) return fail("give exactly one of -m MODEL or --synth PRESET");
+    if (mo.path.empty() == synth.preset.empty()) return fail("give exactly one of -m MODEL or --synth PRESET");
     if (!mo.mtp.empty() && mo.path.empty()) return fail("--mtp attaches a sidecar to -m MODEL, not to --synth");
     std::vector<int64_t> depths;
     try {
@@ -133,13 +122,7 @@ int cmd_bench(int argc, char** argv) {
         return fail("--ctx takes comma-separated integers, got '" + ctx_list + "'");
     }
     if (depths.empty()) depths.push_back(0);
-    if (!vocab_path.empty() && synth_preset_name.empty()) return fail("--vocab gives a --synth model its tokenizer");
-    std::unique_ptr<GgufFile> vocab;
-    if (!vocab_path.empty()) {
-        auto f = GgufFile::open(vocab_path);
-        if (!f.ok()) return fail("--vocab: " + f.error());
-        vocab = std::move(*f);
-    }
+    if (!synth.vocab_path.empty() && synth.preset.empty()) return fail("--vocab gives a --synth model its tokenizer");
     std::vector<int64_t> batch_sizes;
     try {
         batch_sizes = parse_list(batch_list);
@@ -158,25 +141,8 @@ int cmd_bench(int argc, char** argv) {
     const auto load_t0 = Clock::now();
     SynthTypes types;
     auto load = [&]() -> Result<std::unique_ptr<Model>> {
-        if (synth_preset_name.empty()) return Model::load(mo.path, profiler, model_load_options(mo));
-        DSV4_ASSIGN_OR_RETURN(SynthHparams hp, synth_preset(synth_preset_name, layers));
-        if (!experts_type.empty()) {
-            DSV4_ASSIGN_OR_RETURN(types.expert_down, synth_type_named(experts_type, "--experts-type"));
-            types.expert_gate_up = types.expert_down;
-        }
-        if (!dense_type.empty()) {
-            DSV4_ASSIGN_OR_RETURN(types.dense, synth_type_named(dense_type, "--dense-type"));
-        }
-        SynthWriteOptions so;
-        if (vocab) {
-            DSV4_ASSIGN_OR_RETURN(hp.n_vocab, synth_vocab_size(*vocab));
-            so.vocab = vocab.get();
-        }
-        so.seed = seed;
-        so.n_threads = dev.threads;  // the generator uses the cores the CPU backend would
-        so.progress = !json;
-        so.random_quantized = !synth_quantize;
-        return synth_model(hp, types, so, profiler);
+        if (synth.preset.empty()) return Model::load(mo.path, profiler, model_load_options(mo));
+        return make_synth_model(synth, profiler, dev.threads, !json, &types);  // the cores the CPU backend uses
     };
     auto model = load();
     if (!model.ok()) return fail(model.error());
@@ -213,8 +179,8 @@ int cmd_bench(int argc, char** argv) {
     const double bytes_per_token = decode_weight_bytes(m);
     const double tflops = prefill_flops(m, n_prompt, chunk) / prefill_s / 1e12;
     nlohmann::ordered_json out;
-    out["model"] = synth_preset_name.empty() ? mo.path : "synth:" + synth_preset_name;
-    if (!synth_preset_name.empty()) {
+    out["model"] = synth.preset.empty() ? mo.path : "synth:" + synth.preset;
+    if (!synth.preset.empty()) {
         out["synth_types"] = "experts " + std::string(ggml_type_name(types.expert_gate_up)) + "/" +
                              std::string(ggml_type_name(types.expert_down)) + ", dense " +
                              std::string(ggml_type_name(types.dense));
@@ -359,7 +325,7 @@ int cmd_bench(int argc, char** argv) {
     std::printf("model    %s (%d layers) on %s, prefill matmuls in %s\n", out["model"].get<std::string>().c_str(),
                 cfg.n_layer, profiler.name(), gemm.c_str());
     const std::string origin =
-        synth_preset_name.empty() ? "" : ", generated in memory: " + out["synth_types"].get<std::string>();
+        synth.preset.empty() ? "" : ", generated in memory: " + out["synth_types"].get<std::string>();
     std::printf("load     %.2f GB of weight matrices in %.1f s (%.2f GB/s)%s\n", m.weights().bytes_matrices / 1e9,
                 load_s, m.weights().bytes_matrices / 1e9 / load_s, origin.c_str());
     std::printf("weights  %.1f MB read per decoded token\n", bytes_per_token / 1e6);

@@ -9,6 +9,7 @@
 #include "cli/chat_display.h"
 #include "cli/commands.h"
 #include "cli/generate.h"
+#include "runtime/slot_plan.h"
 #include "tokenizer/chat_format.h"
 
 namespace dsv4::cli {
@@ -58,6 +59,7 @@ int cmd_chat(int argc, char** argv) {
     eo.quant_sim = !no_quant_sim;
     eo.prefix_cache = true;
     eo.speculative = *drafts;
+    if (auto plan = plan_slots(*loaded->model, eo); !plan.ok()) return fail(plan.error());
     Engine engine(*loaded->model, tok, eo);
     const auto mode = thinking ? chat::ThinkingMode::thinking : chat::ThinkingMode::chat;
     chat::ChatOptions co;

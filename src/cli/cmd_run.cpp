@@ -4,6 +4,7 @@
 #include "cli/chat_display.h"
 #include "cli/commands.h"
 #include "cli/generate.h"
+#include "runtime/slot_plan.h"
 #include "tokenizer/chat_format.h"
 
 namespace dsv4::cli {
@@ -61,6 +62,7 @@ int cmd_run(int argc, char** argv) {
     eo.quant_sim = !no_quant_sim;
     eo.prefix_cache = false;
     eo.speculative = *drafts;
+    if (auto plan = plan_slots(*loaded->model, eo); !plan.ok()) return fail(plan.error());
     Engine engine(*loaded->model, tok, eo);
     GenerationRequest req;
     req.prompt = std::move(ids);

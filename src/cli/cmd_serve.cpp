@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/generate.h"
+#include "cli/synth_options.h"
 
 #if defined(DSV4_HAVE_SERVER)
 #include <csignal>
@@ -21,6 +22,7 @@
 
 #include "model/deepseek4.h"
 #include "runtime/engine.h"
+#include "runtime/slot_plan.h"
 #include "server/server.h"
 #include "tokenizer/tokenizer.h"
 #endif
@@ -52,7 +54,9 @@ int cmd_serve(int argc, char** argv) {
     eo.max_queue = 64;
     int64_t ctx = 0;
     DeviceOptions dev;
-    add_model_options(app, mo);
+    add_model_options(app, mo, false);
+    SynthOptions synth;
+    add_synth_options(app, synth, "serve");
     app.add_option("--host", so.host, "address to listen on")->capture_default_str();
     app.add_option("--port", so.port, "port to listen on (0: any free port)")
         ->capture_default_str()
@@ -68,6 +72,11 @@ int cmd_serve(int argc, char** argv) {
     app.add_option("--thinking-default", thinking, "thinking mode for chat requests that do not choose")
         ->capture_default_str()
         ->check(CLI::IsMember({"on", "off"}));
+    std::string kv_memory;
+    app.add_option("--kv-memory", kv_memory,
+                   "memory the KV-cache slots may take, e.g. 40G or 512M (default: what the device or host has "
+                   "free beside the weights, less room for a step's activations); --parallel is lowered to what "
+                   "fits, and the other requests wait in the queue");
     app.add_option("--max-queue", eo.max_queue, "requests waiting for a slot before new ones get HTTP 429")
         ->capture_default_str()
         ->check(CLI::Range(1, 100000));
@@ -119,6 +128,16 @@ int cmd_serve(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     }
+    if (mo.path.empty() == synth.preset.empty()) return fail("give exactly one of -m MODEL or --synth PRESET");
+    if (!synth.preset.empty() && synth.vocab_path.empty())
+        return fail("--synth needs --vocab FILE: a server needs the tokenizer of a GGUF that has one");
+    if (!synth.vocab_path.empty() && synth.preset.empty()) return fail("--vocab gives a --synth model its tokenizer");
+    if (!mo.mtp.empty() && mo.path.empty()) return fail("--mtp attaches a sidecar to -m MODEL, not to --synth");
+    if (!kv_memory.empty()) {
+        auto bytes = parse_byte_size(kv_memory);
+        if (!bytes.ok()) return fail("--kv-memory: " + bytes.error());
+        eo.kv_memory = *bytes;
+    }
     so.thinking_default = thinking == "on";
     eo.prefix_cache = prefix_cache == "on";
 
@@ -134,7 +153,8 @@ int cmd_serve(int argc, char** argv) {
 
     auto backend = make_backend(dev);
     if (!backend.ok()) return fail(backend.error());
-    auto model = load_model(mo, **backend, true);
+    auto model = synth.preset.empty() ? load_model(mo, **backend, true)
+                                      : make_synth_model(synth, **backend, dev.threads, true);
     if (!model.ok()) return fail(model.error());
     auto tok = Tokenizer::from_gguf((*model)->file());
     if (!tok.ok()) return fail("the model file has no usable tokenizer: " + tok.error());
@@ -148,8 +168,14 @@ int cmd_serve(int argc, char** argv) {
         std::fprintf(stderr, "dsv4 serve: warning: --ctx %lld is beyond the model's training context %lld\n",
                      (long long)eo.n_ctx, (long long)n_ctx_train);
     }
-    so.model_ids = aliases.empty() ? std::vector<std::string>{model_name(**model, mo.path)} : aliases;
+    so.model_ids = aliases.empty() ? std::vector<std::string>{model_name(**model, mo.path.empty() ? "synth-" + synth.preset : mo.path)} : aliases;
 
+    auto plan = plan_slots(**model, eo);
+    if (!plan.ok()) return fail(plan.error());
+    if (plan->slots < eo.n_slots) {
+        std::fprintf(stderr, "dsv4 serve: %s\n", describe_slot_limit(*plan, eo).c_str());
+        eo.n_slots = plan->slots;
+    }
     Engine engine(**model, **tok, eo);
     server::Server srv(engine, so);
     auto port = srv.bind();
@@ -174,8 +200,9 @@ int cmd_serve(int argc, char** argv) {
         }
     });
 
+    const std::string source = synth.preset.empty() ? mo.path : "random weights, preset " + synth.preset;
     std::printf("dsv4 serve: model '%s' (%s), %d slots x %lld tokens on %s\n", so.model_ids.front().c_str(),
-                mo.path.c_str(), eo.n_slots, (long long)eo.n_ctx, (*backend)->name());
+                source.c_str(), eo.n_slots, (long long)eo.n_ctx, (*backend)->name());
     const bool v6 = so.host.find(':') != std::string::npos;
     std::printf("dsv4 serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", so.host.c_str(), v6 ? "]" : "", *port);
     std::fflush(stdout);

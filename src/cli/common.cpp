@@ -137,6 +137,22 @@ Result<std::unique_ptr<Backend>> make_backend(const DeviceOptions& d) {
     return make_cpu_backend(threads);
 }
 
+Result<size_t> parse_byte_size(const std::string& text) {
+    char* end = nullptr;
+    errno = 0;
+    const double v = std::strtod(text.c_str(), &end);
+    const std::string unit = end ? std::string(end) : "";
+    double scale = 1;
+    if (unit == "K" || unit == "k") scale = 1024.0;
+    else if (unit == "M" || unit == "m") scale = 1024.0 * 1024;
+    else if (unit == "G" || unit == "g") scale = 1024.0 * 1024 * 1024;
+    else if (unit == "T" || unit == "t") scale = 1024.0 * 1024 * 1024 * 1024;
+    else if (!unit.empty()) return make_error("'" + text + "' is not a size (a number with K, M, G or T)");
+    if (end == text.c_str() || errno != 0 || !std::isfinite(v) || v * scale < 1 || v * scale > 1e18)
+        return make_error("'" + text + "' is not a positive size (a number with K, M, G or T)");
+    return (size_t)(v * scale);
+}
+
 Result<std::vector<int32_t>> read_tokens(const std::string& path) {
     std::ifstream in(path);
     if (!in) return make_error("cannot open tokens file '" + path + "'");

@@ -31,6 +31,9 @@ Result<std::vector<int32_t>> read_tokens(const std::string& path);
 CLI::Validator positive_number();
 CLI::Validator non_negative_number();
 
+// A byte count written as a number with an optional K, M, G or T suffix (powers of 1024; "1.5G"), > 0.
+Result<size_t> parse_byte_size(const std::string& text);
+
 // -m MODEL and --mtp FILE (an MTP sidecar; without it a sibling *mtp*.gguf is looked for).
 struct ModelOptions {
     std::string path;

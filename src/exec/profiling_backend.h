@@ -29,6 +29,7 @@ public:
     // Off, steps may be replayed as graphs of the wrapped backend; on, every op must run (and be timed) alone.
     GraphSupport* graph_support() override { return enabled_ ? nullptr : b_.graph_support(); }
     MoeLimits moe_limits() const override { return b_.moe_limits(); }
+    size_t memory_free() const override { return b_.memory_free(); }
     const char* last_kernel() const override { return b_.last_kernel(); }
     void clear_last_kernel() override { b_.clear_last_kernel(); }
 

@@ -1,6 +1,7 @@
 // KvCache allocation, reset and snapshots.
 #include "model/kv_cache.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <string>
@@ -58,6 +59,24 @@ KvCache::KvCache(const ModelConfig& cfg, Backend& backend, int64_t capacity, boo
         }
     }
     reset();
+}
+
+size_t KvCache::bytes_for(const ModelConfig& cfg, int64_t capacity, bool with_mtp) {
+    // The constructor's sizes: per layer the window with its stage rows, the compressor states and the
+    // indexer's (rewindable rows), then the compressed and indexer entries.
+    const int n = cfg.n_layer + (with_mtp ? 1 : 0);
+    const int64_t hd = cfg.head_dim, id = cfg.index_head_dim;
+    int64_t floats = 0;
+    for (int il = 0; il < n; ++il) {
+        const int ratio = il < cfg.n_layer ? cfg.ratio(il) : 0;
+        floats += ((int64_t)cfg.window + kWindowStageRows) * hd;
+        if (ratio > 0) {
+            const int coff = ratio == 4 ? 2 : 1;
+            floats += 2 * (int64_t)coff * ratio * coff * hd + std::max<int64_t>(1, capacity / ratio) * hd;
+        }
+        if (ratio == 4) floats += 2 * 8 * 2 * id + std::max<int64_t>(1, capacity / 4) * id;
+    }
+    return (size_t)floats * sizeof(float);
 }
 
 KvCache::~KvCache() {

@@ -54,6 +54,8 @@ public:
     // Forget everything: position 0 and fresh compressor states (kv 0, score -inf).
     void reset();
     size_t bytes() const { return bytes_; }
+    // What bytes() of a cache constructed with these arguments is, without allocating it (memory planning).
+    static size_t bytes_for(const ModelConfig& cfg, int64_t capacity, bool with_mtp);
 
     // A copy of what is not append-only (windows, compressor states, positions): context-independent in
     // size, enough to rewind this same cache. With `with_entries` it also holds the compressed and indexer

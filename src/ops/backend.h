@@ -205,6 +205,10 @@ public:
         int max_used = INT_MAX;
     };
     virtual MoeLimits moe_limits() const { return {}; }
+    // Bytes of backend memory free for new allocations now (a GPU's free memory with the blocks the backend
+    // keeps for reuse; the host's available memory), for memory planning such as the engine's KV-cache slots.
+    // SIZE_MAX when not known.
+    virtual size_t memory_free() const { return SIZE_MAX; }
 
     // ---- introspection ----
     // The kernel the latest op that chooses between kernels ran ("q8_xreg", ...; the names of

@@ -26,10 +26,14 @@ const char* generation_end_name(GenerationEnd r) {
     return "none";
 }
 
+int64_t resolved_prefill_chunk(const EngineOptions& opt, const Backend& backend) {
+    return opt.prefill_chunk > 0 ? opt.prefill_chunk : backend.is_host() ? 256 : 4096;
+}
+
 Engine::Engine(Model& model, const Tokenizer& tokenizer, EngineOptions opt)
     : model_(model), runner_(model), tok_(tokenizer), opt_(opt) {
     const bool host = model_.backend().is_host();
-    if (opt_.prefill_chunk <= 0) opt_.prefill_chunk = host ? 256 : 4096;
+    opt_.prefill_chunk = resolved_prefill_chunk(opt_, model_.backend());
     if (opt_.step_token_budget <= 0) opt_.step_token_budget = host ? 512 : opt_.prefill_chunk + opt_.n_slots;
     DSV4_CHECK(opt_.n_slots > 0 && opt_.n_ctx > 0 && opt_.prefill_chunk > 0);
     opt_.step_token_budget = std::max<int64_t>(opt_.step_token_budget, opt_.n_slots);

@@ -86,6 +86,9 @@ struct EngineOptions {
     int64_t prefix_block = 64;     // snapshot granularity in tokens
     size_t prefix_cache_bytes = (size_t)2 << 30;
     size_t max_queue = 256;        // waiting requests beyond this are rejected (HTTP 429)
+    // Bytes the KV-cache slots may take, for plan_slots (runtime/slot_plan.h); 0: the backend's free memory
+    // less room for the largest step's activations. The Engine itself allocates n_slots caches as told.
+    size_t kv_memory = 0;
     DrawPlace draw = DrawPlace::automatic;
     // Speculative decoding with the model's MTP block (runtime/speculative.h): drafts per step, 0 = off
     // (check_speculative says whether the model takes it). Constrained requests decode plainly.
@@ -108,6 +111,10 @@ struct EngineStats {
     // Speculative decoding: verify steps that had drafts, drafts proposed in them, drafts accepted.
     uint64_t spec_steps = 0, draft_tokens = 0, accepted_tokens = 0;
 };
+
+// Prompt tokens per sequence per step: opt.prefill_chunk, or the backend's default when 0 (4096 on a device,
+// 256 on the host).
+int64_t resolved_prefill_chunk(const EngineOptions& opt, const Backend& backend);
 
 class Engine {
 public:

@@ -4,8 +4,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "core/check.h"
 #include "ops/numerics.h"
@@ -15,6 +20,17 @@ namespace dsv4 {
 std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return std::make_unique<CpuBackend>(n_threads); }
 
 CpuBackend::CpuBackend(int n_threads) : pool_(n_threads) {}
+
+size_t CpuBackend::memory_free() const {
+    // MemAvailable: what the kernel can hand out without swapping (free memory plus reclaimable caches, which
+    // include the pages of a memory-mapped model file); the free page count where it is missing.
+    std::ifstream f("/proc/meminfo");
+    std::string line;
+    while (std::getline(f, line))
+        if (line.rfind("MemAvailable:", 0) == 0) return (size_t)std::strtoull(line.c_str() + 13, nullptr, 10) * 1024;
+    const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : SIZE_MAX;
+}
 
 void* CpuBackend::alloc(size_t bytes) {
     size_t sz = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;

@@ -15,6 +15,7 @@ public:
     explicit CpuBackend(int n_threads);
     const char* name() const override { return "cpu"; }
     bool is_host() const override { return true; }
+    size_t memory_free() const override;
     ThreadPool& pool() { return pool_; }
 
     void* alloc(size_t bytes) override;

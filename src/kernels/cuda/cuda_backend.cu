@@ -136,6 +136,13 @@ CudaBackend::~CudaBackend() {
     CUDA_CHECK(cudaStreamDestroy(main_stream_));
 }
 
+size_t CudaBackend::memory_free() const {
+    size_t free = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    for (const auto& [size, p] : cache_) free += size;  // kept for reuse, ours to hand out again
+    return free;
+}
+
 void CudaBackend::release_cache() {
     for (auto& [size, p] : cache_) CUDA_CHECK(cudaFree(p));
     cache_.clear();

@@ -76,6 +76,7 @@ public:
     const KernelForce& force() const { return force_; }
     KernelForce& force() { return force_; }
     MoeLimits moe_limits() const override;
+    size_t memory_free() const override;
     const char* last_kernel() const override { return last_kernel_; }
     void clear_last_kernel() override { last_kernel_ = nullptr; }
     void ran(const char* kernel) { last_kernel_ = kernel; }
