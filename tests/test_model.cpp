@@ -233,6 +233,47 @@ TEST_F(ModelTest, StepGraphReplaysEqualStepsRunAsIssued) {
     EXPECT_EQ(st->eager + st->replays, st->segments);
 }
 
+TEST_F(ModelTest, ABatchedDecodeGraphServesAnySequencesOfItsSize) {
+    // Steps of two single-token sequences drawn from four at different depths, a different pair each step:
+    // the decode group reaches its caches through tables uploaded with the step, so one recording serves every
+    // pair (its key depends on the group's size only), and the replays give the eager steps' logits exactly.
+    const int64_t V = model_->config().n_vocab;
+    const int pairs[][2] = {{0, 1}, {2, 3}, {1, 2}, {3, 0}, {0, 2}, {1, 3}};
+    auto run = [&](bool graphs, const StepGraphStats** stats) {
+        StepOptions opt;
+        opt.graphs = graphs;
+        std::vector<std::unique_ptr<KvCache>> caches;
+        std::vector<float> l, all;
+        for (int i = 0; i < 4; ++i) {
+            caches.push_back(model_->new_cache(200, false));
+            const auto p = random_tokens(5 + 31 * i, V, 60 + (uint32_t)i);
+            EXPECT_TRUE(runner_->step(*caches.back(), p, opt, &l).ok());
+        }
+        const auto gen = random_tokens(2 * 48, V, 70);
+        for (int s = 0; s < 48; ++s) {
+            std::vector<std::vector<float>> out(2);
+            std::vector<Model::BatchItem> items(2);
+            for (int i = 0; i < 2; ++i) {
+                items[i].cache = caches[pairs[s % 6][i]].get();
+                items[i].tokens = std::span<const int32_t>(&gen[2 * s + i], 1);
+                items[i].logits = &out[i];
+            }
+            EXPECT_TRUE(runner_->step_batch(items, opt).ok());
+            for (auto& o : out) all.insert(all.end(), o.begin(), o.end());
+        }
+        *stats = runner_->graph_stats();
+        return all;
+    };
+    const StepGraphStats* st = nullptr;
+    const auto plain = run(false, &st);
+    const int64_t replays0 = st ? st->replays : 0;
+    const auto graphed = run(true, &st);
+    ASSERT_EQ(plain.size(), graphed.size());
+    for (size_t i = 0; i < plain.size(); ++i) ASSERT_EQ(plain[i], graphed[i]) << "logit " << i;
+    ASSERT_NE(st, nullptr);
+    EXPECT_GE(st->replays - replays0, 47) << "eager " << st->eager << ", captures " << st->captures;  // all but the first
+}
+
 TEST_F(ModelTest, StepGraphsOfABatchedDecodeEqualStepsRunAsIssued) {
     const int64_t V = model_->config().n_vocab;
     auto run = [&](bool graphs) {

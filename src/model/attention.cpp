@@ -187,13 +187,13 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
     const int64_t NG = c.group;
     auto grouped = [NG](const SeqSlice& s) { return NG > 0 && s.n == 1; };
     std::vector<int64_t> gpos((size_t)NG);
-    const LayerCache* group_cache = nullptr;  // a group sequence's cache: the sources' non-null placeholders
     for (const SeqSlice& s : c.seqs)
-        if (grouped(s)) {
-            gpos[(size_t)s.row0] = s.pos0;
-            group_cache = &s.cache->layer(il);
-        }
+        if (grouped(s)) gpos[(size_t)s.row0] = s.pos0;
     const GroupTables* T = NG > 0 ? &c.group_tables[il] : nullptr;
+    // With per-row tables an op's single-source argument only says that a source exists: the table's own
+    // address stands in, the same whichever sequences the group holds, so a step's ops (and its graph's key)
+    // depend on the group's size alone.
+    auto placeholder = [](float* const* table) { return reinterpret_cast<const float*>(table); };
 
     // The index lists of every sequence, uploaded before the branches below (a list is shared by the layers).
     struct SeqLists {
@@ -305,7 +305,7 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
             if (ratio == 4) {
                 compress_group(c, L.index_compressor, pr.index, 4, id, T->index_state_kv, T->index_state_sc, T->index,
                                rope, true, gpos);
-                c.b.indexer_topk(idx, pr.qi, pr.wts, group_cache->index, n_vis, NG, ih, id, top_k, T->index);
+                c.b.indexer_topk(idx, pr.qi, pr.wts, placeholder(T->index), n_vis, NG, ih, id, top_k, T->index);
             }
         }
         for (size_t si = 0; si < c.seqs.size(); ++si) {
@@ -328,7 +328,7 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
             }
         }
         if (NG > 0) {
-            group_args.kv_comp = group_cache->comp;
+            group_args.kv_comp = placeholder(T->comp);
             group_args.kv_comp_rows = T->comp;
             if (ratio == 4) {
                 group_args.comp_idx = idx;
@@ -360,7 +360,7 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
     };
     if (NG > 0) {
         common(group_args, 0, NG);
-        group_args.kv_win = group_cache->window;
+        group_args.kv_win = placeholder(T->window);
         group_args.kv_win_rows = T->window;
         group_args.win_idx = group_win;
         c.b.attention(group_args);
