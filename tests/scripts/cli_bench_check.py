@@ -89,6 +89,22 @@ else:
     w = [x["weight_bytes_per_step"] for x in rows[:3]]
     if len(w) == 3:
         check(w[0] < w[1] < w[2] < 5 * w[0], f"weight bytes per step grow with the batch, less than linearly: {w}")
+# --batch --profile: a per-op table per batch size, its steps' attention run once per step for the batch's
+# decode group (not once per sequence), and the profiled steps fit the caches.
+bprof = subprocess.run([dsv4, "bench", "--synth", "tiny", "--prompt", "4", "--gen", "2", "--skip-fill", "--ctx", "40",
+                       "--batch", "1,4", "--profile", "--device", "cpu", "--threads", "2"],
+                      capture_output=True, text=True, timeout=300)
+if bprof.returncode != 0:
+    failures.append(f"bench --batch --profile failed ({bprof.returncode}): {bprof.stderr[-1000:]}")
+else:
+    tables = [t.split("total (ops")[0] for t in bprof.stdout.split("profile  ")[1:]]
+    heads = [t.split("\n", 1)[0] for t in tables]
+    check(heads[:2] == ["1 streams, per step:", "4 streams, per step:"], f"a profile per batch size: {heads}")
+    def attention_calls(table):
+        return sum(float(p[2]) for p in (l.split() for l in table.splitlines()) if len(p) >= 3 and p[0] == "attention")
+    if len(tables) >= 2:
+        one, four = attention_calls(tables[0]), attention_calls(tables[1])
+        check(one > 0 and four == one, f"4 decoding streams make as many attention calls per step as one: {one}, {four}")
 badb = subprocess.run([dsv4, "bench", "--synth", "tiny", "--batch", "2,x", "--device", "cpu"], capture_output=True,
                       text=True, timeout=60)
 check(badb.returncode != 0 and "--batch" in badb.stderr, f"--batch 2,x is refused: {badb.returncode} {badb.stderr[-300:]}")
