@@ -7,6 +7,8 @@
 #                       median of 5 runs of 64 tokens per depth
 #   ncu.txt             device time per kernel of one 4K decode step (Nsight Compute, graphs off)
 #   gemv.log            bench_gemv (decode GEMV and MoE at V4-Flash shapes)
+#   batch.log           batched decode at 4K: 1, 8, 16, 32, 64 sequences a step (tokens/s in all and per stream,
+#                       GB/s of weights), then a per-op table at 16 and 64 sequences (ops timed one at a time)
 #   whatif (stdout)     decode at 4K (median of 3 runs of 64 tokens) with each set of ops in $WHATIF skipped
 #                       (bench --skip-ops: those ops launch nothing), the first set empty: what each op class
 #                       costs inside the step graph, where Nsight Compute times kernels one at a time
@@ -41,6 +43,17 @@ if has depths; then
   run bench-depths.json 300 "$BIN/dsv4" bench "${flash[@]}" --prompt 16 --ctx 4096,32768,131072 --gen 64 --repeat 5 \
     --skip-fill
   summary "$OUT/bench-depths.json"
+fi
+if has batch; then
+  start=$SECONDS
+  timeout 300 "$BIN/dsv4" bench --synth flash --device cuda --peak-gbs 4000 --prompt 32 --gen 16 --ctx 4096 \
+    --skip-fill --repeat 3 --batch 1,8,16,32,64 >"$OUT/batch.log" 2>&1
+  echo "batch: exit $? in $((SECONDS - start)) s"
+  grep -E "^(decode|batch|graphs)" "$OUT/batch.log"
+  timeout 200 "$BIN/dsv4" bench --synth flash --device cuda --prompt 32 --gen 4 --ctx 4096 --skip-fill \
+    --batch 16,64 --profile >>"$OUT/batch.log" 2>&1
+  echo "batch profile: exit $?"
+  sed -n '/^profile  64/,/^total/p' "$OUT/batch.log" | head -30
 fi
 if has whatif; then
   WHATIF=${WHATIF:-"none rms_norm hc_pre norm_rope attention moe_experts matmul matmul_batch"}
