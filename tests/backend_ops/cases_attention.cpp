@@ -265,6 +265,39 @@ CaseGen indexer_case(int64_t n, int H, int hd, int NV, int top_k, bool exact, bo
     };
 }
 
+// The reference compressor's step for one token at position p (kv and score rows of width floats): store
+// its row in the state (score plus ape), and when it completes a block append the pooled entry (d values, in
+// double) to `entries` and, with overlap, shift the current block into the previous one. Returns whether it
+// completed one.
+bool reference_compress_token(std::vector<double>& skv, std::vector<double>& ssc, const float* kv, const float* sc,
+                              const std::vector<float>& ape, int64_t p, int ratio, int d, bool overlap,
+                              Array& entries) {
+    const int64_t width = (int64_t)(overlap ? 2 : 1) * d;
+    const int off = overlap ? ratio : 0, n_slots = overlap ? 2 * ratio : ratio;
+    const int slot = off + (int)(p % ratio);
+    for (int64_t col = 0; col < width; ++col) {
+        skv[slot * width + col] = kv[col];
+        ssc[slot * width + col] = (double)sc[col] + ape[(p % ratio) * width + col];
+    }
+    if ((p + 1) % ratio) return false;
+    for (int ch = 0; ch < d; ++ch) {
+        double m = -INFINITY, sum = 0, acc = 0;
+        auto col = [&](int s) { return (overlap && s >= ratio) ? d + ch : ch; };
+        for (int s = 0; s < n_slots; ++s) m = std::max(m, ssc[s * width + col(s)]);
+        for (int s = 0; s < n_slots; ++s) {
+            const double e = std::exp(ssc[s * width + col(s)] - m);
+            sum += e;
+            acc += e * skv[s * width + col(s)];
+        }
+        entries.push_back(acc / sum);
+    }
+    if (overlap) {
+        std::copy(skv.begin() + ratio * width, skv.end(), skv.begin());
+        std::copy(ssc.begin() + ratio * width, ssc.end(), ssc.begin());
+    }
+    return true;
+}
+
 CaseGen compressor_case(int ratio, int d, int64_t n1, int64_t n2, uint64_t seed) {
     return [=]() {
         Case c;
@@ -326,32 +359,11 @@ CaseGen compressor_case(int ratio, int d, int64_t n1, int64_t n2, uint64_t seed)
             return in;
         };
         c.reference = [=]() {
-            const int off = overlap ? ratio : 0;
             std::vector<double> skv((size_t)(rows * width), 0.0), ssc((size_t)(rows * width), -INFINITY);
             Array entries;
-            for (int64_t p = 0; p < N; ++p) {
-                const int slot = off + (int)(p % ratio);
-                for (int64_t col = 0; col < width; ++col) {
-                    skv[slot * width + col] = (*kv)[p * width + col];
-                    ssc[slot * width + col] = (double)(*sc)[p * width + col] + (*ape)[(p % ratio) * width + col];
-                }
-                if ((p + 1) % ratio) continue;
-                for (int ch = 0; ch < d; ++ch) {
-                    double m = -INFINITY, sum = 0, acc = 0;
-                    auto col = [&](int s) { return (overlap && s >= ratio) ? d + ch : ch; };
-                    for (int s = 0; s < n_slots; ++s) m = std::max(m, ssc[s * width + col(s)]);
-                    for (int s = 0; s < n_slots; ++s) {
-                        const double e = std::exp(ssc[s * width + col(s)] - m);
-                        sum += e;
-                        acc += e * skv[s * width + col(s)];
-                    }
-                    entries.push_back(acc / sum);
-                }
-                if (overlap) {
-                    std::copy(skv.begin() + ratio * width, skv.end(), skv.begin());
-                    std::copy(ssc.begin() + ratio * width, ssc.end(), ssc.begin());
-                }
-            }
+            for (int64_t p = 0; p < N; ++p)
+                reference_compress_token(skv, ssc, kv->data() + p * width, sc->data() + p * width, *ape, p, ratio, d,
+                                         overlap, entries);
             return Arrays{entries, Array(skv.begin(), skv.end()), Array(ssc.begin(), ssc.end())};
         };
         return c;
@@ -418,36 +430,13 @@ CaseGen compressor_rows_case(int ratio, int d, int64_t n, uint64_t seed) {
             return in;
         };
         c.reference = [=]() {
-            const int off = overlap ? ratio : 0;
             Array entries, skv_all, ssc_all;
             for (int64_t j = 0; j < n; ++j) {
                 std::vector<double> skv(skv0->begin() + j * state, skv0->begin() + (j + 1) * state);
                 std::vector<double> ssc(ssc0->begin() + j * state, ssc0->begin() + (j + 1) * state);
-                const int64_t p = (*positions)[j];
-                const int slot = off + (int)(p % ratio);
-                for (int64_t col = 0; col < width; ++col) {
-                    skv[slot * width + col] = (*kv)[j * width + col];
-                    ssc[slot * width + col] = (double)(*sc)[j * width + col] + (*ape)[(p % ratio) * width + col];
-                }
-                if ((p + 1) % ratio) {
-                    entries.insert(entries.end(), (size_t)d, 0.0);
-                } else {
-                    for (int ch = 0; ch < d; ++ch) {
-                        double m = -INFINITY, sum = 0, acc = 0;
-                        auto col = [&](int s) { return (overlap && s >= ratio) ? d + ch : ch; };
-                        for (int s = 0; s < n_slots; ++s) m = std::max(m, ssc[s * width + col(s)]);
-                        for (int s = 0; s < n_slots; ++s) {
-                            const double e = std::exp(ssc[s * width + col(s)] - m);
-                            sum += e;
-                            acc += e * skv[s * width + col(s)];
-                        }
-                        entries.push_back(acc / sum);
-                    }
-                    if (overlap) {
-                        std::copy(skv.begin() + ratio * width, skv.end(), skv.begin());
-                        std::copy(ssc.begin() + ratio * width, ssc.end(), ssc.begin());
-                    }
-                }
+                if (!reference_compress_token(skv, ssc, kv->data() + j * width, sc->data() + j * width, *ape,
+                                              (*positions)[j], ratio, d, overlap, entries))
+                    entries.insert(entries.end(), (size_t)d, 0.0);  // no block completed: the op's zero row
                 skv_all.insert(skv_all.end(), skv.begin(), skv.end());
                 ssc_all.insert(ssc_all.end(), ssc.begin(), ssc.end());
             }
