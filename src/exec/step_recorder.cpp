@@ -13,7 +13,7 @@ namespace {
 
 // The key lists every field of these structs; a new field must be added to put() below (this fails first).
 static_assert(sizeof(Weight) == 56 && sizeof(HcParams) == 32 && sizeof(HcPostArgs) == 48 && sizeof(RopeParams) == 16 &&
-                  sizeof(AttentionArgs) == 144 && sizeof(CompressorArgs) == 96 && sizeof(MoeArgs) == 224,
+                  sizeof(AttentionArgs) == 144 && sizeof(CompressorArgs) == 96 && sizeof(MoeArgs) == 240,
               "an op argument struct changed: update StepRecorder::put");
 
 constexpr size_t kArenaAlign = 256;  // the CUDA kernels' vector loads assume cudaMalloc-like alignment
@@ -219,6 +219,8 @@ void StepRecorder::put(const MoeArgs& a) {
     put(a.up);
     put(a.down);
     put(a.clamp);
+    put(a.expert_base);
+    put(a.pair_out);
 }
 
 void StepRecorder::hc_pre(float* x, float* post, float* comb, const float* H, const Weight& fn, const float* scale,

@@ -55,7 +55,7 @@ Status check_moe_limits(const ModelConfig& c, const Backend::MoeLimits& lim, con
 Result<std::unique_ptr<Model>> Model::load(const std::string& path, Backend& backend, const ModelLoadOptions& o) {
     DSV4_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::open(path));
     if (std::string r = dflash_refusal(*f); !r.empty()) return make_error(r);
-    DSV4_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, load(std::move(f), nullptr, backend, o.progress));
+    DSV4_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, load(std::move(f), nullptr, backend, o.progress, o.shard));
     auto note = [&](const std::string& line) {
         if (o.note) o.note(line);
     };
@@ -93,15 +93,15 @@ Status Model::attach_mtp(std::unique_ptr<GgufFile> side) {
 }
 
 Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<GgufFile> f, std::unique_ptr<TensorSource> source,
-                                           Backend& backend, const LoadProgress& progress) {
+                                           Backend& backend, const LoadProgress& progress, const ExpertShard& shard) {
     std::unique_ptr<Model> m(new Model(backend));
     DSV4_ASSIGN_OR_RETURN(m->cfg_, ModelConfig::from_gguf(*f));
     DSV4_TRY(check_moe_limits(m->cfg_, backend.moe_limits(), backend.name()));
     if (source) {
-        DSV4_ASSIGN_OR_RETURN(m->w_, load_weights(*f, m->cfg_, backend, *source, progress));
+        DSV4_ASSIGN_OR_RETURN(m->w_, load_weights(*f, m->cfg_, backend, *source, progress, shard));
         source->finish();
     } else {
-        DSV4_ASSIGN_OR_RETURN(m->w_, load_weights(*f, m->cfg_, backend, progress));
+        DSV4_ASSIGN_OR_RETURN(m->w_, load_weights(*f, m->cfg_, backend, progress, shard));
     }
     m->file_ = std::move(f);
     m->source_ = std::move(source);

@@ -53,6 +53,10 @@ struct ModelLoadOptions {
     std::function<void(const std::string&)> note;
     // Tensor bytes bound so far of the file's total, after every tensor (model/weights.h).
     LoadProgress progress;
+    // This model is one rank of a split over several (expert parallelism, docs/architecture.md): it holds its
+    // share of every layer's routed experts and everything else whole; its backend's collective
+    // (Backend::set_collective) joins the ranks' steps, which every rank runs with the same tokens.
+    ExpertShard shard;
 };
 
 // Whether a backend with MoE limits `lim` (Backend::moe_limits) runs a model of config c: an error naming the
@@ -67,7 +71,8 @@ public:
     // come from `source` (e.g. a random-weight generator, model/synth.h). The model keeps both: on a host
     // backend the weights are the bytes the source kept.
     static Result<std::unique_ptr<Model>> load(std::unique_ptr<GgufFile> file, std::unique_ptr<TensorSource> source,
-                                               Backend& backend, const LoadProgress& progress = {});
+                                               Backend& backend, const LoadProgress& progress = {},
+                                               const ExpertShard& shard = {});
     ~Model();
 
     const ModelConfig& config() const { return cfg_; }

@@ -41,7 +41,20 @@ void Model::ffn_forward(Ctx& c, int il, const LayerWeights& L, const float* x, f
     m.up = L.up_exps;
     m.down = L.down_exps;
     m.clamp = L.clamp_exp;
-    c.b.moe_experts(m);                                               // routed sum, ascending expert id
+    if (L.gate_exps.n_experts < E) {
+        // This rank holds a share of the experts (ExpertShard): every rank's pairs as rows (zeros for the
+        // experts held elsewhere), summed over the ranks (each row has one non-zero term, so the sum is exact),
+        // then each token's rows added in ascending expert id, as moe_experts adds them: the logits of the split
+        // model are the whole model's bit for bit.
+        float* pairs = c.f32(n * k * D);
+        m.expert_base = L.expert_base;
+        m.pair_out = pairs;
+        c.b.moe_experts(m);
+        c.b.all_reduce_sum(pairs, n * k * D);
+        c.b.moe_sum_pairs(routed, pairs, ids, n, k, D);
+    } else {
+        c.b.moe_experts(m);  // routed sum, ascending expert id
+    }
     c.b.join();
     // The sublayer's output is routed + shared (the shared expert last), added by the hc_post that reads it.
 }

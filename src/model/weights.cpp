@@ -30,8 +30,8 @@ public:
 class Binder {
 public:
     Binder(const GgufFile& f, Backend& b, TensorSource& src, ModelWeights& w, const LoadProgress& progress,
-           bool touch)
-        : f_(f), b_(b), src_(src), w_(w), progress_(progress), touch_(touch) {
+           bool touch, const ExpertShard& shard = {})
+        : f_(f), b_(b), src_(src), w_(w), progress_(progress), touch_(touch), shard_(shard) {
         for (const GgufTensor& t : f.tensors()) total_ += t.n_bytes;
     }
 
@@ -81,13 +81,22 @@ public:
         // copies them, and is synchronized so that transient bytes (a reused staging buffer) may change.
         const bool keep = b_.is_host();
         DSV4_ASSIGN_OR_RETURN(const uint8_t* bytes, src_.bytes(*t, keep));
-        w.data = b_.weight_data(bytes, t->n_bytes);
+        // An expert stack of a model split over ranks: only this rank's experts.
+        size_t offset = 0, n_bytes = t->n_bytes;
+        if (n_exp > 1 && shard_.count > 1) {
+            const size_t per_expert = (size_t)rows * w.row_bytes;
+            offset = (size_t)shard_.first(n_exp) * per_expert;
+            w.n_experts = shard_.end(n_exp) - shard_.first(n_exp);
+            n_bytes = (size_t)w.n_experts * per_expert;
+        }
+        w.data = b_.weight_data(bytes + offset, n_bytes);
         if (!keep) b_.synchronize();
-        bound(keep ? bytes : nullptr, t->n_bytes);
+        bound(keep ? bytes + offset : nullptr, t->n_bytes);
         w.name = t->name.c_str();
-        w_.bytes_matrices += t->n_bytes;
+        w_.bytes_matrices += n_bytes;
         return w;
     }
+    const ExpertShard& shard() const { return shard_; }
 
     // A small tensor of n values converted to f32 in backend memory.
     Result<const float*> vec(const std::string& name, const std::vector<int64_t>& ne) {
@@ -138,6 +147,7 @@ private:
     ModelWeights& w_;
     const LoadProgress& progress_;
     bool touch_;
+    ExpertShard shard_;
     uint64_t done_ = 0, total_ = 0;
 };
 
@@ -196,6 +206,7 @@ Status load_layer(Binder& b, const ModelConfig& c, int il, int ratio, bool hash,
     DSV4_ASSIGN_OR_RETURN(L.gate_exps, b.matrix(p + "ffn_gate_exps.weight", F, D, E));
     DSV4_ASSIGN_OR_RETURN(L.up_exps, b.matrix(p + "ffn_up_exps.weight", F, D, E));
     DSV4_ASSIGN_OR_RETURN(L.down_exps, b.matrix(p + "ffn_down_exps.weight", D, F, E));
+    L.expert_base = b.shard().count > 1 && E > 1 ? b.shard().first(E) : 0;
     // The shared expert's width comes from its tensor (n_expert_shared * expert_feed_forward_length).
     const int64_t Fs = F * c.n_expert_shared;
     DSV4_ASSIGN_OR_RETURN(L.gate_shexp, b.matrix(p + "ffn_gate_shexp.weight", Fs, D));
@@ -237,15 +248,22 @@ Status load_mtp(Binder& b, const ModelConfig& c, MtpWeights& m) {
 
 }  // namespace
 
-Result<ModelWeights> load_weights(const GgufFile& f, ModelConfig& c, Backend& backend, const LoadProgress& progress) {
+Result<ModelWeights> load_weights(const GgufFile& f, ModelConfig& c, Backend& backend, const LoadProgress& progress,
+                                  const ExpertShard& shard) {
     FileTensors file_bytes;
-    return load_weights(f, c, backend, file_bytes, progress);
+    return load_weights(f, c, backend, file_bytes, progress, shard);
 }
 
 Result<ModelWeights> load_weights(const GgufFile& f, ModelConfig& c, Backend& backend, TensorSource& source,
-                                  const LoadProgress& progress) {
+                                  const LoadProgress& progress, const ExpertShard& shard) {
+    if (shard.count < 1 || shard.rank < 0 || shard.rank >= shard.count)
+        return make_error("expert shard " + std::to_string(shard.rank) + " of " + std::to_string(shard.count) +
+                          " is not a rank of the split");
+    if (shard.count > 1 && shard.count > c.n_expert)
+        return make_error("the model has " + std::to_string(c.n_expert) +
+                          " routed experts (key 'expert_count'), too few to split over " + std::to_string(shard.count) + " ranks");
     ModelWeights w;
-    Binder b(f, backend, source, w, progress, progress && backend.is_host());
+    Binder b(f, backend, source, w, progress, progress && backend.is_host(), shard);
     const GgufTensor* emb = f.tensor("token_embd.weight");
     if (!emb) return make_error("missing tensor 'token_embd.weight'");
     if (c.n_vocab == 0) c.n_vocab = emb->ne[1];

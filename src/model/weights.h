@@ -68,6 +68,7 @@ struct LayerWeights {
     const float* expert_bias = nullptr;                  // [n_expert] (score-routed layers)
     const int32_t* tid2eid = nullptr;                    // [n_vocab, n_expert_used] (hash layers)
     Weight gate_exps, up_exps, down_exps;                // [n_expert] x [F, D] / [D, F]
+    int64_t expert_base = 0;  // the stacks' first expert: a rank's share of them (ExpertShard), else 0
     Weight gate_shexp, up_shexp, down_shexp;             // [F_sh, D] / [D, F_sh]
     float clamp_exp = 0, clamp_shexp = 0;
 };
@@ -99,15 +100,25 @@ struct ModelWeights {
     size_t bytes_matrices = 0;
 };
 
+// Which of the routed experts a rank of a model split over `count` ranks holds: the contiguous range
+// [n * rank / count, n * (rank + 1) / count) of every layer's n experts (expert parallelism); everything else
+// is held whole by every rank.
+struct ExpertShard {
+    int rank = 0;
+    int count = 1;
+    int64_t first(int64_t n) const { return n * rank / count; }
+    int64_t end(int64_t n) const { return n * (rank + 1) / count; }
+};
+
 // Bind every tensor of `f` the config requires. Updates cfg.n_vocab when the file omits vocab_size.
 // Errors name the tensor and, for a shape mismatch, both the expected and the found shape.
 // `progress` (optional) hears the tensor bytes bound so far of the file's total after every tensor; with it, a
 // host backend also reads every page of the mapped file during the load (not during the first prompt).
 Result<ModelWeights> load_weights(const GgufFile& f, ModelConfig& cfg, Backend& backend,
-                                  const LoadProgress& progress = {});
+                                  const LoadProgress& progress = {}, const ExpertShard& shard = {});
 // The same with the tensor bytes taken from `source` (f holds the names, types and shapes).
 Result<ModelWeights> load_weights(const GgufFile& f, ModelConfig& cfg, Backend& backend, TensorSource& source,
-                                  const LoadProgress& progress = {});
+                                  const LoadProgress& progress = {}, const ExpertShard& shard = {});
 // Bind the MTP block of a sidecar file into `w` (which has none), with side_cfg from mtp_sidecar_config
 // (model/mtp_sidecar.h): the same names and shape checks as a block inside the main file. The tensors
 // point into `side`, which must outlive `w`. On error `w` is left as it was.

@@ -11,7 +11,9 @@
 #include <span>
 #include <string>
 
+#include "core/status.h"
 #include "format/ggml_type.h"
+#include "ops/collective.h"
 #include "ops/sample_args.h"
 
 namespace dsv4 {
@@ -133,6 +135,9 @@ struct CompressorArgs {
     float* const* state_sc_rows = nullptr;
 };
 
+// With expert parallelism (the stacks hold experts [expert_base, expert_base + n_experts) of the model's; ids are
+// the model's), pair_out replaces out: [n * k, D], row token * k + slot = that pair's down projection (routing
+// weight applied) when its expert is held here, zeros otherwise; moe_sum_pairs later forms the sum out would hold.
 struct MoeArgs {
     float* out = nullptr;          // [n, D]
     const float* x = nullptr;      // [n, D]
@@ -142,6 +147,8 @@ struct MoeArgs {
     int k = 0;
     Weight gate, up, down;         // 3-D expert stacks
     float clamp = 0.0f;            // SwiGLU clamp (0 = none)
+    int64_t expert_base = 0;       // the stacks' first expert (expert parallelism)
+    float* pair_out = nullptr;     // [n * k, D] per-pair rows instead of out (expert parallelism)
 };
 
 // One product of a matmul batch: y = x W^T with its own strides.
@@ -191,6 +198,15 @@ public:
     virtual void end_branch() {}
     virtual void join() {}
 
+    // ---- several ranks ----
+    // The collective of a model split over ranks (ops/collective.h), used by all_reduce_sum; null: one rank.
+    // A backend that cannot take part in it says why (an error, nothing set).
+    virtual Status set_collective(Collective* c) {
+        collective_ = c;
+        return {};
+    }
+    Collective* collective() const { return collective_; }
+
     // ---- step graphs ----
     // A backend that can replay a recorded run of ops as one unit (a CUDA graph) returns its GraphSupport;
     // exec/step_graphs.h records small steps and replays them when a step repeats one seen
@@ -217,6 +233,7 @@ public:
     virtual void clear_last_kernel() {}
 
 protected:
+    Collective* collective_ = nullptr;
     // t [n, K] (rows of K floats) = rms_norm(x) times norm, for x rows of x_stride floats: matmul_norm's unfused
     // first half (rms_norm takes one stride for both sides; a strided x is copied first).
     void norm_rows(float* t, const float* x, int64_t x_stride, const float* norm, int64_t n, int64_t K, float eps) {

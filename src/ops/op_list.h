@@ -70,6 +70,13 @@ DSV4_OP(moe_route,
          const int32_t* tokens, int64_t n, int n_experts, int k, float scale, bool norm),
         (ids, weights, logits, bias, tid2eid, tokens, n, n_experts, k, scale, norm), copied)
 DSV4_OP(moe_experts, (const MoeArgs& a), (a), copied)
+// out[i, :] = the sum, from zero, of rows[i * k + j, :] over the token's k slots in ascending (expert id, slot)
+// order, the order moe_experts adds its pairs in: the routed sum from per-pair rows (expert parallelism).
+DSV4_OP(moe_sum_pairs, (float* out, const float* rows, const int32_t* ids, int64_t n, int k, int64_t D),
+        (out, rows, ids, n, k, D), copied)
+// x [n floats] becomes the sum over the model's ranks (Backend::set_collective; ops/collective.h), the same bits
+// on every rank; with one rank x stays as it is.
+DSV4_OP(all_reduce_sum, (float* x, int64_t n), (x, n), copied)
 // h = silu(min(g, clamp)) * clamp(u, -clamp, clamp) (no clamp when clamp == 0); g/u are [n, F] with row
 // strides; h is [n, F] contiguous.
 DSV4_OP(swiglu, (float* h, const float* g, const float* u, int64_t n, int64_t f, int64_t gu_stride, float clamp),

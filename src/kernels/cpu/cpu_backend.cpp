@@ -147,6 +147,10 @@ void CpuBackend::scatter_rows(float* dst, const float* src, const int32_t* idx, 
         if (idx[i] >= 0) std::memcpy(dst + (int64_t)idx[i] * cols, src + i * cols, cols * sizeof(float));
 }
 
+void CpuBackend::all_reduce_sum(float* x, int64_t n) {
+    if (collective_) collective_->all_reduce_sum(x, n);
+}
+
 void CpuBackend::scatter_rows_to(float* const* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) {
     for (int64_t i = 0; i < n; ++i)
         if (idx[i] >= 0) std::memcpy(dst[i] + (int64_t)idx[i] * cols, src + i * cols, cols * sizeof(float));

@@ -41,14 +41,22 @@ void CpuBackend::moe_route(int32_t* ids, float* weights, const float* logits, co
 void CpuBackend::moe_experts(const MoeArgs& a) {
     const int64_t D = a.gate.cols, F = a.gate.rows;
     DSV4_CHECK(a.down.cols == F && a.down.rows == D && a.up.rows == F && a.up.cols == D);
-    std::fill(a.out, a.out + a.n * D, 0.0f);
+    if (a.pair_out)
+        std::fill(a.pair_out, a.pair_out + a.n * a.k * D, 0.0f);
+    else
+        std::fill(a.out, a.out + a.n * D, 0.0f);
     const int64_t n_experts = a.gate.n_experts;
-    // Bucket (token, slot) pairs by expert.
+    // Bucket (token, slot) pairs by expert (by the held expert's index: ids are the model's, the stacks may
+    // hold a range of them).
     std::vector<std::vector<std::pair<int64_t, int>>> by_expert(n_experts);
     for (int64_t i = 0; i < a.n; ++i)
         for (int j = 0; j < a.k; ++j) {
-            const int32_t e = a.ids[i * a.k + j];
-            DSV4_CHECK(e >= 0 && e < n_experts);
+            const int64_t e = (int64_t)a.ids[i * a.k + j] - a.expert_base;
+            DSV4_CHECK(a.ids[i * a.k + j] >= 0);
+            if (e < 0 || e >= n_experts) {
+                DSV4_CHECK_MSG(a.pair_out, "moe_experts: expert %d is not in the stacks", a.ids[i * a.k + j]);
+                continue;  // another rank's expert
+            }
             by_expert[e].push_back({i, j});
         }
     std::vector<float> xs, g, u, h, y;
@@ -71,9 +79,26 @@ void CpuBackend::moe_experts(const MoeArgs& a) {
         }
         matmul(y.data(), D, h.data(), F, a.down.expert(e), m);
         for (int64_t r = 0; r < m; ++r) {
+            if (a.pair_out) {
+                std::copy_n(y.data() + r * D, D, a.pair_out + (list[r].first * a.k + list[r].second) * D);
+                continue;
+            }
             float* o = a.out + list[r].first * D;
             for (int64_t d = 0; d < D; ++d) o[d] += y[r * D + d];
         }
+    }
+}
+
+void CpuBackend::moe_sum_pairs(float* out, const float* rows, const int32_t* ids, int64_t n, int k, int64_t D) {
+    std::vector<int> order((size_t)k);
+    for (int64_t i = 0; i < n; ++i) {
+        const int32_t* e = ids + i * k;
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return e[x] < e[y]; });
+        float* o = out + i * D;
+        std::fill(o, o + D, 0.0f);
+        for (int j : order)
+            for (int64_t d = 0; d < D; ++d) o[d] += rows[(i * k + j) * D + d];
     }
 }
 

@@ -77,6 +77,7 @@ public:
     KernelForce& force() { return force_; }
     MoeLimits moe_limits() const override;
     size_t memory_free() const override;
+    Status set_collective(Collective* c) override;
     const char* last_kernel() const override { return last_kernel_; }
     void clear_last_kernel() override { last_kernel_ = nullptr; }
     void ran(const char* kernel) { last_kernel_ = kernel; }

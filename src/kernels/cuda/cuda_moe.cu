@@ -190,6 +190,8 @@ void CudaBackend::moe_experts(const MoeArgs& a) {
     if (skipped("moe_experts")) return;
     const int64_t D = a.gate.cols, F = a.gate.rows;
     DSV4_CHECK(a.down.cols == F && a.down.rows == D && a.up.rows == F && a.up.cols == D);
+    DSV4_CHECK_MSG(!a.pair_out && a.expert_base == 0,
+                   "moe_experts: expert parallelism (a model split over ranks) is not on the CUDA backend yet");
     DSV4_CHECK_MSG(a.k > 0 && a.k <= kMaxK, "moe_experts: k %d outside [1, %d]", a.k, kMaxK);
     if (a.n <= 0) return;
     const MoeKernel kernel = select_moe(*this, a);
@@ -234,6 +236,44 @@ void CudaBackend::moe_experts(const MoeArgs& a) {
     launch_pdl(moe_sum_kernel, grid_for(a.n * D, 256), 256, 0, stream_, a.out, y, sum_rows, a.n, a.k, D);
     CUDA_CHECK_LAUNCH();
     ran(kernel_name(kernel));
+}
+
+namespace {
+
+// A thread per (token, output dim): the token's k rows added in (expert id, slot) order, the CPU's.
+__global__ void moe_sum_pairs_kernel(float* out, const float* rows, const int32_t* ids, int64_t n, int k, int64_t D) {
+    pdl_begin();
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n * D; t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = t / D, d = t % D;
+        float total = 0.0f;
+        for (int rank = 0; rank < k; ++rank) {
+            // The slot of this rank: the one with exactly `rank` slots before it in (expert, slot) order.
+            int slot = 0;
+            for (int j = 0; j < k; ++j)
+                if (slot_rank(ids, i, k, j, ids[i * k + j]) == rank) slot = j;
+            total += rows[(i * k + slot) * D + d];
+        }
+        out[t] = total;
+    }
+}
+
+}  // namespace
+
+void CudaBackend::moe_sum_pairs(float* out, const float* rows, const int32_t* ids, int64_t n, int k, int64_t D) {
+    if (n * D <= 0) return;
+    DSV4_CHECK_MSG(k > 0 && k <= kMaxK, "moe_sum_pairs: k %d outside [1, %d]", k, kMaxK);
+    launch_pdl(moe_sum_pairs_kernel, grid_for(n * D, 256), 256, 0, stream_, out, rows, ids, n, k, D);
+    CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::all_reduce_sum(float*, int64_t) {}  // one rank: set_collective refuses more
+
+Status CudaBackend::set_collective(Collective* c) {
+    if (c && c->size() > 1)
+        return make_error("the CUDA backend cannot take part in a model split over several ranks yet (NCCL is not "
+                          "built)");
+    collective_ = nullptr;
+    return {};
 }
 
 }  // namespace dsv4::cuda
