@@ -4,7 +4,10 @@
 // graphs (the collective is an op, so a replayed step runs it too), and also in exact mode.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "exec/step_runner.h"
 #include "exec/thread_collective.h"
@@ -19,7 +22,7 @@ struct RankRun {
     size_t weight_bytes = 0;
 };
 
-// The golden token sequence: the first `prefill` tokens in chunks of 37, then `decode` tokens one at a time.
+// The tokens: the first `prefill` in chunks of 37, then the rest one at a time.
 Status run_rank(const std::string& model_path, const ExpertShard& shard, Collective* coll, bool quant_sim,
                 const std::vector<int32_t>& tokens, int64_t prefill, RankRun& out) {
     auto backend = make_cpu_backend(1);
@@ -43,19 +46,14 @@ Status run_rank(const std::string& model_path, const ExpertShard& shard, Collect
     return {};
 }
 
+// The golden set's token sequence (manifest.json: its prefill, then its decode tokens).
 std::vector<int32_t> golden_tokens(const std::string& set, int64_t& prefill) {
-    // A fixed random sequence is as good as the golden one here: the split is checked against the same
-    // model run whole, not against the reference.
-    auto f = GgufFile::open(std::string(DSV4_SHARED_DIR) + "/golden/" + set + "/model.gguf");
-    EXPECT_TRUE(f.ok());
-    const int64_t V = f.ok() ? (*f)->tensor("token_embd.weight")->ne[1] : 1;
-    std::vector<int32_t> t(150);
-    uint32_t x = 12345;
-    for (auto& v : t) {
-        x = x * 1664525u + 1013904223u;
-        v = (int32_t)(x % V);
-    }
-    prefill = 120;
+    std::ifstream f(std::string(DSV4_SHARED_DIR) + "/golden/" + set + "/manifest.json");
+    const auto m = nlohmann::json::parse(f);
+    prefill = m["prefill_len"].get<int64_t>();
+    const int64_t n = prefill + m["decode_len"].get<int64_t>();
+    std::vector<int32_t> t;
+    for (int64_t i = 0; i < n; ++i) t.push_back(m["tokens"][i].get<int32_t>());
     return t;
 }
 
