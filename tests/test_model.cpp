@@ -233,6 +233,51 @@ TEST_F(ModelTest, StepGraphReplaysEqualStepsRunAsIssued) {
     EXPECT_EQ(st->eager + st->replays, st->segments);
 }
 
+TEST_F(ModelTest, MixedStepsEqualSoloStepsBitForBit) {
+    // A multi-token sequence listed before single-token ones (a speculative verify step beside plain decodes):
+    // the step lays the single-token rows out first, and every sequence still gets its solo logits exactly.
+    const int64_t V = model_->config().n_vocab;
+    const auto pa = random_tokens(40, V, 81), pb = random_tokens(9, V, 82), pc = random_tokens(70, V, 83);
+    const auto more = random_tokens(30, V, 84);
+    StepOptions opt;
+    auto prep = [&](const std::vector<int32_t>& p) {
+        auto c = model_->new_cache(200, false);
+        std::vector<float> l;
+        EXPECT_TRUE(runner_->step(*c, p, opt, &l).ok());
+        return c;
+    };
+    for (int round = 0; round < 2; ++round) {
+        auto a = prep(pa), b = prep(pb), c = prep(pc);
+        auto a1 = prep(pa), b1 = prep(pb), c1 = prep(pc);
+        for (int step = 0; step < 6; ++step) {
+            const int64_t na = 1 + (step + round) % 4;  // 1..4 tokens: sometimes single, sometimes not
+            std::span<const int32_t> ta(more.data() + step * 4, na), tb(more.data() + 24 + step % 3, 1),
+                tc(more.data() + 27 - step % 2, 1);
+            std::vector<float> la, lb, lc, sa, sb, sc;
+            std::vector<Model::BatchItem> items(3);
+            items[0].cache = a.get();
+            items[0].tokens = ta;
+            items[0].all_logits = true;
+            items[0].logits = &la;
+            items[1].cache = b.get();
+            items[1].tokens = tb;
+            items[1].logits = &lb;
+            items[2].cache = c.get();
+            items[2].tokens = tc;
+            items[2].logits = &lc;
+            ASSERT_TRUE(runner_->step_batch(items, opt).ok());
+            StepOptions all = opt;
+            all.all_logits = true;
+            ASSERT_TRUE(runner_->step(*a1, ta, all, &sa).ok());
+            ASSERT_TRUE(runner_->step(*b1, tb, opt, &sb).ok());
+            ASSERT_TRUE(runner_->step(*c1, tc, opt, &sc).ok());
+            ASSERT_EQ(la, sa) << "round " << round << " step " << step << ": the multi-token sequence";
+            ASSERT_EQ(lb, sb) << "round " << round << " step " << step;
+            ASSERT_EQ(lc, sc) << "round " << round << " step " << step;
+        }
+    }
+}
+
 TEST_F(ModelTest, ABatchedDecodeGraphServesAnySequencesOfItsSize) {
     // Steps of two single-token sequences drawn from four at different depths, a different pair each step:
     // the decode group reaches its caches through tables uploaded with the step, so one recording serves every

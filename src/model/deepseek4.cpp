@@ -189,7 +189,11 @@ const float* Model::output_logits_device(Ctx& c, const float* H, const Weight& h
     const int64_t D = cfg_.n_embd, V = cfg_.n_vocab, R = (int64_t)rows.size();
     const HcParams hp = hc_params(cfg_);
     const float* Hs = H;
-    if (R != c.n) {
+    // Every row in order needs no gather (items list their rows in their own order, which the step's row
+    // layout need not follow: single-token sequences come first).
+    bool in_order = R == c.n;
+    for (int64_t i = 0; in_order && i < R; ++i) in_order = rows[i] == i;
+    if (!in_order) {
         float* g = c.f32(R * cfg_.hc_dim());
         c.b.gather_rows(g, H, c.i32(rows), R, cfg_.hc_dim());
         Hs = g;
