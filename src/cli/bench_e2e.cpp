@@ -1,5 +1,6 @@
 #include "cli/bench_e2e.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -127,6 +128,75 @@ void print_e2e(const nlohmann::ordered_json& rows) {
                         (long long)e["requests"].get<int64_t>());
         std::printf(" (%lld tokens, median of %lld requests through the engine)\n", (long long)e["tokens"].get<int64_t>(),
                     (long long)e["requests"].get<int64_t>());
+    }
+}
+
+Result<nlohmann::ordered_json> bench_e2e_batches(Model& m, const Tokenizer& tok, const E2eBench& b,
+                                                 const std::vector<int64_t>& sizes, std::mt19937& rng) {
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    const int64_t n_prompt = b.prompts.front();
+    const int64_t V = std::min<int64_t>(tok.n_vocab(), m.config().n_vocab);
+    for (int64_t n : sizes) {
+        EngineOptions eo;
+        eo.n_slots = (int)n;
+        eo.n_ctx = n_prompt + b.n_gen + 1;
+        eo.quant_sim = b.quant_sim;
+        eo.prefix_cache = false;
+        Engine engine(m, tok, eo);
+        std::vector<std::vector<Clock::time_point>> times((size_t)n);  // each generated token's arrival
+        std::string error;
+        const auto t0 = Clock::now();
+        for (int64_t i = 0; i < n; ++i) {
+            GenerationRequest req;
+            for (int64_t t = 0; t < n_prompt; ++t) req.prompt.push_back((int32_t)(rng() % V));
+            req.max_tokens = b.n_gen;
+            req.ignore_eos = true;
+            req.sampling.temperature = 0;
+            auto id = engine.submit(std::move(req), [&, i](const TokenEvent& ev) {
+                if (ev.token >= 0 && !ev.prompt) times[i].push_back(Clock::now());
+                if (ev.finished && ev.reason == GenerationEnd::error) error = ev.error;
+            });
+            if (!id.ok()) return make_error("bench --batch --e2e: " + id.error());
+        }
+        engine.run_until_idle();
+        if (!error.empty()) return make_error("bench --batch --e2e: " + error);
+        // The decoding window: from the last request's first token to the last token of any request; the
+        // tokens in it are those that arrived after its start.
+        Clock::time_point start = t0, end = t0;
+        for (const auto& t : times) {
+            if (t.empty()) return make_error("bench --batch --e2e: a request produced no token");
+            start = std::max(start, t.front());
+            end = std::max(end, t.back());
+        }
+        int64_t after = 0;
+        std::vector<double> ttft;
+        for (const auto& t : times) {
+            ttft.push_back(since(t0, t.front()));
+            after += std::count_if(t.begin(), t.end(), [&](Clock::time_point x) { return x > start; });
+        }
+        const double window = since(start, end);
+        std::vector<double> sorted = ttft;
+        std::sort(sorted.begin(), sorted.end());
+        nlohmann::ordered_json r = {{"sequences", n}, {"prompt_tokens", n_prompt}, {"tokens", b.n_gen},
+                                    {"ttft_p50_ms", 1e3 * median_of(ttft)}, {"ttft_max_ms", 1e3 * sorted.back()}};
+        if (window > 0 && after > 0) {
+            r["tokens_per_s"] = (double)after / window;
+            r["tokens_per_s_per_stream"] = (double)after / window / (double)n;
+        }
+        rows.push_back(std::move(r));
+    }
+    return rows;
+}
+
+void print_e2e_batches(const nlohmann::ordered_json& rows) {
+    for (const auto& r : rows) {
+        std::printf("e2e      %3lld streams of a %lld-token prompt, greedy: first token p50 %.1f ms (slowest %.1f ms)",
+                    (long long)r["sequences"].get<int64_t>(), (long long)r["prompt_tokens"].get<int64_t>(),
+                    r["ttft_p50_ms"].get<double>(), r["ttft_max_ms"].get<double>());
+        if (r.contains("tokens_per_s"))
+            std::printf(", then %.1f tokens/s in all (%.2f per stream)", r["tokens_per_s"].get<double>(),
+                        r["tokens_per_s_per_stream"].get<double>());
+        std::printf(" (%lld tokens each, one engine of as many slots)\n", (long long)r["tokens"].get<int64_t>());
     }
 }
 

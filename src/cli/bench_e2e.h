@@ -43,4 +43,12 @@ Result<TimedRequest> run_timed(Engine& engine, GenerationRequest req, const char
 Result<nlohmann::ordered_json> bench_e2e(Model& m, const Tokenizer& tok, const E2eBench& b, std::mt19937& rng);
 void print_e2e(const nlohmann::ordered_json& rows);
 
+// `--batch LIST --e2e`: for each size N, N greedy requests (random prompts of the first --e2e prompt length,
+// n_gen tokens each) submitted at once to one engine of N slots and run to their end, as N server clients
+// are: tokens/s in all while every request decodes (the tokens after the last first token, over that time),
+// per stream, and the first token's p50 and slowest time.
+Result<nlohmann::ordered_json> bench_e2e_batches(Model& m, const Tokenizer& tok, const E2eBench& b,
+                                                 const std::vector<int64_t>& sizes, std::mt19937& rng);
+void print_e2e_batches(const nlohmann::ordered_json& rows);
+
 }  // namespace dsv4::cli

@@ -65,7 +65,8 @@ int cmd_bench(int argc, char** argv) {
     app.add_option("--batch", batch_list,
                    "comma-separated batch sizes (e.g. 1,8,16,32,64): that many sequences also decode together, a "
                    "token each per step, at every --ctx depth (the engine's batched forward pass; host sampling "
-                   "not included): tokens/s in all and per stream, weight bytes per step, KV bytes per sequence");
+                   "not included): tokens/s in all and per stream, weight bytes per step, KV bytes per sequence; "
+                   "with --e2e also that many requests at once through one engine, as server clients");
     app.add_option("--ctx", ctx_list, "comma-separated context depths at which to measure decode (e.g. 0,4096)");
     app.add_option("--prefill-chunk", chunk, "tokens per prefill step")->capture_default_str()->check(positive_number());
     app.add_option("--peak-gbs", peak_gbs, "memory bandwidth peak in GB/s to report the achieved fraction against");
@@ -263,6 +264,11 @@ int cmd_bench(int argc, char** argv) {
         auto rows = bench_e2e(m, **tok, eb, rng);
         if (!rows.ok()) return fail(rows.error());
         out["e2e"] = std::move(*rows);
+        if (!batch_sizes.empty()) {
+            auto brows = bench_e2e_batches(m, **tok, eb, batch_sizes, rng);
+            if (!brows.ok()) return fail(brows.error());
+            out["e2e_batch"] = std::move(*brows);
+        }
     }
     if (!speculative.empty()) {
         auto k = speculative_drafts(speculative, m);
@@ -345,6 +351,7 @@ int cmd_bench(int argc, char** argv) {
     }
     if (out.contains("batch")) print_batches(out["batch"], peak_gbs);
     if (out.contains("e2e")) print_e2e(out["e2e"]);
+    if (out.contains("e2e_batch")) print_e2e_batches(out["e2e_batch"]);
     if (out.contains("speculative")) print_speculative(out["speculative"]);
     if (out.contains("step_graphs")) {
         const auto& g = out["step_graphs"];

@@ -129,6 +129,18 @@ if os.path.exists(vocab):
         rows = json.loads(r.stdout)["e2e"]
         check(len(rows) == 2 and all(x["parsed_json"] == x["requests"] for x in rows),
               f"every schema-constrained answer parses: {rows}")
+    # --batch with --e2e: that many greedy requests at once through one engine, a row per size.
+    r = subprocess.run([dsv4, "bench", "--synth", "tiny", "--vocab", vocab, "--prompt", "6", "--gen", "8", "--repeat", "1",
+                        "--skip-fill", "--batch", "1,3", "--e2e", "--device", "cpu", "--threads", "2", "--json"],
+                       capture_output=True, text=True, timeout=300)
+    check(r.returncode == 0, f"bench --batch --e2e runs: {r.stderr[-300:]}")
+    if r.returncode == 0:
+        eb = json.loads(r.stdout).get("e2e_batch", [])
+        check([x["sequences"] for x in eb] == [1, 3] and
+              all(x["tokens_per_s"] > 0 and 0 < x["ttft_p50_ms"] <= x["ttft_max_ms"] for x in eb) and
+              all(abs(x["tokens_per_s"] - x["sequences"] * x["tokens_per_s_per_stream"]) <= 1e-9 * x["tokens_per_s"]
+                  for x in eb),
+              f"bench --batch --e2e: a row per size, tokens/s in all = streams x per stream: {eb}")
     r = subprocess.run([dsv4, "bench", "--synth", "tiny", "--vocab", vocab, "--prompt", "12", "--gen", "12", "--repeat", "1",
                         "--speculative", "mtp:2", "--draft-oracle", "0.5", "--device", "cpu", "--json"],
                        capture_output=True, text=True, timeout=300)
