@@ -64,8 +64,10 @@ int cmd_serve(int argc, char** argv) {
     app.add_option("-c,--ctx", ctx, "context size per request in tokens (0: min(4096, the model's))")
         ->capture_default_str()
         ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
-    app.add_option("-p,--parallel", eo.n_slots, "requests decoded at once (KV-cache slots)")
-        ->capture_default_str()
+    int parallel = 0;
+    app.add_option("-p,--parallel", parallel,
+                   "requests decoded at once (KV-cache slots; default 64 on a GPU, where the sequences of a step share "
+                   "its weight reads, 4 on the CPU; lowered to what memory holds)")
         ->check(CLI::Range(1, 1024));
     app.add_option("--api-key", so.api_key, "require 'Authorization: Bearer KEY' on /v1/* (also: DSV4_API_KEY)")
         ->envname("DSV4_API_KEY");
@@ -170,6 +172,7 @@ int cmd_serve(int argc, char** argv) {
     }
     so.model_ids = aliases.empty() ? std::vector<std::string>{model_name(**model, mo.path.empty() ? "synth-" + synth.preset : mo.path)} : aliases;
 
+    eo.n_slots = parallel > 0 ? parallel : (*backend)->is_host() ? 4 : 64;
     auto plan = plan_slots(**model, eo);
     if (!plan.ok()) return fail(plan.error());
     if (plan->slots < eo.n_slots) {
