@@ -28,49 +28,58 @@ CompressorProj compressor_jobs(Model::Ctx& c, std::vector<MatmulJob>& jobs, cons
     return p;
 }
 
+// The compressor op's arguments for n tokens from their projections (per-sequence or per-token states are
+// the caller's to set).
+CompressorArgs compressor_args(const CompressorWeights& w, const CompressorProj& pr, int ratio, int d, float* out,
+                               int64_t n, const int32_t* pos) {
+    CompressorArgs a;
+    a.kv = pr.kv;
+    a.score = pr.sc;
+    a.ape = w.ape;
+    a.out_entries = out;
+    a.n = n;
+    a.pos = pos;
+    a.ratio = ratio;
+    a.d = d;
+    a.overlap = ratio == 4;
+    return a;
+}
+
+// Finish n pooled entries in place: norm, RoPE at each entry's block start (epos), and the FP8 round trip of the
+// main compressor's non-RoPE dims, or the indexer's rotation.
+void finish_entries(Model::Ctx& c, const CompressorWeights& w, float* out, int64_t n, int d, const int32_t* epos,
+                    const RopeParams& rope, bool indexer) {
+    c.b.norm_rope(out, n, 1, d, d, w.norm, c.cfg.norm_eps, epos, rope, !indexer && c.opt.quant_sim ? 64 : 0);
+    if (indexer) c.b.hadamard(out, n, d, c.opt.quant_sim);
+}
+
 // Run one compressor over the step's tokens from its projections and append the completed entries
 // (normalized, RoPE'd at their block start, then fake-quantized or rotated) to `entries`. The entries are
 // finished in a scratch buffer and scattered to their rows by a device index list, so a decode step's op
 // arguments do not depend on the position (step graphs replay them). Returns the number of new entries.
 int64_t compress(Model::Ctx& c, const SeqSlice& s, const CompressorWeights& w, const CompressorProj& pr, int ratio,
                  int d, float* state_kv, float* state_sc, float* entries, const RopeParams& rope, bool indexer) {
-    Backend& b = c.b;
-    const ModelConfig& cfg = c.cfg;
     const int64_t n = s.n;
-    const bool overlap = ratio == 4;
-    const float* kv = pr.kv;
-    const float* sc = pr.sc;
     const int64_t first = s.pos0 / ratio;
     const int64_t n_new = (s.pos0 + n) / ratio - first;
     float* out = n_new > 0 ? c.f32(n_new * d) : nullptr;
-    CompressorArgs a;
-    a.kv = kv;
-    a.score = sc;
-    a.ape = w.ape;
+    CompressorArgs a = compressor_args(w, pr, ratio, d, out, n, c.pos + s.row0);
     a.state_kv = state_kv;
     a.state_sc = state_sc;
-    a.out_entries = out;
-    a.n = n;
-    a.pos = c.pos + s.row0;
-    a.ratio = ratio;
-    a.d = d;
-    a.overlap = overlap;
-    b.compressor(a);
+    c.b.compressor(a);
     if (n_new == 0) return 0;
     const int32_t* epos = c.i32_memo("epos/" + std::to_string(s.row0) + "/" + std::to_string(ratio), [&] {
         std::vector<int32_t> v(n_new);
         for (int64_t j = 0; j < n_new; ++j) v[j] = (int32_t)((first + j) * ratio);  // block start position
         return v;
     });
-    // Norm, RoPE at the block start, and the FP8 round trip of the main compressor's non-RoPE dims.
-    b.norm_rope(out, n_new, 1, d, d, w.norm, cfg.norm_eps, epos, rope, !indexer && c.opt.quant_sim ? 64 : 0);
-    if (indexer) b.hadamard(out, n_new, d, c.opt.quant_sim);
+    finish_entries(c, w, out, n_new, d, epos, rope, indexer);
     const int32_t* rows = c.i32_memo("erow/" + std::to_string(s.row0) + "/" + std::to_string(ratio), [&] {
         std::vector<int32_t> v(n_new);
         for (int64_t j = 0; j < n_new; ++j) v[j] = (int32_t)(first + j);
         return v;
     });
-    b.scatter_rows(entries, out, rows, n_new, d);
+    c.b.scatter_rows(entries, out, rows, n_new, d);
     return n_new;
 }
 
@@ -114,26 +123,18 @@ CompressorProj proj_rows(const CompressorProj& p, int64_t row0, int ratio, int d
     return {p.kv + row0 * width, p.sc + row0 * width};
 }
 
-// compress() for the decode group (rows [0, c.group), one token of its own sequence each, at positions gpos):
+// compress() for the decode group (rows [0, c.group), one token of its own sequence each, at c.group_pos):
 // one compressor update over every sequence's state, then the entries the tokens complete (rows of zeros for
-// the others) normed, RoPE'd, rotated as compress() does and scattered to their sequences' caches.
+// the others) finished as compress() finishes them and scattered to their sequences' caches.
 void compress_group(Model::Ctx& c, const CompressorWeights& w, const CompressorProj& pr, int ratio, int d,
                     float* const* state_kv, float* const* state_sc, float* const* entries, const RopeParams& rope,
-                    bool indexer, const std::vector<int64_t>& gpos) {
+                    bool indexer) {
     const int64_t G = c.group;
+    const std::vector<int64_t>& gpos = c.group_pos;
     float* out = c.f32(G * d);
-    CompressorArgs a;
-    a.kv = pr.kv;
-    a.score = pr.sc;
-    a.ape = w.ape;
+    CompressorArgs a = compressor_args(w, pr, ratio, d, out, G, c.pos);
     a.state_kv_rows = state_kv;
     a.state_sc_rows = state_sc;
-    a.out_entries = out;
-    a.n = G;
-    a.pos = c.pos;
-    a.ratio = ratio;
-    a.d = d;
-    a.overlap = ratio == 4;
     c.b.compressor(a);
     const std::string r = std::to_string(ratio);
     const int32_t* epos = c.i32_memo("group-epos/" + r, [&] {
@@ -141,14 +142,21 @@ void compress_group(Model::Ctx& c, const CompressorWeights& w, const CompressorP
         for (int64_t j = 0; j < G; ++j) v[j] = (int32_t)(gpos[j] / ratio * ratio);  // its block's start
         return v;
     });
-    c.b.norm_rope(out, G, 1, d, d, w.norm, c.cfg.norm_eps, epos, rope, !indexer && c.opt.quant_sim ? 64 : 0);
-    if (indexer) c.b.hadamard(out, G, d, c.opt.quant_sim);
+    finish_entries(c, w, out, G, d, epos, rope, indexer);
     const int32_t* rows = c.i32_memo("group-erow/" + r, [&] {
         std::vector<int32_t> v((size_t)G);
         for (int64_t j = 0; j < G; ++j) v[j] = (gpos[j] + 1) % ratio == 0 ? (int32_t)(gpos[j] / ratio) : -1;
         return v;
     });
     c.b.scatter_rows_to(entries, out, rows, G, d);
+}
+
+// The window list of the query at position p of a step that feeds tokens from pos0 (row[win], -1 where
+// unused): its visible tokens t in (p - win, p], each as its row in the window source: the ring slot t % win
+// for a token before this step's or for every token of a decode step (`ring`), else row fresh0 + t - pos0.
+void window_row(int32_t* row, int64_t p, int64_t pos0, int win, bool ring, int64_t fresh0) {
+    const int64_t lo = std::max<int64_t>(0, p - win + 1);
+    for (int64_t t = lo; t <= p; ++t) row[t - lo] = (int32_t)(ring || t < pos0 ? t % win : fresh0 + (t - pos0));
 }
 
 }  // namespace
@@ -167,6 +175,9 @@ void build_group_tables(Model::Ctx& c) {
             for (int k = 0; k < kKinds; ++k) host[((size_t)il * kKinds + k) * G + s.row0] = ptrs[k];
         }
     }
+    c.group_pos.assign((size_t)G, 0);
+    for (const SeqSlice& s : c.seqs)
+        if (s.n == 1) c.group_pos[(size_t)s.row0] = s.pos0;
     float* const* base = reinterpret_cast<float* const*>(c.ptr_table(host));
     c.group_tables.resize(n_layer);
     for (int il = 0; il < n_layer; ++il) {
@@ -186,9 +197,7 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
     // sequences, through the layer's cache tables; every other sequence runs them by itself.
     const int64_t NG = c.group;
     auto grouped = [NG](const SeqSlice& s) { return NG > 0 && s.n == 1; };
-    std::vector<int64_t> gpos((size_t)NG);
-    for (const SeqSlice& s : c.seqs)
-        if (grouped(s)) gpos[(size_t)s.row0] = s.pos0;
+    const std::vector<int64_t>& gpos = c.group_pos;
     const GroupTables* T = NG > 0 ? &c.group_tables[il] : nullptr;
     // With per-row tables an op's single-source argument only says that a source exists: the table's own
     // address stands in, the same whichever sequences the group holds, so a step's ops (and its graph's key)
@@ -224,11 +233,7 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
         const int64_t fresh0 = staged ? win : n_old;  // where this step's rows start in the source
         lists[si].win_idx = c.i32_memo("win/" + std::to_string(s.row0), [&] {
             std::vector<int32_t> v((size_t)n * win, -1);
-            for (int64_t i = 0; i < n; ++i) {
-                const int64_t p = pos0 + i, lo = std::max<int64_t>(0, p - win + 1);
-                for (int64_t t = lo; t <= p; ++t)
-                    v[i * win + (t - lo)] = (int32_t)(decode || t < pos0 ? t % win : fresh0 + (t - pos0));
-            }
+            for (int64_t i = 0; i < n; ++i) window_row(v.data() + i * win, pos0 + i, pos0, win, decode, fresh0);
             return v;
         });
     }
@@ -243,10 +248,7 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
         });
         group_win = c.i32_memo("group-win", [&] {
             std::vector<int32_t> v((size_t)NG * win, -1);
-            for (int64_t j = 0; j < NG; ++j) {
-                const int64_t p = gpos[j], lo = std::max<int64_t>(0, p - win + 1);
-                for (int64_t t = lo; t <= p; ++t) v[j * win + (t - lo)] = (int32_t)(t % win);
-            }
+            for (int64_t j = 0; j < NG; ++j) window_row(v.data() + j * win, gpos[j], gpos[j], win, true, 0);
             return v;
         });
     }
@@ -301,10 +303,10 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
             });
         }
         if (NG > 0) {
-            compress_group(c, L.compressor, pr.main, ratio, hd, T->state_kv, T->state_sc, T->comp, rope, false, gpos);
+            compress_group(c, L.compressor, pr.main, ratio, hd, T->state_kv, T->state_sc, T->comp, rope, false);
             if (ratio == 4) {
                 compress_group(c, L.index_compressor, pr.index, 4, id, T->index_state_kv, T->index_state_sc, T->index,
-                               rope, true, gpos);
+                               rope, true);
                 c.b.indexer_topk(idx, pr.qi, pr.wts, placeholder(T->index), n_vis, NG, ih, id, top_k, T->index);
             }
         }

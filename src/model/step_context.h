@@ -45,6 +45,7 @@ struct Model::Ctx {
     // 0 otherwise (every sequence by itself).
     int64_t group = 0;
     std::vector<GroupTables> group_tables;  // per layer, when group > 0
+    std::vector<int64_t> group_pos;         // [group] the position of each group row
     std::vector<void*> scratch;            // released by release() or when the step ends
     std::vector<void*> persistent;         // i32_memo lists: kept for the whole step
     std::map<std::string, int32_t*> memo;  // see i32_memo
@@ -112,8 +113,8 @@ struct Model::Ctx {
     }
 };
 
-// Fills c.group_tables for c.group > 0: every layer's cache buffers of the group's sequences, uploaded as one
-// table (attention.cpp).
+// Fills c.group_tables and c.group_pos for c.group > 0: every layer's cache buffers of the group's sequences,
+// uploaded as one table, and their positions (attention.cpp).
 void build_group_tables(Model::Ctx& c);
 
 }  // namespace dsv4
