@@ -240,20 +240,14 @@ void CudaBackend::moe_experts(const MoeArgs& a) {
 
 namespace {
 
-// A thread per (token, output dim): the token's k rows added in (expert id, slot) order, the CPU's.
-__global__ void moe_sum_pairs_kernel(float* out, const float* rows, const int32_t* ids, int64_t n, int k, int64_t D) {
+// A thread per (token, slot) pair: the pair's place in its token's summation order (ascending expert id, ties by
+// slot), as moe_sum_kernel's row list.
+__global__ void moe_pair_order_kernel(const int32_t* ids, int64_t n, int k, int32_t* order) {
     pdl_begin();
-    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n * D; t += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t i = t / D, d = t % D;
-        float total = 0.0f;
-        for (int rank = 0; rank < k; ++rank) {
-            // The slot of this rank: the one with exactly `rank` slots before it in (expert, slot) order.
-            int slot = 0;
-            for (int j = 0; j < k; ++j)
-                if (slot_rank(ids, i, k, j, ids[i * k + j]) == rank) slot = j;
-            total += rows[(i * k + slot) * D + d];
-        }
-        out[t] = total;
+    for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < n * k; p += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = p / k;
+        const int slot = (int)(p % k);
+        order[i * k + slot_rank(ids, i, k, slot, ids[p])] = (int32_t)p;
     }
 }
 
@@ -262,7 +256,11 @@ __global__ void moe_sum_pairs_kernel(float* out, const float* rows, const int32_
 void CudaBackend::moe_sum_pairs(float* out, const float* rows, const int32_t* ids, int64_t n, int k, int64_t D) {
     if (n * D <= 0) return;
     DSV4_CHECK_MSG(k > 0 && k <= kMaxK, "moe_sum_pairs: k %d outside [1, %d]", k, kMaxK);
-    launch_pdl(moe_sum_pairs_kernel, grid_for(n * D, 256), 256, 0, stream_, out, rows, ids, n, k, D);
+    Scratch s(*this);
+    int32_t* order = s.get<int32_t>(n * k);
+    launch_pdl(moe_pair_order_kernel, grid_for(n * k, 256), 256, 0, stream_, ids, n, k, order);
+    CUDA_CHECK_LAUNCH();
+    launch_pdl(moe_sum_kernel, grid_for(n * D, 256), 256, 0, stream_, out, rows, order, n, k, D);
     CUDA_CHECK_LAUNCH();
 }
 
