@@ -5,13 +5,60 @@
 #include <cmath>
 #include <numeric>
 #include <string>
+#include <vector>
 
 namespace dsv4 {
 
+namespace {
+
+// Where everything of a cache lies, from the config alone: per layer its window (with the stage rows) and
+// compressor states (the rewindable rows, as float offsets into one block), and the floats of its
+// append-only compressed and indexer entries, each allocated on its own. KvCache lays itself out by it and
+// bytes_for sums it.
+struct Layout {
+    struct Layer {
+        int ratio = 0;
+        int64_t off_window = 0, off_state = 0, off_index = 0;
+        int64_t state_floats = 0, index_state_floats = 0;
+        int64_t comp_floats = 0, index_floats = 0;
+    };
+    std::vector<Layer> layers;
+    int64_t rows_floats = 0;
+};
+
+Layout cache_layout(const ModelConfig& cfg, int64_t capacity, bool with_mtp) {
+    const int n = cfg.n_layer + (with_mtp ? 1 : 0);
+    const int64_t hd = cfg.head_dim, id = cfg.index_head_dim;
+    Layout lo;
+    lo.layers.resize(n);
+    for (int il = 0; il < n; ++il) {
+        Layout::Layer& L = lo.layers[il];
+        L.ratio = il < cfg.n_layer ? cfg.ratio(il) : 0;
+        L.off_window = lo.rows_floats;
+        lo.rows_floats += ((int64_t)cfg.window + kWindowStageRows) * hd;
+        if (L.ratio > 0) {
+            const int coff = L.ratio == 4 ? 2 : 1;
+            L.state_floats = (int64_t)coff * L.ratio * coff * hd;
+            L.off_state = lo.rows_floats;
+            lo.rows_floats += 2 * L.state_floats;
+            L.comp_floats = std::max<int64_t>(1, capacity / L.ratio) * hd;
+        }
+        if (L.ratio == 4) {
+            L.index_state_floats = 8 * 2 * id;
+            L.off_index = lo.rows_floats;
+            lo.rows_floats += 2 * L.index_state_floats;
+            L.index_floats = std::max<int64_t>(1, capacity / 4) * id;
+        }
+    }
+    return lo;
+}
+
+}  // namespace
+
 KvCache::KvCache(const ModelConfig& cfg, Backend& backend, int64_t capacity, bool with_mtp)
     : cfg_(cfg), backend_(backend), capacity_(capacity), with_mtp_(with_mtp) {
-    const int n = cfg.n_layer + (with_mtp ? 1 : 0);
-    layers_.resize(n);
+    const Layout lo = cache_layout(cfg, capacity, with_mtp);
+    layers_.resize(lo.layers.size());
     auto alloc = [&](int64_t floats) -> float* {
         if (floats <= 0) return nullptr;
         void* p = backend_.alloc((size_t)floats * sizeof(float));
@@ -19,63 +66,34 @@ KvCache::KvCache(const ModelConfig& cfg, Backend& backend, int64_t capacity, boo
         bytes_ += (size_t)floats * sizeof(float);
         return static_cast<float*>(p);
     };
-    const int64_t hd = cfg.head_dim, id = cfg.index_head_dim;
-    // First the sizes of the rewindable rows (windows, compressor states) of every layer, as offsets into one
-    // block; then the append-only entries, each on its own.
-    std::vector<int64_t> off_window(n), off_state(n), off_index(n);
-    int64_t rows_floats = 0;
-    for (int il = 0; il < n; ++il) {
+    unit_ = std::gcd((int64_t)cfg.head_dim, 2 * (int64_t)cfg.index_head_dim);
+    rows_base_ = alloc(lo.rows_floats);
+    backend_.fill(rows_base_, 0.0f, lo.rows_floats);  // windows start as zeros, never as stray bits
+    for (size_t il = 0; il < lo.layers.size(); ++il) {
+        const Layout::Layer& P = lo.layers[il];
         LayerCache& L = layers_[il];
-        L.ratio = il < cfg.n_layer ? cfg.ratio(il) : 0;
-        off_window[il] = rows_floats;
-        rows_floats += ((int64_t)cfg.window + kWindowStageRows) * hd;
+        L.ratio = P.ratio;
+        L.state_floats = P.state_floats;
+        L.index_state_floats = P.index_state_floats;
+        L.window = rows_base_ + P.off_window;
         if (L.ratio > 0) {
-            const int coff = L.ratio == 4 ? 2 : 1;
-            L.state_floats = (int64_t)coff * L.ratio * coff * hd;
-            off_state[il] = rows_floats;
-            rows_floats += 2 * L.state_floats;
-        }
-        if (L.ratio == 4) {
-            L.index_state_floats = 8 * 2 * id;
-            off_index[il] = rows_floats;
-            rows_floats += 2 * L.index_state_floats;
-        }
-    }
-    unit_ = std::gcd(hd, 2 * id);
-    rows_base_ = alloc(rows_floats);
-    backend_.fill(rows_base_, 0.0f, rows_floats);  // windows start as zeros, never as stray bits
-    for (int il = 0; il < n; ++il) {
-        LayerCache& L = layers_[il];
-        L.window = rows_base_ + off_window[il];
-        if (L.ratio > 0) {
-            L.state_kv = rows_base_ + off_state[il];
+            L.state_kv = rows_base_ + P.off_state;
             L.state_sc = L.state_kv + L.state_floats;
-            L.comp = alloc(std::max<int64_t>(1, capacity / L.ratio) * hd);
+            L.comp = alloc(P.comp_floats);
         }
         if (L.ratio == 4) {
-            L.index_state_kv = rows_base_ + off_index[il];
+            L.index_state_kv = rows_base_ + P.off_index;
             L.index_state_sc = L.index_state_kv + L.index_state_floats;
-            L.index = alloc(std::max<int64_t>(1, capacity / 4) * id);
+            L.index = alloc(P.index_floats);
         }
     }
     reset();
 }
 
 size_t KvCache::bytes_for(const ModelConfig& cfg, int64_t capacity, bool with_mtp) {
-    // The constructor's sizes: per layer the window with its stage rows, the compressor states and the
-    // indexer's (rewindable rows), then the compressed and indexer entries.
-    const int n = cfg.n_layer + (with_mtp ? 1 : 0);
-    const int64_t hd = cfg.head_dim, id = cfg.index_head_dim;
-    int64_t floats = 0;
-    for (int il = 0; il < n; ++il) {
-        const int ratio = il < cfg.n_layer ? cfg.ratio(il) : 0;
-        floats += ((int64_t)cfg.window + kWindowStageRows) * hd;
-        if (ratio > 0) {
-            const int coff = ratio == 4 ? 2 : 1;
-            floats += 2 * (int64_t)coff * ratio * coff * hd + std::max<int64_t>(1, capacity / ratio) * hd;
-        }
-        if (ratio == 4) floats += 2 * 8 * 2 * id + std::max<int64_t>(1, capacity / 4) * id;
-    }
+    const Layout lo = cache_layout(cfg, capacity, with_mtp);
+    int64_t floats = lo.rows_floats;
+    for (const Layout::Layer& L : lo.layers) floats += L.comp_floats + L.index_floats;
     return (size_t)floats * sizeof(float);
 }
 
