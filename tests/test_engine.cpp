@@ -70,6 +70,27 @@ protected:
         return o;
     }
 
+    // Greedy runs of n tokens for every prompt: one at a time on an engine of options(false), then all submitted
+    // at once to an engine of `together_options`, with that engine's finished count.
+    struct Runs {
+        std::vector<Out> solo, together;
+        uint64_t finished = 0;
+    };
+    static Runs solo_and_together(const std::vector<std::vector<int32_t>>& prompts, int64_t n,
+                                  const EngineOptions& together_options) {
+        Runs r;
+        {
+            Engine e(*model_, *tok_, options(false));
+            for (auto& p : prompts) r.solo.push_back(generate(e, greedy(p, n)));
+        }
+        Engine e(*model_, *tok_, together_options);
+        r.together.resize(prompts.size());
+        for (size_t i = 0; i < prompts.size(); ++i) submit(e, greedy(prompts[i], n), r.together[i]);
+        e.run_until_idle();
+        r.finished = e.stats().requests_finished;
+        return r;
+    }
+
     static inline test::TinyModel* tiny_ = nullptr;
     static inline Backend* backend_ = nullptr;
     static inline Model* model_ = nullptr;
@@ -102,21 +123,13 @@ TEST_F(EngineTest, BatchedRequestsMatchSoloRuns) {
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < 6; ++i)
         prompts.push_back(tok_->encode("Request number " + std::to_string(i) + std::string(i * 7, 'x') + " says hello", false));
-    std::vector<Out> solo;
-    {
-        Engine e(*model_, *tok_, options(false));
-        for (auto& p : prompts) solo.push_back(generate(e, greedy(p, 10)));
-    }
-    Engine e(*model_, *tok_, options(false));
-    std::vector<Out> together(prompts.size());
-    for (size_t i = 0; i < prompts.size(); ++i) submit(e, greedy(prompts[i], 10), together[i]);
-    e.run_until_idle();
+    const Runs r = solo_and_together(prompts, 10, options(false));
     for (size_t i = 0; i < prompts.size(); ++i) {
-        EXPECT_EQ(solo[i].tokens, together[i].tokens) << "request " << i;
-        EXPECT_EQ(together[i].last.completion_tokens, 10);
-        EXPECT_TRUE(together[i].last.finished);
+        EXPECT_EQ(r.solo[i].tokens, r.together[i].tokens) << "request " << i;
+        EXPECT_EQ(r.together[i].last.completion_tokens, 10);
+        EXPECT_TRUE(r.together[i].last.finished);
     }
-    EXPECT_EQ(e.stats().requests_finished, prompts.size());
+    EXPECT_EQ(r.finished, prompts.size());
 }
 
 TEST_F(EngineTest, SixtyFourConcurrentRequestsMatchSoloRuns) {
@@ -126,23 +139,15 @@ TEST_F(EngineTest, SixtyFourConcurrentRequestsMatchSoloRuns) {
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < 64; ++i)
         prompts.push_back(tok_->encode("Stream " + std::to_string(i) + std::string(i % 13 * 3, 'y') + " begins", false));
-    std::vector<Out> solo;
-    {
-        Engine e(*model_, *tok_, options(false));
-        for (auto& p : prompts) solo.push_back(generate(e, greedy(p, 12)));
-    }
     EngineOptions o = options(false);
     o.n_slots = 64;
     o.step_token_budget = 64 + 48;
-    Engine e(*model_, *tok_, o);
-    std::vector<Out> together(prompts.size());
-    for (size_t i = 0; i < prompts.size(); ++i) submit(e, greedy(prompts[i], 12), together[i]);
-    e.run_until_idle();
+    const Runs r = solo_and_together(prompts, 12, o);
     for (size_t i = 0; i < prompts.size(); ++i) {
-        EXPECT_EQ(solo[i].tokens, together[i].tokens) << "request " << i;
-        EXPECT_EQ(together[i].last.completion_tokens, 12);
+        EXPECT_EQ(r.solo[i].tokens, r.together[i].tokens) << "request " << i;
+        EXPECT_EQ(r.together[i].last.completion_tokens, 12);
     }
-    EXPECT_EQ(e.stats().requests_finished, prompts.size());
+    EXPECT_EQ(r.finished, prompts.size());
 }
 
 TEST_F(EngineTest, SeededSamplingIsReproducible) {
