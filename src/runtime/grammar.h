@@ -48,6 +48,7 @@ struct GrammarNode {
     int32_t items = -1;                      // array, repeat
     int32_t min_items = 0, max_items = -1;   // array, repeat (-1: unbounded)
     bool no_lt = false;                      // string: no raw '<' (inside DSML markup), escapes still allowed
+    bool string_chars = false;               // repeat: each item is one JSON-encoded character of a string body
     uint64_t bytes[4] = {0, 0, 0, 0};        // byte_set: bit b of bytes[b / 64]
 };
 

@@ -474,6 +474,7 @@ int32_t StringGrammarBuilder::sized_string(int32_t min_len, int32_t max_len) {
     r.items = character(code_points_all());
     r.min_items = min_len;
     r.max_items = max_len;
+    r.string_chars = true;
     const int32_t body = g_.add(std::move(r));
     GrammarNode s;
     s.kind = GrammarNodeKind::sequence;

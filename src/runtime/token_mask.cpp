@@ -67,8 +67,88 @@ std::shared_ptr<const TokenTrie> TokenTrie::from_tokenizer(const Tokenizer& tok)
     return std::make_shared<TokenTrie>(bytes);
 }
 
+namespace {
+
+// Adds, for every length-bounded string body, a copy without the upper bound; twin[node] names it.
+Grammar with_unbounded_twins(Grammar g, std::vector<int32_t>& twin) {
+    const size_t n = g.nodes.size();
+    twin.assign(n, -1);
+    for (size_t i = 0; i < n; ++i) {
+        const GrammarNode& node = g.nodes[i];
+        if (node.kind != GrammarNodeKind::repeat || !node.string_chars || node.max_items < 0) continue;
+        GrammarNode copy = node;
+        copy.max_items = -1;
+        twin[i] = g.add(std::move(copy));
+    }
+    twin.resize(g.nodes.size(), -1);
+    return g;
+}
+
+// The characters a token writes into a string body from a character boundary before a closing quote: raw
+// UTF-8 characters, short escapes and \uXXXX count one each, a character the token only begins counts too.
+// (Only tokens the grammar accepts are counted against a budget, so malformed bytes need no care.)
+int32_t string_chars_before_quote(std::string_view b) {
+    int32_t n = 0;
+    for (size_t i = 0; i < b.size();) {
+        const auto c = static_cast<uint8_t>(b[i]);
+        if (c == '"') break;
+        ++n;
+        if (c == '\\')
+            i += (i + 1 < b.size() && b[i + 1] == 'u') ? 6 : 2;
+        else
+            i += c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    }
+    return n;
+}
+
+}  // namespace
+
 TokenGrammar::TokenGrammar(Grammar g, std::shared_ptr<const TokenTrie> trie)
-    : grammar_(std::move(g)), trie_(std::move(trie)), distance_(grammar_, *trie_) {}
+    : grammar_(with_unbounded_twins(std::move(g), twin_)), trie_(std::move(trie)), distance_(grammar_, *trie_) {
+    // within_[r] for r up to the largest maxLength: a budget of more characters than any token writes keeps all.
+    int32_t longest_bound = -1;
+    for (size_t i = 0; i < twin_.size(); ++i)
+        if (twin_[i] >= 0) longest_bound = std::max(longest_bound, grammar_.nodes[i].max_items);
+    if (longest_bound < 0) return;
+    const TokenTrie& t = *trie_;
+    std::vector<int32_t> chars(t.n_vocab, 0);
+    int32_t most = 0;
+    std::string path;
+    for (const TokenTrie::Node& node : t.nodes) {
+        path.resize(node.depth - 1u);
+        path.push_back(static_cast<char>(node.byte));
+        if (node.n_tokens == 0) continue;
+        const int32_t c = string_chars_before_quote(path);
+        most = std::max(most, c);
+        for (uint32_t k = 0; k < node.n_tokens; ++k) chars[static_cast<size_t>(t.ids[node.first_token + k])] = c;
+    }
+    // left <= longest_bound always; left >= most keeps every token.
+    const int32_t n_masks = std::min(longest_bound + 1, most);
+    within_.assign(static_cast<size_t>(n_masks), TokenMask((t.n_vocab + 63) / 64, 0));
+    for (size_t id = 0; id < t.n_vocab; ++id)
+        if (chars[id] < n_masks) mask_set(within_[static_cast<size_t>(chars[id])], static_cast<int32_t>(id));
+    for (size_t r = 1; r < within_.size(); ++r)
+        for (size_t w = 0; w < within_[r].size(); ++w) within_[r][w] |= within_[r - 1][w];
+}
+
+bool TokenGrammar::unbounded_view(const GrammarState& s, GrammarState& view, int32_t& left) const {
+    if (twin_.empty() || s.ends.size() != 1 || s.frames.empty()) return false;
+    const GrammarFrame& top = s.frames.back();
+    const int32_t twin = twin_[static_cast<size_t>(top.node)];
+    if (twin < 0) return false;
+    const GrammarNode& n = grammar_.nodes[static_cast<size_t>(top.node)];
+    left = n.max_items - top.a;
+    view = s;
+    view.frames.back().node = twin;
+    view.frames.back().a = std::min(top.a, n.min_items);  // an unbounded repeat holds its count at min_items
+    return true;
+}
+
+void TokenGrammar::keep_within(int32_t left, TokenMask& out) const {
+    if (left < 0 || static_cast<size_t>(left) >= within_.size()) return;
+    const TokenMask& w = within_[static_cast<size_t>(left)];
+    for (size_t i = 0; i < out.size(); ++i) out[i] &= w[i];
+}
 
 void TokenGrammar::walk(const GrammarState& s, int32_t limit, Entry& out) const {
     const TokenTrie& t = *trie_;
@@ -153,13 +233,26 @@ std::shared_ptr<const TokenGrammar::Entry> TokenGrammar::entry(const GrammarStat
 }
 
 std::shared_ptr<const TokenMask> TokenGrammar::byte_mask(const GrammarState& s) const {
+    GrammarState view;
+    int32_t left = 0;
+    const bool bounded = unbounded_view(s, view, left);
     std::string key;
-    s.key(key);
-    std::shared_ptr<const Entry> e = entry(s, key);
-    return std::shared_ptr<const TokenMask>(e, &e->mask);
+    (bounded ? view : s).key(key);
+    std::shared_ptr<const Entry> e = entry(bounded ? view : s, key);
+    if (!bounded || static_cast<size_t>(left) >= within_.size()) return std::shared_ptr<const TokenMask>(e, &e->mask);
+    auto kept = std::make_shared<TokenMask>(e->mask);
+    keep_within(left, *kept);
+    return kept;
 }
 
 void TokenGrammar::budget_mask(const GrammarState& s, int32_t limit, TokenMask& out) const {
+    GrammarState view;
+    int32_t left = 0;
+    if (unbounded_view(s, view, left)) {
+        budget_mask(view, limit, out);
+        keep_within(left, out);
+        return;
+    }
     std::string key;
     s.key(key);
     std::shared_ptr<const Entry> e = entry(s, key);

@@ -9,6 +9,11 @@
 // of tool-call markup ("｜DSML｜"), which the tool-call grammar writes; the matcher allows its end tokens
 // (EOS, end of turn) exactly in accepting states, and nothing else once the value is complete.
 //
+// Inside a string with a maxLength, every position is a state of its own (the characters read so far are part
+// of it), so the cache would miss at every step. At a character boundary such a state takes the mask of the same
+// string without the upper bound (one state for every position past minLength, cached once) and keeps only the
+// tokens that write at most the characters left before the closing quote.
+//
 // With a token budget (the draws a generation has left) the mask also drops every token after which a complete
 // value and its end token no longer fit (runtime/grammar_distance.h): each cached mask keeps the distance after
 // each of its tokens (the most common one implicitly, the others listed), so a budget that is not tight returns
@@ -79,6 +84,13 @@ public:
     CacheStats cache_stats() const;
 
 private:
+    // The same state with a length-bounded string body at its top replaced by the body without the upper bound,
+    // and the characters the body may still take; false when `s` is not such a state (at a character boundary,
+    // one stack).
+    bool unbounded_view(const GrammarState& s, GrammarState& view, int32_t& left) const;
+    // out &= the tokens writing at most `left` characters of a string body (a no-op when none writes more).
+    void keep_within(int32_t left, TokenMask& out) const;
+
     // A cached mask and the distances after its tokens: `common` is the most frequent, `other` lists every
     // token with another as (distance << 32 | token), ascending; not listed when too many differ.
     struct Entry {
@@ -91,9 +103,12 @@ private:
     std::shared_ptr<const Entry> entry(const GrammarState& s, const std::string& key) const;
     void walk(const GrammarState& s, int32_t limit, Entry& out) const;  // limit < 0: no limit, distances kept
 
+    // Declared before grammar_: the constructor fills it while adding the unbounded twins to the grammar.
+    std::vector<int32_t> twin_;  // per node: the unbounded copy of a length-bounded string body (-1: none)
     Grammar grammar_;
     std::shared_ptr<const TokenTrie> trie_;
     GrammarDistance distance_;
+    std::vector<TokenMask> within_;  // [r]: the tokens writing at most r characters of a string body
     mutable std::mutex mu_;
     mutable std::unordered_map<std::string, std::shared_ptr<const Entry>> cache_;
     mutable CacheStats stats_;
