@@ -9,6 +9,9 @@
 #   gemv.log            bench_gemv (decode GEMV and MoE at V4-Flash shapes)
 #   batch.log           batched decode at 4K: 1, 8, 16, 32, 64 sequences a step (tokens/s in all and per stream,
 #                       GB/s of weights), then a per-op table at 16 and 64 sequences (ops timed one at a time)
+#   e2e.log             requests through the engine (`bench --e2e`): TTFT and tokens/s alone and in batches, and
+#                       under bench/schemas/order.json
+#   serve.log, serve_load.log  `serve --synth flash` under 1, 16 and 64 streaming clients (bench/serve_load.py)
 #   whatif (stdout)     decode at 4K (median of 3 runs of 64 tokens) with each set of ops in $WHATIF skipped
 #                       (bench --skip-ops: those ops launch nothing), the first set empty: what each op class
 #                       costs inside the step graph, where Nsight Compute times kernels one at a time
@@ -54,6 +57,40 @@ if has batch; then
     --batch 16,64 --profile >>"$OUT/batch.log" 2>&1
   echo "batch profile: exit $?"
   sed -n '/^profile  64/,/^total/p' "$OUT/batch.log" | head -30
+fi
+if has e2e; then
+  # What a user sees: requests through the engine (one at a time, then --batch of them at once), and under a
+  # JSON schema (the server's response_format path: masks on the host, every answer must parse).
+  start=$SECONDS
+  timeout 300 "$BIN/dsv4" bench --synth flash --vocab carry/vocab.gguf --device cuda --prompt 32 --gen 64 --ctx 32 \
+    --skip-fill --repeat 3 --e2e --e2e-prompts 32,4096 --batch 8,16,32,64 >"$OUT/e2e.log" 2>&1
+  echo "e2e: exit $? in $((SECONDS - start)) s"
+  grep -E "^(decode|batch|e2e)" "$OUT/e2e.log"
+  timeout 200 "$BIN/dsv4" bench --synth flash --vocab carry/vocab.gguf --device cuda --prompt 32 --gen 64 --ctx 32 \
+    --skip-fill --repeat 4 --e2e --e2e-schema bench/schemas/order.json >>"$OUT/e2e.log" 2>&1
+  echo "e2e schema: exit $?"
+  grep -E "schema-constrained" "$OUT/e2e.log"
+fi
+if has serve; then
+  # The server under load: `serve --synth flash` (random weights in memory), then bench/serve_load.py with
+  # 1, 16 and 64 streaming clients; the server is stopped at the end (bounded waits throughout).
+  export LD_LIBRARY_PATH=$PWD/carry/httplib/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  "$BIN/dsv4" serve --synth flash --vocab carry/vocab.gguf --device cuda --parallel 64 --ctx 4096 --port 8093 \
+    >"$OUT/serve.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 240); do
+    python3 -c 'import urllib.request; urllib.request.urlopen("http://127.0.0.1:8093/health", timeout=2)' \
+      2>/dev/null && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 1
+  done
+  for c in ${SERVE_CLIENTS:-1 16 64}; do
+    timeout 180 python3 bench/serve_load.py --url http://127.0.0.1:8093 --clients "$c" --requests $((c * 2)) \
+      --max-tokens 64 --warmup 2 2>&1 | tee -a "$OUT/serve_load.log" | sed "s/^/serve_load $c: /"
+  done
+  kill $pid 2>/dev/null
+  wait $pid 2>/dev/null
+  grep -E "^dsv4 serve" "$OUT/serve.log" | head -5
 fi
 if has whatif; then
   WHATIF=${WHATIF:-"none rms_norm hc_pre norm_rope attention moe_experts matmul matmul_batch"}
