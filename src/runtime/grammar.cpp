@@ -345,7 +345,57 @@ void GrammarRunner::push_out(const Stack& st, GrammarState& out) {
     out.ends.push_back(static_cast<uint32_t>(out.frames.size()));
 }
 
-void GrammarRunner::normalize(Stack& st, GrammarState& out, int depth) {
+GrammarRunner::GrammarRunner(const Grammar& g) : g_(g), first_(g.nodes.size()) {
+    // The bytes each node may start with, as a fixed point over the alternatives and sequences (a node that
+    // may be skipped, or has nothing to say, may start with any byte).
+    const std::array<uint64_t, 4> all = {~uint64_t{0}, ~uint64_t{0}, ~uint64_t{0}, ~uint64_t{0}};
+    auto add = [](std::array<uint64_t, 4>& s, uint8_t c) { s[c >> 6] |= uint64_t{1} << (c & 63); };
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+        const GrammarNode& n = g.nodes[i];
+        std::array<uint64_t, 4>& s = first_[i];
+        switch (n.kind) {
+            case GrammarNodeKind::literal:
+                if (n.text.empty()) s = all;
+                else add(s, static_cast<uint8_t>(n.text[0]));
+                break;
+            case GrammarNodeKind::string: add(s, '"'); break;
+            case GrammarNodeKind::object: add(s, '{'); break;
+            case GrammarNodeKind::array: add(s, '['); break;
+            case GrammarNodeKind::integer:
+            case GrammarNodeKind::number:
+                add(s, '-');
+                for (uint8_t c = '0'; c <= '9'; ++c) add(s, c);
+                break;
+            case GrammarNodeKind::byte_set: std::copy(std::begin(n.bytes), std::end(n.bytes), s.begin()); break;
+            case GrammarNodeKind::repeat:
+                if (n.min_items == 0) s = all;
+                break;
+            case GrammarNodeKind::sequence:
+                if (n.children.empty()) s = all;
+                break;
+            case GrammarNodeKind::raw_text: s = all; break;
+            case GrammarNodeKind::any_of: break;
+        }
+    }
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t i = 0; i < g.nodes.size(); ++i) {
+            const GrammarNode& n = g.nodes[i];
+            std::vector<int32_t> from;
+            if (n.kind == GrammarNodeKind::any_of) from = n.children;
+            else if (n.kind == GrammarNodeKind::sequence && !n.children.empty()) from = {n.children[0]};
+            else if (n.kind == GrammarNodeKind::repeat && n.items >= 0) from = {n.items};
+            for (int32_t c : from)
+                for (size_t w = 0; w < 4; ++w) {
+                    const uint64_t u = first_[i][w] | first_[static_cast<size_t>(c)][w];
+                    changed = changed || u != first_[i][w];
+                    first_[i][w] = u;
+                }
+        }
+    }
+}
+
+void GrammarRunner::normalize(Stack& st, GrammarState& out, int depth, int next) {
     if (depth > kMaxDepth) return;
     if (st.empty()) {
         push_out(st, out);
@@ -355,9 +405,10 @@ void GrammarRunner::normalize(Stack& st, GrammarState& out, int depth) {
     const GrammarNode& n = g_.nodes[static_cast<size_t>(f.node)];
     if (n.kind == GrammarNodeKind::any_of) {
         for (int32_t alt : n.children) {
+            if (next >= 0 && !may_start(alt, static_cast<uint8_t>(next))) continue;
             Stack s = st;
             s.back() = GrammarFrame{alt};
-            normalize(s, out, depth + 1);
+            normalize(s, out, depth + 1, next);
         }
         return;
     }
@@ -365,7 +416,7 @@ void GrammarRunner::normalize(Stack& st, GrammarState& out, int depth) {
         f.phase = 1;
         const int32_t child = n.children[static_cast<size_t>(f.a)];
         st.push_back(GrammarFrame{child});
-        normalize(st, out, depth + 1);
+        normalize(st, out, depth + 1, next);
         return;
     }
     push_out(st, out);
@@ -486,7 +537,7 @@ void GrammarRunner::feed(Stack& st, uint8_t c, GrammarState& out, int depth) {
         return;
     }
     GrammarState alts;
-    normalize(st, alts, 0);
+    normalize(st, alts, 0, c);
     uint32_t begin = 0;
     for (uint32_t end : alts.ends) {
         Stack s(alts.frames.begin() + begin, alts.frames.begin() + end);

@@ -12,6 +12,7 @@
 // (runtime/grammar_distance.h, GrammarMatcher::mask).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -97,7 +98,7 @@ struct GrammarState {
 // Runs a Grammar over bytes. Stateless apart from scratch space: one per thread.
 class GrammarRunner {
 public:
-    explicit GrammarRunner(const Grammar& g) : g_(g) {}
+    explicit GrammarRunner(const Grammar& g);
 
     // The state before any byte.
     GrammarState initial();
@@ -116,13 +117,16 @@ public:
 
 private:
     using Stack = std::vector<GrammarFrame>;
-    void normalize(Stack& st, GrammarState& out, int depth);
+    // next >= 0: the byte about to be read; alternatives that cannot start with it are not expanded.
+    void normalize(Stack& st, GrammarState& out, int depth, int next = -1);
+    bool may_start(int32_t node, uint8_t c) const { return (first_[static_cast<size_t>(node)][c >> 6] >> (c & 63)) & 1; }
     void step(Stack& st, uint8_t c, GrammarState& out, int depth);
     void child_done(Stack& st);
     void feed(Stack& st, uint8_t c, GrammarState& out, int depth);
     void push_out(const Stack& st, GrammarState& out);
 
     const Grammar& g_;
+    std::vector<std::array<uint64_t, 4>> first_;  // per node: the bytes its first byte may be (a superset)
 };
 
 }  // namespace dsv4
