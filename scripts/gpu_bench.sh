@@ -18,7 +18,9 @@
 # Needs the build from scripts/gpu_build.sh (build-gpu/). STEPS picks steps (default: all).
 DEFAULT_STEPS="gemv decode bf16 depths ncu"
 source "$(dirname "$0")/gpu_steps.sh"
-flash=(--synth flash --device cuda --peak-gbs 4800 --json)
+# LAYERS=N builds the synthetic model with N layers (a GPU with less memory than an H200: 30 fit an H100).
+synth=(--synth flash ${LAYERS:+--layers $LAYERS})
+flash=("${synth[@]}" --device cuda --peak-gbs 4800 --json)
 run() {  # name, time limit, command...
   local name=$1 limit=$2
   shift 2
@@ -49,11 +51,11 @@ if has depths; then
 fi
 if has batch; then
   start=$SECONDS
-  timeout 300 "$BIN/dsv4" bench --synth flash --device cuda --peak-gbs 4000 --prompt 32 --gen 16 --ctx 4096 \
+  timeout 300 "$BIN/dsv4" bench "${synth[@]}" --device cuda --peak-gbs 4000 --prompt 32 --gen 16 --ctx 4096 \
     --skip-fill --repeat 3 --batch 1,8,16,32,64 >"$OUT/batch.log" 2>&1
   echo "batch: exit $? in $((SECONDS - start)) s"
   grep -E "^(decode|batch|graphs)" "$OUT/batch.log"
-  timeout 200 "$BIN/dsv4" bench --synth flash --device cuda --prompt 32 --gen 4 --ctx 4096 --skip-fill \
+  timeout 200 "$BIN/dsv4" bench "${synth[@]}" --device cuda --prompt 32 --gen 4 --ctx 4096 --skip-fill \
     --batch 16,64 --profile >>"$OUT/batch.log" 2>&1
   echo "batch profile: exit $?"
   sed -n '/^profile  64/,/^total/p' "$OUT/batch.log" | head -30
@@ -62,11 +64,11 @@ if has e2e; then
   # What a user sees: requests through the engine (one at a time, then --batch of them at once), and under a
   # JSON schema (the server's response_format path: masks on the host, every answer must parse).
   start=$SECONDS
-  timeout 300 "$BIN/dsv4" bench --synth flash --vocab carry/vocab.gguf --device cuda --prompt 32 --gen 64 --ctx 32 \
+  timeout 300 "$BIN/dsv4" bench "${synth[@]}" --vocab carry/vocab.gguf --device cuda --prompt 32 --gen 64 --ctx 32 \
     --skip-fill --repeat 3 --e2e --e2e-prompts 32,4096 --batch 8,16,32,64 >"$OUT/e2e.log" 2>&1
   echo "e2e: exit $? in $((SECONDS - start)) s"
   grep -E "^(decode|batch|e2e)" "$OUT/e2e.log"
-  timeout 200 "$BIN/dsv4" bench --synth flash --vocab carry/vocab.gguf --device cuda --prompt 32 --gen 64 --ctx 32 \
+  timeout 200 "$BIN/dsv4" bench "${synth[@]}" --vocab carry/vocab.gguf --device cuda --prompt 32 --gen 64 --ctx 32 \
     --skip-fill --repeat 4 --e2e --e2e-schema bench/schemas/order.json >>"$OUT/e2e.log" 2>&1
   echo "e2e schema: exit $?"
   grep -E "schema-constrained" "$OUT/e2e.log"
@@ -75,7 +77,7 @@ if has serve; then
   # The server under load: `serve --synth flash` (random weights in memory), then bench/serve_load.py with
   # 1, 16 and 64 streaming clients; the server is stopped at the end (bounded waits throughout).
   export LD_LIBRARY_PATH=$PWD/carry/httplib/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  "$BIN/dsv4" serve --synth flash --vocab carry/vocab.gguf --device cuda --parallel 64 --ctx 4096 --port 8093 \
+  "$BIN/dsv4" serve "${synth[@]}" --vocab carry/vocab.gguf --device cuda --parallel 64 --ctx 4096 --port 8093 \
     >"$OUT/serve.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 240); do
@@ -107,7 +109,7 @@ print("whatif skip=%-40s %8.2f tok/s %7.3f ms/token" % (sys.argv[2], t, 1e3 / t)
 fi
 if has ncu; then
   timeout 200 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv "$BIN/dsv4" bench \
-    --synth flash --device cuda --prompt 1 --ctx 4096 --gen 1 --skip-fill --no-graphs >/tmp/dsv4-ncu.csv 2>/dev/null
+    "${synth[@]}" --device cuda --prompt 1 --ctx 4096 --gen 1 --skip-fill --no-graphs >/tmp/dsv4-ncu.csv 2>/dev/null
   python3 scripts/ncu_step_summary.py /tmp/dsv4-ncu.csv dequant_rows >"$OUT/ncu.txt"
   head -25 "$OUT/ncu.txt"
 fi

@@ -149,6 +149,9 @@ private:
     KernelForce force_;
     const char* last_kernel_ = nullptr;
     CapturePool* capture_pool_ = nullptr;  // set while a graph is captured
+    // Free device memory a capture starts with: the blocks kept for reuse are given back below it (a capture
+    // takes its scratch with cudaMalloc and cannot give them back itself). Twice the largest pool so far.
+    size_t capture_reserve_ = size_t(512) << 20;
     cudaStream_t stream_ = nullptr;        // the current stream (see stream())
     cudaStream_t main_stream_ = nullptr;
     // Side streams of captured branches, each with its fork and join events; created with the backend.

@@ -31,8 +31,10 @@ void* CudaBackend::CapturePool::get(size_t bytes) {
         const size_t size = std::max(kChunk, bytes);
         void* p = nullptr;
         const cudaError_t e = cudaMalloc(&p, size);
-        DSV4_CHECK_MSG(e == cudaSuccess, "out of GPU memory allocating %zu bytes for a step graph (%s)", size,
-                       cudaGetErrorName(e));
+        DSV4_CHECK_MSG(e == cudaSuccess,
+                       "out of GPU memory allocating %zu bytes for a step graph (%s): the weights, caches and "
+                       "graphs fill the device; fewer or shorter sequences (--parallel, --ctx) leave room",
+                       size, cudaGetErrorName(e));
         chunks.push_back({p, size});
         used = 0;
     }
@@ -85,6 +87,9 @@ void CudaBackend::join() {
 }
 
 void* CudaBackend::capture(const std::function<void()>& issue) {
+    size_t free = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    if (free < capture_reserve_) release_cache();  // synchronizes: not possible once capturing
     auto g = std::make_unique<Graph>();
     capture_pool_ = &g->pool;
     // Relaxed: the pool may cudaMalloc a chunk while capturing.
@@ -96,6 +101,9 @@ void* CudaBackend::capture(const std::function<void()>& issue) {
     cudaGraph_t graph = nullptr;
     cudaError_t e = cudaStreamEndCapture(main_stream_, &graph);
     capture_pool_ = nullptr;
+    size_t pool_bytes = 0;
+    for (const auto& c : g->pool.chunks) pool_bytes += c.size;
+    capture_reserve_ = std::max(capture_reserve_, 2 * pool_bytes);
     if (e == cudaSuccess && graph) {
         e = cudaGraphInstantiate(&g->exec, graph, 0);
         CUDA_CHECK(cudaGraphDestroy(graph));
