@@ -135,7 +135,8 @@ public:
             size_t size;
         };
         std::vector<Chunk> chunks;
-        size_t used = 0;  // bytes handed out of the last chunk
+        size_t used = 0;          // bytes handed out of the last chunk
+        bool overflowed = false;  // a chunk could not be had: the capture is thrown away
         void* get(size_t bytes);
         bool owns(const void* p) const;
     };
@@ -149,9 +150,11 @@ private:
     KernelForce force_;
     const char* last_kernel_ = nullptr;
     CapturePool* capture_pool_ = nullptr;  // set while a graph is captured
-    // Free device memory a capture starts with: the blocks kept for reuse are given back below it (a capture
-    // takes its scratch with cudaMalloc and cannot give them back itself). Twice the largest pool so far.
+    // Free device memory a capture needs to start: the blocks kept for reuse are given back below it (a
+    // capture takes its scratch with cudaMalloc and cannot give them back itself), and with less still free
+    // the step runs without a graph. Twice the largest pool so far.
     size_t capture_reserve_ = size_t(512) << 20;
+    bool told_no_capture_ = false;  // the note that steps run without graphs was printed
     cudaStream_t stream_ = nullptr;        // the current stream (see stream())
     cudaStream_t main_stream_ = nullptr;
     // Side streams of captured branches, each with its fork and join events; created with the backend.

@@ -2,6 +2,7 @@
 // graph and replayed with one launch. Uploads in it copy from pinned staging memory, so a replay reads the
 // values written there for the current step.
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 
 #include "core/check.h"
@@ -27,14 +28,17 @@ struct Graph {
 }  // namespace
 
 void* CudaBackend::CapturePool::get(size_t bytes) {
-    if (chunks.empty() || used + bytes > chunks.back().size) {
+    if (used + bytes > chunks.back().size) {  // capture() gave the pool its first chunk
         const size_t size = std::max(kChunk, bytes);
         void* p = nullptr;
-        const cudaError_t e = cudaMalloc(&p, size);
-        DSV4_CHECK_MSG(e == cudaSuccess,
-                       "out of GPU memory allocating %zu bytes for a step graph (%s): the weights, caches and "
-                       "graphs fill the device; fewer or shorter sequences (--parallel, --ctx) leave room",
-                       size, cudaGetErrorName(e));
+        if (cudaMalloc(&p, size) != cudaSuccess) {
+            // Nothing captured runs before the capture ends, and this one will be thrown away then: hand out
+            // the pool's own memory again so the step's ops can still be recorded, then run it without a graph.
+            (void)cudaGetLastError();
+            overflowed = true;
+            used = 0;
+            return chunks.back().p;
+        }
         chunks.push_back({p, size});
         used = 0;
     }
@@ -89,8 +93,23 @@ void CudaBackend::join() {
 void* CudaBackend::capture(const std::function<void()>& issue) {
     size_t free = 0, total = 0;
     CUDA_CHECK(cudaMemGetInfo(&free, &total));
-    if (free < capture_reserve_) release_cache();  // synchronizes: not possible once capturing
+    if (free < capture_reserve_) {
+        release_cache();  // synchronizes: not possible once capturing
+        CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    }
     auto g = std::make_unique<Graph>();
+    void* first = nullptr;
+    if (free < capture_reserve_ || cudaMalloc(&first, kChunk) != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (!told_no_capture_)
+            std::fprintf(stderr,
+                         "dsv4: %.0f MiB of GPU memory free, a step graph needs about %.0f: steps of this shape run "
+                         "without one (slower; fewer or shorter sequences leave room)\n",
+                         free / 1048576.0, capture_reserve_ / 1048576.0);
+        told_no_capture_ = true;
+        return nullptr;
+    }
+    g->pool.chunks.push_back({first, kChunk});
     capture_pool_ = &g->pool;
     // Relaxed: the pool may cudaMalloc a chunk while capturing.
     CUDA_CHECK(cudaStreamBeginCapture(main_stream_, cudaStreamCaptureModeRelaxed));
@@ -104,10 +123,14 @@ void* CudaBackend::capture(const std::function<void()>& issue) {
     size_t pool_bytes = 0;
     for (const auto& c : g->pool.chunks) pool_bytes += c.size;
     capture_reserve_ = std::max(capture_reserve_, 2 * pool_bytes);
-    if (e == cudaSuccess && graph) {
-        e = cudaGraphInstantiate(&g->exec, graph, 0);
-        CUDA_CHECK(cudaGraphDestroy(graph));
+    if (g->pool.overflowed && !told_no_capture_) {
+        std::fprintf(stderr, "dsv4: GPU memory ran out while recording a step graph of %.0f MiB: steps of this "
+                             "shape run without one (slower; fewer or shorter sequences leave room)\n",
+                     pool_bytes / 1048576.0);
+        told_no_capture_ = true;
     }
+    if (e == cudaSuccess && graph && !g->pool.overflowed) e = cudaGraphInstantiate(&g->exec, graph, 0);
+    if (graph) CUDA_CHECK(cudaGraphDestroy(graph));
     if (e != cudaSuccess || !g->exec) {  // g frees the pool's memory
         (void)cudaGetLastError();
         g->exec = nullptr;
