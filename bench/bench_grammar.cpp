@@ -55,6 +55,8 @@ const Case kCases[] = {
         "quantity": {"type": "integer", "minimum": 1}, "gift": {"type": "boolean"}}, "required": ["sku", "quantity",
         "gift"], "additionalProperties": false}, "maxItems": 3}, "priority": {"enum": ["low", "normal", "high"]}},
         "required": ["customer", "items", "priority"], "additionalProperties": false})"},
+    {"email", R"({"type": "object", "properties": {"contact": {"type": "string", "format": "email"}},
+        "required": ["contact"], "additionalProperties": false})"},
     {"pattern + bounds + email", R"({"type": "object", "properties": {"code": {"type": "string",
         "pattern": "^[A-Z]{3}-\\d{4}$"}, "qty": {"type": "integer", "minimum": 1, "maximum": 500},
         "price": {"type": "number", "minimum": 0, "maximum": 10000}, "note": {"type": "string", "maxLength": 40},

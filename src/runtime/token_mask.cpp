@@ -2,6 +2,8 @@
 #include "runtime/token_mask.h"
 
 #include <algorithm>
+#include <array>
+#include <functional>
 #include <numeric>
 #include <unordered_map>
 
@@ -13,7 +15,7 @@ namespace dsv4 {
 namespace {
 
 constexpr size_t kMaxCachedMasks = 512;  // per grammar (16 KiB each for a 129k vocabulary: 8 MiB); cleared when full
-constexpr size_t kMaxListed = 2048;       // distances listed per mask beside the common one (16 KiB at most)
+constexpr size_t kMaxListed = 2048;      // distances listed per mask beside the common one (16 KiB at most)
 
 }  // namespace
 
@@ -69,13 +71,22 @@ std::shared_ptr<const TokenTrie> TokenTrie::from_tokenizer(const Tokenizer& tok)
 
 namespace {
 
-// Adds, for every length-bounded string body, a copy without the upper bound; twin[node] names it.
+// A repeat whose items are single bytes of one set.
+bool byte_repeat(const Grammar& g, const GrammarNode& n) {
+    return n.kind == GrammarNodeKind::repeat && n.items >= 0 &&
+           g.nodes[static_cast<size_t>(n.items)].kind == GrammarNodeKind::byte_set;
+}
+
+// Adds, for every length-bounded string body and every repeat of single bytes with an upper bound above its
+// lower one, a copy without the upper bound; twin[node] names it. (With equal bounds no two counts share a
+// view: the copy keeps the count below the lower bound.)
 Grammar with_unbounded_twins(Grammar g, std::vector<int32_t>& twin) {
     const size_t n = g.nodes.size();
     twin.assign(n, -1);
     for (size_t i = 0; i < n; ++i) {
         const GrammarNode& node = g.nodes[i];
-        if (node.kind != GrammarNodeKind::repeat || !node.string_chars || node.max_items < 0) continue;
+        if (node.kind != GrammarNodeKind::repeat || node.max_items < 0) continue;
+        if (!node.string_chars && !(byte_repeat(g, node) && node.max_items > node.min_items)) continue;
         GrammarNode copy = node;
         copy.max_items = -1;
         twin[i] = g.add(std::move(copy));
@@ -101,53 +112,117 @@ int32_t string_chars_before_quote(std::string_view b) {
     return n;
 }
 
-}  // namespace
+// The leading bytes of `b` that are in `set` (bit c of set[c / 64]).
+int32_t leading_bytes_in(std::string_view b, const uint64_t* set) {
+    int32_t n = 0;
+    while (static_cast<size_t>(n) < b.size()) {
+        const auto c = static_cast<uint8_t>(b[static_cast<size_t>(n)]);
+        if (!((set[c >> 6] >> (c & 63)) & 1)) break;
+        ++n;
+    }
+    return n;
+}
 
-TokenGrammar::TokenGrammar(Grammar g, std::shared_ptr<const TokenTrie> trie)
-    : grammar_(with_unbounded_twins(std::move(g), twin_)), trie_(std::move(trie)), distance_(grammar_, *trie_) {
-    // within_[r] for r up to the largest maxLength: a budget of more characters than any token writes keeps all.
-    int32_t longest_bound = -1;
-    for (size_t i = 0; i < twin_.size(); ++i)
-        if (twin_[i] >= 0) longest_bound = std::max(longest_bound, grammar_.nodes[i].max_items);
-    if (longest_bound < 0) return;
-    const TokenTrie& t = *trie_;
-    std::vector<int32_t> chars(t.n_vocab, 0);
+// [r] = the tokens for which items(token bytes) <= r, for r below min(bound + 1, the most any token writes):
+// past that every token stays within the bound.
+std::vector<TokenMask> within_table(const TokenTrie& t, int32_t bound,
+                                    const std::function<int32_t(std::string_view)>& items) {
+    std::vector<int32_t> count(t.n_vocab, 0);
     int32_t most = 0;
     std::string path;
     for (const TokenTrie::Node& node : t.nodes) {
         path.resize(node.depth - 1u);
         path.push_back(static_cast<char>(node.byte));
         if (node.n_tokens == 0) continue;
-        const int32_t c = string_chars_before_quote(path);
+        const int32_t c = items(path);
         most = std::max(most, c);
-        for (uint32_t k = 0; k < node.n_tokens; ++k) chars[static_cast<size_t>(t.ids[node.first_token + k])] = c;
+        for (uint32_t k = 0; k < node.n_tokens; ++k) count[static_cast<size_t>(t.ids[node.first_token + k])] = c;
     }
-    // left <= longest_bound always; left >= most keeps every token.
-    const int32_t n_masks = std::min(longest_bound + 1, most);
-    within_.assign(static_cast<size_t>(n_masks), TokenMask((t.n_vocab + 63) / 64, 0));
+    const int32_t n_masks = std::min(bound + 1, most);
+    std::vector<TokenMask> table(static_cast<size_t>(std::max(n_masks, 0)), TokenMask((t.n_vocab + 63) / 64, 0));
     for (size_t id = 0; id < t.n_vocab; ++id)
-        if (chars[id] < n_masks) mask_set(within_[static_cast<size_t>(chars[id])], static_cast<int32_t>(id));
-    for (size_t r = 1; r < within_.size(); ++r)
-        for (size_t w = 0; w < within_[r].size(); ++w) within_[r][w] |= within_[r - 1][w];
+        if (count[id] < n_masks) mask_set(table[static_cast<size_t>(count[id])], static_cast<int32_t>(id));
+    for (size_t r = 1; r < table.size(); ++r)
+        for (size_t w = 0; w < table[r].size(); ++w) table[r][w] |= table[r - 1][w];
+    return table;
 }
 
-bool TokenGrammar::unbounded_view(const GrammarState& s, GrammarState& view, int32_t& left) const {
+}  // namespace
+
+TokenGrammar::TokenGrammar(Grammar g, std::shared_ptr<const TokenTrie> trie)
+    : grammar_(with_unbounded_twins(std::move(g), twin_)), trie_(std::move(trie)), distance_(grammar_, *trie_) {
+    // One table for string bodies (up to the largest maxLength) and one per byte set (up to its largest bound).
+    within_of_.assign(twin_.size(), -1);
+    int32_t longest_string = -1;
+    std::vector<std::pair<std::array<uint64_t, 4>, int32_t>> sets;  // byte set, its largest bound
+    for (size_t i = 0; i < twin_.size(); ++i) {
+        if (twin_[i] < 0) continue;
+        const GrammarNode& n = grammar_.nodes[i];
+        if (n.string_chars) {
+            longest_string = std::max(longest_string, n.max_items);
+            continue;
+        }
+        const uint64_t* b = grammar_.nodes[static_cast<size_t>(n.items)].bytes;
+        const std::array<uint64_t, 4> set = {b[0], b[1], b[2], b[3]};
+        auto it = std::find_if(sets.begin(), sets.end(), [&](const auto& x) { return x.first == set; });
+        if (it == sets.end()) it = sets.insert(sets.end(), {set, 0});
+        it->second = std::max(it->second, n.max_items);
+        within_of_[i] = static_cast<int32_t>(it - sets.begin());  // offset below when strings take table 0
+    }
+    if (longest_string >= 0) within_.push_back(within_table(*trie_, longest_string, string_chars_before_quote));
+    for (const auto& [set, bound] : sets)
+        within_.push_back(
+            within_table(*trie_, bound, [&set](std::string_view b) { return leading_bytes_in(b, set.data()); }));
+    for (size_t i = 0; i < twin_.size(); ++i) {
+        if (twin_[i] < 0) continue;
+        within_of_[i] = grammar_.nodes[i].string_chars ? 0 : within_of_[i] + (longest_string >= 0 ? 1 : 0);
+    }
+}
+
+bool TokenGrammar::unbounded_view(const GrammarState& s, GrammarState& view, const TokenMask*& within) const {
     if (twin_.empty() || s.ends.size() != 1 || s.frames.empty()) return false;
     const GrammarFrame& top = s.frames.back();
     const int32_t twin = twin_[static_cast<size_t>(top.node)];
     if (twin < 0) return false;
     const GrammarNode& n = grammar_.nodes[static_cast<size_t>(top.node)];
-    left = n.max_items - top.a;
+    if (!n.string_chars && !follow_excludes_items(s)) return false;
+    const std::vector<TokenMask>& table = within_[static_cast<size_t>(within_of_[static_cast<size_t>(top.node)])];
+    const int32_t left = n.max_items - top.a;
+    within = static_cast<size_t>(left) < table.size() ? &table[static_cast<size_t>(left)] : nullptr;
     view = s;
     view.frames.back().node = twin;
     view.frames.back().a = std::min(top.a, n.min_items);  // an unbounded repeat holds its count at min_items
     return true;
 }
 
-void TokenGrammar::keep_within(int32_t left, TokenMask& out) const {
-    if (left < 0 || static_cast<size_t>(left) >= within_.size()) return;
-    const TokenMask& w = within_[static_cast<size_t>(left)];
-    for (size_t i = 0; i < out.size(); ++i) out[i] &= w[i];
+bool TokenGrammar::follow_excludes_items(const GrammarState& s) const {
+    const GrammarNode& n = grammar_.nodes[static_cast<size_t>(s.frames.back().node)];
+    GrammarState full = s;
+    full.frames.back().a = n.max_items;
+    std::string key;
+    full.key(key);
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (auto it = follow_clear_.find(key); it != follow_clear_.end()) return it->second;
+    }
+    const uint64_t* set = grammar_.nodes[static_cast<size_t>(n.items)].bytes;
+    GrammarRunner run(grammar_);
+    GrammarState next;
+    bool clear = true;
+    for (int c = 0; c < 256 && clear; ++c) {
+        if (!((set[c >> 6] >> (c & 63)) & 1)) continue;
+        run.advance(full, static_cast<uint8_t>(c), next);
+        clear = next.dead();
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    if (follow_clear_.size() >= kMaxCachedMasks) follow_clear_.clear();
+    follow_clear_.emplace(std::move(key), clear);
+    return clear;
+}
+
+void TokenGrammar::keep_within(const TokenMask* within, TokenMask& out) {
+    if (!within) return;
+    for (size_t i = 0; i < out.size(); ++i) out[i] &= (*within)[i];
 }
 
 void TokenGrammar::walk(const GrammarState& s, int32_t limit, Entry& out) const {
@@ -234,23 +309,23 @@ std::shared_ptr<const TokenGrammar::Entry> TokenGrammar::entry(const GrammarStat
 
 std::shared_ptr<const TokenMask> TokenGrammar::byte_mask(const GrammarState& s) const {
     GrammarState view;
-    int32_t left = 0;
-    const bool bounded = unbounded_view(s, view, left);
+    const TokenMask* within = nullptr;
+    const bool bounded = unbounded_view(s, view, within);
     std::string key;
     (bounded ? view : s).key(key);
     std::shared_ptr<const Entry> e = entry(bounded ? view : s, key);
-    if (!bounded || static_cast<size_t>(left) >= within_.size()) return std::shared_ptr<const TokenMask>(e, &e->mask);
+    if (!within) return std::shared_ptr<const TokenMask>(e, &e->mask);
     auto kept = std::make_shared<TokenMask>(e->mask);
-    keep_within(left, *kept);
+    keep_within(within, *kept);
     return kept;
 }
 
 void TokenGrammar::budget_mask(const GrammarState& s, int32_t limit, TokenMask& out) const {
     GrammarState view;
-    int32_t left = 0;
-    if (unbounded_view(s, view, left)) {
+    const TokenMask* within = nullptr;
+    if (unbounded_view(s, view, within)) {
         budget_mask(view, limit, out);
-        keep_within(left, out);
+        keep_within(within, out);
         return;
     }
     std::string key;
@@ -318,7 +393,8 @@ GrammarMatcher::GrammarMatcher(GrammarConstraint constraint, std::vector<int32_t
 void GrammarMatcher::apply_bans() {
     const size_t n_vocab = c_.grammar->trie().n_vocab;
     for (int32_t t : banned_)
-        if (t >= 0 && static_cast<size_t>(t) < n_vocab) mask_[static_cast<size_t>(t) >> 6] &= ~(uint64_t{1} << (t & 63));
+        if (t >= 0 && static_cast<size_t>(t) < n_vocab)
+            mask_[static_cast<size_t>(t) >> 6] &= ~(uint64_t{1} << (t & 63));
 }
 
 bool GrammarMatcher::mask_empty() const {
@@ -337,7 +413,8 @@ void GrammarMatcher::trigger_mask(int32_t limit) {
             while (i < end && t.nodes[i].byte != static_cast<uint8_t>(trig[j])) i = t.nodes[i].end;
             if (i >= end) break;
             const TokenTrie::Node& node = t.nodes[i];
-            const int64_t after = static_cast<int64_t>(start_distance_) + (j + 1 == trig.size() ? 0 : trigger_spell_[j + 1]);
+            const int64_t after =
+                static_cast<int64_t>(start_distance_) + (j + 1 == trig.size() ? 0 : trigger_spell_[j + 1]);
             if (after <= limit)
                 for (uint32_t m = 0; m < node.n_tokens; ++m) mask_set(mask_, t.ids[node.first_token + m]);
             end = node.end;
@@ -351,14 +428,17 @@ std::span<const uint64_t> GrammarMatcher::mask(int64_t tokens_left) {
     // The distance a token may leave: the draws after it, less one for the end token.
     const int64_t reserve = end_tokens_.empty() ? 0 : 1;
     const bool budget = tokens_left >= 0 && c_.grammar->distance().available();
-    limit_ = budget ? static_cast<int32_t>(std::clamp<int64_t>(tokens_left - 1 - reserve, -1, GrammarDistance::kUnreachable)) : -1;
+    limit_ =
+        budget ? static_cast<int32_t>(std::clamp<int64_t>(tokens_left - 1 - reserve, -1, GrammarDistance::kUnreachable))
+               : -1;
     auto unlimited = [&] {
         if (!active_) {
             mask_.assign((n_vocab + 63) / 64, ~uint64_t{0});
             if (n_vocab % 64) mask_.back() = (uint64_t{1} << (n_vocab % 64)) - 1;
             if (c_.trigger_required)
                 for (int32_t t : end_tokens_)
-                    if (t >= 0 && static_cast<size_t>(t) < n_vocab) mask_[static_cast<size_t>(t) >> 6] &= ~(uint64_t{1} << (t & 63));
+                    if (t >= 0 && static_cast<size_t>(t) < n_vocab)
+                        mask_[static_cast<size_t>(t) >> 6] &= ~(uint64_t{1} << (t & 63));
         } else {
             mask_ = *c_.grammar->byte_mask(state_);
             if (accepting())
@@ -401,7 +481,9 @@ std::span<const uint64_t> GrammarMatcher::mask(int64_t tokens_left) {
     return mask_;
 }
 
-void GrammarMatcher::ban(int32_t token) { banned_.push_back(token); }
+void GrammarMatcher::ban(int32_t token) {
+    banned_.push_back(token);
+}
 
 bool GrammarMatcher::is_end_token(int32_t token) const {
     return std::find(end_tokens_.begin(), end_tokens_.end(), token) != end_tokens_.end();
@@ -428,9 +510,11 @@ Status GrammarMatcher::accept(int32_t token, std::string_view bytes) {
         (void)runner_.advance(s, c_.prefix);
         const std::string_view rest = std::string_view(text).substr(at + c_.trigger.size());
         if (!runner_.advance(s, rest))
-            return make_error("grammar: token " + std::to_string(token) + " ends the trigger with bytes the value cannot start with");
+            return make_error("grammar: token " + std::to_string(token) +
+                              " ends the trigger with bytes the value cannot start with");
         if (limit_ >= 0 && c_.grammar->distance().state(s) > limit_)
-            return make_error("grammar: token " + std::to_string(token) + " opens the value too late to finish it in the tokens left");
+            return make_error("grammar: token " + std::to_string(token) +
+                              " opens the value too late to finish it in the tokens left");
         state_ = std::move(s);
         active_ = true;
         tail_.clear();
@@ -445,8 +529,12 @@ Status GrammarMatcher::accept(int32_t token, std::string_view bytes) {
     return {};
 }
 
-bool GrammarMatcher::accepting() const { return active_ && runner_.accepting(state_); }
-bool GrammarMatcher::finished() const { return active_ && runner_.finished(state_); }
+bool GrammarMatcher::accepting() const {
+    return active_ && runner_.accepting(state_);
+}
+bool GrammarMatcher::finished() const {
+    return active_ && runner_.finished(state_);
+}
 
 }  // namespace dsv4
 

@@ -58,8 +58,12 @@ public:
 };
 
 using TokenMask = std::vector<uint64_t>;  // bit i: token i allowed
-inline bool mask_test(std::span<const uint64_t> m, int32_t id) { return (m[static_cast<size_t>(id) >> 6] >> (id & 63)) & 1; }
-inline void mask_set(std::span<uint64_t> m, int32_t id) { m[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63); }
+inline bool mask_test(std::span<const uint64_t> m, int32_t id) {
+    return (m[static_cast<size_t>(id) >> 6] >> (id & 63)) & 1;
+}
+inline void mask_set(std::span<uint64_t> m, int32_t id) {
+    m[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63);
+}
 
 // A grammar bound to a vocabulary, with its cache of masks. Shared by every sequence using the grammar
 // (thread-safe).
@@ -84,12 +88,15 @@ public:
     CacheStats cache_stats() const;
 
 private:
-    // The same state with a length-bounded string body at its top replaced by the body without the upper bound,
-    // and the characters the body may still take; false when `s` is not such a state (at a character boundary,
-    // one stack).
-    bool unbounded_view(const GrammarState& s, GrammarState& view, int32_t& left) const;
-    // out &= the tokens writing at most `left` characters of a string body (a no-op when none writes more).
-    void keep_within(int32_t left, TokenMask& out) const;
+    // The same state with a length-bounded repeat at its top replaced by its copy without the upper bound, and
+    // the tokens of the view's mask that stay within the bound (null: all do); false when `s` is not such a
+    // state (one stack, between repetitions) or, for a repeat of single bytes, when what follows the repeat
+    // may begin with one of them (a token could then leave the repeat early: the view would not say).
+    bool unbounded_view(const GrammarState& s, GrammarState& view, const TokenMask*& within) const;
+    // out &= within (when not null).
+    static void keep_within(const TokenMask* within, TokenMask& out);
+    // Whether every byte the repeat's items read is refused once the repeat at the top of `s` is full.
+    bool follow_excludes_items(const GrammarState& s) const;
 
     // A cached mask and the distances after its tokens: `common` is the most frequent, `other` lists every
     // token with another as (distance << 32 | token), ascending; not listed when too many differ.
@@ -104,13 +111,19 @@ private:
     void walk(const GrammarState& s, int32_t limit, Entry& out) const;  // limit < 0: no limit, distances kept
 
     // Declared before grammar_: the constructor fills it while adding the unbounded twins to the grammar.
-    std::vector<int32_t> twin_;  // per node: the unbounded copy of a length-bounded string body (-1: none)
+    // Per node: the unbounded copy of a length-bounded string body or repeat of single bytes (-1: none).
+    std::vector<int32_t> twin_;
     Grammar grammar_;
     std::shared_ptr<const TokenTrie> trie_;
     GrammarDistance distance_;
-    std::vector<TokenMask> within_;  // [r]: the tokens writing at most r characters of a string body
+    // What a token writes into a bounded repeat, one table per kind of item (a string body's characters, or
+    // the leading bytes of one byte set): [r] holds the tokens writing at most r items; an r past the table's
+    // end keeps every token. within_of_[node] names a twinned node's table.
+    std::vector<std::vector<TokenMask>> within_;
+    std::vector<int32_t> within_of_;
     mutable std::mutex mu_;
     mutable std::unordered_map<std::string, std::shared_ptr<const Entry>> cache_;
+    mutable std::unordered_map<std::string, bool> follow_clear_;  // follow_excludes_items by the full state's key
     mutable CacheStats stats_;
 };
 

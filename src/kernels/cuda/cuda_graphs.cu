@@ -124,8 +124,9 @@ void* CudaBackend::capture(const std::function<void()>& issue) {
     for (const auto& c : g->pool.chunks) pool_bytes += c.size;
     capture_reserve_ = std::max(capture_reserve_, 2 * pool_bytes);
     if (g->pool.overflowed && !told_no_capture_) {
-        std::fprintf(stderr, "dsv4: GPU memory ran out while recording a step graph of %.0f MiB: steps of this "
-                             "shape run without one (slower; fewer or shorter sequences leave room)\n",
+        std::fprintf(stderr,
+                     "dsv4: GPU memory ran out while recording a step graph of %.0f MiB: steps of this "
+                     "shape run without one (slower; fewer or shorter sequences leave room)\n",
                      pool_bytes / 1048576.0);
         told_no_capture_ = true;
     }
@@ -143,6 +144,8 @@ void CudaBackend::launch(void* graph) {
     CUDA_CHECK(cudaGraphLaunch(static_cast<Graph*>(graph)->exec, main_stream_));
 }
 
-void CudaBackend::destroy(void* graph) { delete static_cast<Graph*>(graph); }
+void CudaBackend::destroy(void* graph) {
+    delete static_cast<Graph*>(graph);
+}
 
 }  // namespace dsv4::cuda
