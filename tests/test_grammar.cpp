@@ -11,17 +11,13 @@
 #include "runtime/json_schema.h"
 #include "runtime/sampler.h"
 #include "runtime/token_mask.h"
+#include "util/grammar_schema.h"
 
 using namespace dsv4;
+using test::schema_grammar;
 using ojson = nlohmann::ordered_json;
 
 namespace {
-
-Grammar schema(const char* text) {
-    auto g = compile_json_schema(ojson::parse(text));
-    EXPECT_TRUE(g.ok()) << g.error();
-    return g.ok() ? std::move(*g) : Grammar{};
-}
 
 bool accepts(const Grammar& g, std::string_view text) {
     GrammarRunner r(g);
@@ -47,7 +43,7 @@ TEST(Grammar, JsonObjectMode) {
 }
 
 TEST(Grammar, ObjectPropertiesInOrderWithRequired) {
-    const Grammar g = schema(R"({"type": "object", "properties": {"name": {"type": "string"},
+    const Grammar g = schema_grammar(R"({"type": "object", "properties": {"name": {"type": "string"},
         "age": {"type": "integer"}, "nick": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}}},
         "required": ["name", "tags"], "additionalProperties": false})");
     for (const char* ok : {R"({"name":"a","tags":[]})", R"({"name":"a","age":3,"tags":["x","y"]})",
@@ -61,7 +57,7 @@ TEST(Grammar, ObjectPropertiesInOrderWithRequired) {
 }
 
 TEST(Grammar, EnumConstAnyOfAndTypeLists) {
-    const Grammar g = schema(R"({"type": "object", "properties": {
+    const Grammar g = schema_grammar(R"({"type": "object", "properties": {
         "color": {"enum": ["red", "green", 3, null]}, "v": {"const": {"x": [1, "é"]}},
         "n": {"type": ["number", "null"]}, "u": {"anyOf": [{"type": "boolean"}, {"type": "object",
         "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": false},
@@ -80,7 +76,7 @@ TEST(Grammar, EnumConstAnyOfAndTypeLists) {
 }
 
 TEST(Grammar, StringFormats) {
-    const Grammar g = schema(R"({"type": "object", "properties": {"d": {"type": "string", "format": "date"},
+    const Grammar g = schema_grammar(R"({"type": "object", "properties": {"d": {"type": "string", "format": "date"},
         "t": {"type": "string", "format": "date-time"}, "u": {"type": "string", "format": "uuid"}},
         "required": ["d", "t", "u"], "additionalProperties": false})");
     EXPECT_TRUE(accepts(g, R"({"d":"2024-02-28","t":"1999-12-01T23:59:59Z","u":"123e4567-e89b-12d3-a456-426614174000"})"));
@@ -93,7 +89,7 @@ TEST(Grammar, StringFormats) {
 }
 
 TEST(Grammar, NullableTypeListsKeepTheirKeywords) {
-    const Grammar g = schema(R"({"type": ["object", "null"], "properties": {"a": {"type": ["array", "null"],
+    const Grammar g = schema_grammar(R"({"type": ["object", "null"], "properties": {"a": {"type": ["array", "null"],
         "items": {"type": "integer"}, "maxItems": 1}}, "required": ["a"], "additionalProperties": false})");
     EXPECT_TRUE(accepts(g, "null"));
     EXPECT_TRUE(accepts(g, R"({"a":null})"));
@@ -103,7 +99,7 @@ TEST(Grammar, NullableTypeListsKeepTheirKeywords) {
 }
 
 TEST(Grammar, RecursiveRefsAndArrayBounds) {
-    const Grammar g = schema(R"({"$ref": "#/$defs/node", "$defs": {"node": {"type": "object",
+    const Grammar g = schema_grammar(R"({"$ref": "#/$defs/node", "$defs": {"node": {"type": "object",
         "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"},
         "maxItems": 2}}, "required": ["v", "kids"], "additionalProperties": false}}})");
     EXPECT_TRUE(accepts(g, R"({"v":1,"kids":[]})"));
@@ -111,12 +107,12 @@ TEST(Grammar, RecursiveRefsAndArrayBounds) {
     EXPECT_FALSE(accepts(g, R"({"v":1,"kids":[{"v":2,"kids":[]},{"v":2,"kids":[]},{"v":2,"kids":[]}]})"));
     EXPECT_FALSE(accepts(g, R"({"v":1,"kids":[{"v":2}]})"));
 
-    const Grammar r = schema(R"({"type": "object", "properties": {"next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}},
+    const Grammar r = schema_grammar(R"({"type": "object", "properties": {"next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}},
         "required": ["next"], "additionalProperties": false})");
     EXPECT_TRUE(accepts(r, R"({"next":{"next":{"next":null}}})"));
     EXPECT_FALSE(accepts(r, R"({"next":{}})"));
 
-    const Grammar a = schema(R"({"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 3})");
+    const Grammar a = schema_grammar(R"({"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 3})");
     EXPECT_FALSE(accepts(a, "[1]"));
     EXPECT_TRUE(accepts(a, "[1,2]"));
     EXPECT_TRUE(accepts(a, "[1,2,3]"));
@@ -125,14 +121,14 @@ TEST(Grammar, RecursiveRefsAndArrayBounds) {
 }
 
 TEST(Grammar, RootScalarsEndAnywhereTheyMay) {
-    const Grammar n = schema(R"({"type": "number"})");
+    const Grammar n = schema_grammar(R"({"type": "number"})");
     EXPECT_TRUE(accepts(n, "12"));
     EXPECT_TRUE(accepts(n, "-0.5E-3"));
     EXPECT_FALSE(accepts(n, "-"));
     EXPECT_FALSE(accepts(n, "1e"));
     EXPECT_TRUE(accepts(n, "999999999999999.5e99"));
     EXPECT_FALSE(accepts(n, "1e100"));  // beyond a double for some mantissas: exponents stop at 2 digits
-    const Grammar s = schema(R"({"type": "string"})");
+    const Grammar s = schema_grammar(R"({"type": "string"})");
     EXPECT_TRUE(accepts(s, "\"\""));
     EXPECT_FALSE(accepts(s, "\"a"));
 }
@@ -169,7 +165,7 @@ TEST(TokenMask, HandMadeVocabulary) {
     const std::vector<std::string> vocab = {"{", "}", "{\"", "\"", "a", "\":", " ", "1", "12", "1,", "x\"", "",
                                             "\"a\"", "\"a\":1}", "ab", "\xc3", "\xa9"};
     auto trie = std::make_shared<TokenTrie>(vocab);
-    auto tg = std::make_shared<TokenGrammar>(schema(R"({"type": "object", "properties": {"a": {"type": "integer"},
+    auto tg = std::make_shared<TokenGrammar>(schema_grammar(R"({"type": "object", "properties": {"a": {"type": "integer"},
         "b": {"type": "string"}}, "required": ["a"], "additionalProperties": false})"), trie);
     const int32_t kEos = 11;  // the empty entry: a special token outside the byte grammar
     GrammarMatcher m(GrammarConstraint{tg}, {kEos});
@@ -199,7 +195,7 @@ TEST(TokenMask, HandMadeVocabulary) {
 
 TEST(TokenMask, Utf8SplitAcrossTokens) {
     const std::vector<std::string> vocab = {"\"", "\xc3", "\xa9", "\xa9\"", "e"};
-    auto tg = std::make_shared<TokenGrammar>(schema(R"({"type": "string"})"), std::make_shared<TokenTrie>(vocab));
+    auto tg = std::make_shared<TokenGrammar>(schema_grammar(R"({"type": "string"})"), std::make_shared<TokenTrie>(vocab));
     GrammarMatcher m(GrammarConstraint{tg}, {});
     ASSERT_TRUE(m.accept(0, "\"").ok());
     auto mask = m.mask();

@@ -14,11 +14,13 @@
 #include "format/gguf.h"
 #include "runtime/json_schema.h"
 #include "runtime/token_mask.h"
+#include "util/grammar_schema.h"
 #include "runtime/tool_grammar.h"
 #include "tokenizer/chat_format.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace dsv4;
+using test::schema_grammar;
 using ojson = nlohmann::ordered_json;
 
 namespace {
@@ -33,12 +35,6 @@ std::vector<std::string> byte_vocab(const std::vector<std::string>& extra = {}) 
     return v;
 }
 
-Grammar schema(const char* text) {
-    auto g = compile_json_schema(ojson::parse(text));
-    EXPECT_TRUE(g.ok()) << g.error();
-    return g.ok() ? std::move(*g) : Grammar{};
-}
-
 Grammar tool_grammar() {
     auto g = compile_tool_calls({{"book", ojson::parse(R"({"type": "object", "properties": {
         "room": {"type": "string", "pattern": "^R\\d{3}$"}, "nights": {"type": "integer", "minimum": 1, "maximum": 14},
@@ -49,16 +45,16 @@ Grammar tool_grammar() {
 
 std::vector<Grammar> grammars() {
     std::vector<Grammar> out;
-    out.push_back(schema(R"({"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},
+    out.push_back(schema_grammar(R"({"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},
         "required": ["name", "n"], "additionalProperties": false})"));
-    out.push_back(schema(R"({"type": "object", "properties": {"opt": {"type": "boolean"}, "tags": {"type": "array",
+    out.push_back(schema_grammar(R"({"type": "object", "properties": {"opt": {"type": "boolean"}, "tags": {"type": "array",
         "items": {"enum": ["x", "yz"]}, "minItems": 2}, "s": {"type": "string", "minLength": 3}}, "required": ["tags", "s"]})"));
-    out.push_back(schema(R"({"type": "string", "pattern": "^[A-Z]{2}-\\d{2,3}$"})"));
+    out.push_back(schema_grammar(R"({"type": "string", "pattern": "^[A-Z]{2}-\\d{2,3}$"})"));
     out.push_back(json_object_grammar());
-    out.push_back(schema(R"({"$ref": "#/$defs/node", "$defs": {"node": {"type": "object", "properties": {
+    out.push_back(schema_grammar(R"({"$ref": "#/$defs/node", "$defs": {"node": {"type": "object", "properties": {
         "v": {"type": "number", "minimum": -5, "maximum": 5}, "next": {"anyOf": [{"$ref": "#/$defs/node"},
         {"type": "null"}]}}, "required": ["v", "next"], "additionalProperties": false}}})"));
-    out.push_back(schema(R"({"type": "array", "items": {"type": "string", "format": "date"}, "minItems": 1})"));
+    out.push_back(schema_grammar(R"({"type": "array", "items": {"type": "string", "format": "date"}, "minItems": 1})"));
     out.push_back(tool_grammar());
     return out;
 }
