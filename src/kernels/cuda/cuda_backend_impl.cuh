@@ -152,8 +152,9 @@ private:
     CapturePool* capture_pool_ = nullptr;  // set while a graph is captured
     // Free device memory a capture needs to start: the blocks kept for reuse are given back below it (a
     // capture takes its scratch with cudaMalloc and cannot give them back itself), and with less still free
-    // the step runs without a graph. Twice the largest pool so far.
-    size_t capture_reserve_ = size_t(512) << 20;
+    // the step runs without a graph. Twice the largest pool so far, at least 64 MiB (a decode step's pool is a
+    // few chunks: a larger start would keep graphs off a device the caches fill on purpose).
+    size_t capture_reserve_ = size_t(64) << 20;
     bool told_no_capture_ = false;  // the note that steps run without graphs was printed
     cudaStream_t stream_ = nullptr;        // the current stream (see stream())
     cudaStream_t main_stream_ = nullptr;
