@@ -16,6 +16,7 @@
 #include "format/gguf.h"
 #include "model/synth.h"
 #include "runtime/engine.h"
+#include "util/sanitizer.h"
 #include "util/schema_check.h"
 #include "util/tiny_model.h"
 #include "runtime/grammar_cache.h"
@@ -107,7 +108,8 @@ protected:
     static inline GrammarCache* cache_ = nullptr;
 };
 
-// Through the engine: 8 slots decode requests of every schema side by side, each with its own seed.
+// Through the engine: 8 slots decode requests of every schema side by side, each with its own seed (20 per
+// schema; a tenth under a sanitizer, tests/util/sanitizer.h).
 TEST_F(ConstrainedTest, EngineCompletionsParseAndValidate) {
     EngineOptions o;
     o.n_slots = 8;
@@ -115,9 +117,9 @@ TEST_F(ConstrainedTest, EngineCompletionsParseAndValidate) {
     o.prefix_block = 16;
     Engine e(*model_, *tok_, o);
     const std::vector<int32_t> prompt = tok_->encode("<｜begin▁of▁sentence｜><｜User｜>Answer in JSON.<｜Assistant｜></think>", true);
-    constexpr int kPerSchema = 20;
-    std::vector<Out> outs(kPerSchema * kNumSchemas);
-    for (int k = 0; k < kPerSchema * kNumSchemas; ++k) {
+    const int per_schema = test::repetitions(20);
+    std::vector<Out> outs(static_cast<size_t>(per_schema * kNumSchemas));
+    for (int k = 0; k < per_schema * kNumSchemas; ++k) {
         GenerationRequest r;
         r.prompt = prompt;
         r.max_tokens = 64;
@@ -148,7 +150,8 @@ TEST_F(ConstrainedTest, EngineCompletionsParseAndValidate) {
     EXPECT_EQ(stopped, static_cast<int>(outs.size()));
 }
 
-// At scale through the sampler: 1,000 completions on random logits over the real vocabulary.
+// At scale through the sampler: 1,000 completions on random logits over the real vocabulary (100 under a
+// sanitizer).
 TEST_F(ConstrainedTest, ThousandSampledCompletionsParseAndValidate) {
     // A pool of random logit vectors, one picked per step (drawing 128k normals per step would dominate).
     std::mt19937 rng(5);
@@ -157,7 +160,7 @@ TEST_F(ConstrainedTest, ThousandSampledCompletionsParseAndValidate) {
     for (auto& v : pool)
         for (float& x : v) x = nd(rng);
     int stopped = 0, total = 0;
-    for (int k = 0; k < 1000; ++k) {
+    for (int k = 0; k < test::repetitions(1000); ++k) {
         const int i = k % kNumSchemas;
         SamplingParams sp;
         sp.seed = static_cast<uint64_t>(k);
