@@ -377,20 +377,23 @@ GrammarRunner::GrammarRunner(const Grammar& g) : g_(g), first_(g.nodes.size()) {
             case GrammarNodeKind::any_of: break;
         }
     }
-    for (bool changed = true; changed;) {
+    // Then each any_of takes its alternatives' bytes, a sequence its first child's, a repeat its items'.
+    bool changed = true;
+    auto take = [&](size_t i, int32_t from) {
+        for (size_t w = 0; w < 4; ++w) {
+            const uint64_t u = first_[i][w] | first_[static_cast<size_t>(from)][w];
+            changed = changed || u != first_[i][w];
+            first_[i][w] = u;
+        }
+    };
+    while (changed) {
         changed = false;
         for (size_t i = 0; i < g.nodes.size(); ++i) {
             const GrammarNode& n = g.nodes[i];
-            std::vector<int32_t> from;
-            if (n.kind == GrammarNodeKind::any_of) from = n.children;
-            else if (n.kind == GrammarNodeKind::sequence && !n.children.empty()) from = {n.children[0]};
-            else if (n.kind == GrammarNodeKind::repeat && n.items >= 0) from = {n.items};
-            for (int32_t c : from)
-                for (size_t w = 0; w < 4; ++w) {
-                    const uint64_t u = first_[i][w] | first_[static_cast<size_t>(c)][w];
-                    changed = changed || u != first_[i][w];
-                    first_[i][w] = u;
-                }
+            if (n.kind == GrammarNodeKind::any_of)
+                for (int32_t c : n.children) take(i, c);
+            else if (n.kind == GrammarNodeKind::sequence && !n.children.empty()) take(i, n.children[0]);
+            else if (n.kind == GrammarNodeKind::repeat && n.items >= 0) take(i, n.items);
         }
     }
 }

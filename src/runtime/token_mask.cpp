@@ -15,7 +15,7 @@ namespace dsv4 {
 namespace {
 
 constexpr size_t kMaxCachedMasks = 512;  // per grammar (16 KiB each for a 129k vocabulary: 8 MiB); cleared when full
-constexpr size_t kMaxListed = 2048;      // distances listed per mask beside the common one (16 KiB at most)
+constexpr size_t kMaxListed = 2048;       // distances listed per mask beside the common one (16 KiB at most)
 
 }  // namespace
 
@@ -151,32 +151,30 @@ std::vector<TokenMask> within_table(const TokenTrie& t, int32_t bound,
 
 TokenGrammar::TokenGrammar(Grammar g, std::shared_ptr<const TokenTrie> trie)
     : grammar_(with_unbounded_twins(std::move(g), twin_)), trie_(std::move(trie)), distance_(grammar_, *trie_) {
-    // One table for string bodies (up to the largest maxLength) and one per byte set (up to its largest bound).
+    // One table per kind of item: string characters, or the bytes of one set; each up to its largest bound.
+    struct Kind {
+        bool string_chars;
+        std::array<uint64_t, 4> set;  // zero for string characters
+        int32_t bound;
+    };
+    std::vector<Kind> kinds;
     within_of_.assign(twin_.size(), -1);
-    int32_t longest_string = -1;
-    std::vector<std::pair<std::array<uint64_t, 4>, int32_t>> sets;  // byte set, its largest bound
     for (size_t i = 0; i < twin_.size(); ++i) {
         if (twin_[i] < 0) continue;
         const GrammarNode& n = grammar_.nodes[i];
-        if (n.string_chars) {
-            longest_string = std::max(longest_string, n.max_items);
-            continue;
-        }
-        const uint64_t* b = grammar_.nodes[static_cast<size_t>(n.items)].bytes;
-        const std::array<uint64_t, 4> set = {b[0], b[1], b[2], b[3]};
-        auto it = std::find_if(sets.begin(), sets.end(), [&](const auto& x) { return x.first == set; });
-        if (it == sets.end()) it = sets.insert(sets.end(), {set, 0});
-        it->second = std::max(it->second, n.max_items);
-        within_of_[i] = static_cast<int32_t>(it - sets.begin());  // offset below when strings take table 0
+        std::array<uint64_t, 4> set = {};
+        if (!n.string_chars) std::copy_n(grammar_.nodes[static_cast<size_t>(n.items)].bytes, 4, set.begin());
+        auto k = std::find_if(kinds.begin(), kinds.end(),
+                              [&](const Kind& x) { return x.string_chars == n.string_chars && x.set == set; });
+        if (k == kinds.end()) k = kinds.insert(kinds.end(), Kind{n.string_chars, set, 0});
+        k->bound = std::max(k->bound, n.max_items);
+        within_of_[i] = static_cast<int32_t>(k - kinds.begin());
     }
-    if (longest_string >= 0) within_.push_back(within_table(*trie_, longest_string, string_chars_before_quote));
-    for (const auto& [set, bound] : sets)
-        within_.push_back(
-            within_table(*trie_, bound, [&set](std::string_view b) { return leading_bytes_in(b, set.data()); }));
-    for (size_t i = 0; i < twin_.size(); ++i) {
-        if (twin_[i] < 0) continue;
-        within_of_[i] = grammar_.nodes[i].string_chars ? 0 : within_of_[i] + (longest_string >= 0 ? 1 : 0);
-    }
+    for (const Kind& k : kinds)
+        within_.push_back(k.string_chars ? within_table(*trie_, k.bound, string_chars_before_quote)
+                                         : within_table(*trie_, k.bound, [&k](std::string_view b) {
+                                               return leading_bytes_in(b, k.set.data());
+                                           }));
 }
 
 bool TokenGrammar::unbounded_view(const GrammarState& s, GrammarState& view, const TokenMask*& within) const {
@@ -393,8 +391,7 @@ GrammarMatcher::GrammarMatcher(GrammarConstraint constraint, std::vector<int32_t
 void GrammarMatcher::apply_bans() {
     const size_t n_vocab = c_.grammar->trie().n_vocab;
     for (int32_t t : banned_)
-        if (t >= 0 && static_cast<size_t>(t) < n_vocab)
-            mask_[static_cast<size_t>(t) >> 6] &= ~(uint64_t{1} << (t & 63));
+        if (t >= 0 && static_cast<size_t>(t) < n_vocab) mask_[static_cast<size_t>(t) >> 6] &= ~(uint64_t{1} << (t & 63));
 }
 
 bool GrammarMatcher::mask_empty() const {
@@ -413,8 +410,7 @@ void GrammarMatcher::trigger_mask(int32_t limit) {
             while (i < end && t.nodes[i].byte != static_cast<uint8_t>(trig[j])) i = t.nodes[i].end;
             if (i >= end) break;
             const TokenTrie::Node& node = t.nodes[i];
-            const int64_t after =
-                static_cast<int64_t>(start_distance_) + (j + 1 == trig.size() ? 0 : trigger_spell_[j + 1]);
+            const int64_t after = static_cast<int64_t>(start_distance_) + (j + 1 == trig.size() ? 0 : trigger_spell_[j + 1]);
             if (after <= limit)
                 for (uint32_t m = 0; m < node.n_tokens; ++m) mask_set(mask_, t.ids[node.first_token + m]);
             end = node.end;
@@ -428,17 +424,14 @@ std::span<const uint64_t> GrammarMatcher::mask(int64_t tokens_left) {
     // The distance a token may leave: the draws after it, less one for the end token.
     const int64_t reserve = end_tokens_.empty() ? 0 : 1;
     const bool budget = tokens_left >= 0 && c_.grammar->distance().available();
-    limit_ =
-        budget ? static_cast<int32_t>(std::clamp<int64_t>(tokens_left - 1 - reserve, -1, GrammarDistance::kUnreachable))
-               : -1;
+    limit_ = budget ? static_cast<int32_t>(std::clamp<int64_t>(tokens_left - 1 - reserve, -1, GrammarDistance::kUnreachable)) : -1;
     auto unlimited = [&] {
         if (!active_) {
             mask_.assign((n_vocab + 63) / 64, ~uint64_t{0});
             if (n_vocab % 64) mask_.back() = (uint64_t{1} << (n_vocab % 64)) - 1;
             if (c_.trigger_required)
                 for (int32_t t : end_tokens_)
-                    if (t >= 0 && static_cast<size_t>(t) < n_vocab)
-                        mask_[static_cast<size_t>(t) >> 6] &= ~(uint64_t{1} << (t & 63));
+                    if (t >= 0 && static_cast<size_t>(t) < n_vocab) mask_[static_cast<size_t>(t) >> 6] &= ~(uint64_t{1} << (t & 63));
         } else {
             mask_ = *c_.grammar->byte_mask(state_);
             if (accepting())
@@ -481,9 +474,7 @@ std::span<const uint64_t> GrammarMatcher::mask(int64_t tokens_left) {
     return mask_;
 }
 
-void GrammarMatcher::ban(int32_t token) {
-    banned_.push_back(token);
-}
+void GrammarMatcher::ban(int32_t token) { banned_.push_back(token); }
 
 bool GrammarMatcher::is_end_token(int32_t token) const {
     return std::find(end_tokens_.begin(), end_tokens_.end(), token) != end_tokens_.end();
@@ -510,11 +501,9 @@ Status GrammarMatcher::accept(int32_t token, std::string_view bytes) {
         (void)runner_.advance(s, c_.prefix);
         const std::string_view rest = std::string_view(text).substr(at + c_.trigger.size());
         if (!runner_.advance(s, rest))
-            return make_error("grammar: token " + std::to_string(token) +
-                              " ends the trigger with bytes the value cannot start with");
+            return make_error("grammar: token " + std::to_string(token) + " ends the trigger with bytes the value cannot start with");
         if (limit_ >= 0 && c_.grammar->distance().state(s) > limit_)
-            return make_error("grammar: token " + std::to_string(token) +
-                              " opens the value too late to finish it in the tokens left");
+            return make_error("grammar: token " + std::to_string(token) + " opens the value too late to finish it in the tokens left");
         state_ = std::move(s);
         active_ = true;
         tail_.clear();
@@ -529,12 +518,8 @@ Status GrammarMatcher::accept(int32_t token, std::string_view bytes) {
     return {};
 }
 
-bool GrammarMatcher::accepting() const {
-    return active_ && runner_.accepting(state_);
-}
-bool GrammarMatcher::finished() const {
-    return active_ && runner_.finished(state_);
-}
+bool GrammarMatcher::accepting() const { return active_ && runner_.accepting(state_); }
+bool GrammarMatcher::finished() const { return active_ && runner_.finished(state_); }
 
 }  // namespace dsv4
 
