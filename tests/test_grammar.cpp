@@ -11,7 +11,7 @@
 #include "runtime/json_schema.h"
 #include "runtime/sampler.h"
 #include "runtime/token_mask.h"
-#include "util/grammar_schema.h"
+#include "util/grammar_fixtures.h"
 
 using namespace dsv4;
 using test::schema_grammar;

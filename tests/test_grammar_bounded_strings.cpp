@@ -16,10 +16,11 @@
 #include "format/gguf.h"
 #include "runtime/json_schema.h"
 #include "runtime/token_mask.h"
-#include "util/grammar_schema.h"
+#include "util/grammar_fixtures.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace dsv4;
+using test::byte_vocab;
 using test::schema_grammar;
 using ojson = nlohmann::ordered_json;
 
@@ -30,14 +31,6 @@ constexpr const char* kSchema = R"({"type": "object", "properties": {
     "name": {"type": "string", "minLength": 2, "maxLength": 6},
     "tags": {"type": "array", "items": {"type": "string", "maxLength": 4}, "maxItems": 2}},
     "required": ["id", "name", "tags"], "additionalProperties": false})";
-
-// A vocabulary of every single byte (token b + 1 is byte b; token 0 is empty) and then `extra`.
-std::vector<std::string> byte_vocab(const std::vector<std::string>& extra) {
-    std::vector<std::string> vocab = {""};
-    for (int b = 0; b < 256; ++b) vocab.push_back(std::string(1, static_cast<char>(b)));
-    vocab.insert(vocab.end(), extra.begin(), extra.end());
-    return vocab;
-}
 
 // Every check of one state: the cached masks (with the bounded-string view) against full walks.
 void expect_masks_equal(const TokenGrammar& tg, const GrammarState& s, const std::vector<int32_t>& limits,

@@ -14,12 +14,13 @@
 #include "format/gguf.h"
 #include "runtime/json_schema.h"
 #include "runtime/token_mask.h"
-#include "util/grammar_schema.h"
+#include "util/grammar_fixtures.h"
 #include "runtime/tool_grammar.h"
 #include "tokenizer/chat_format.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace dsv4;
+using test::byte_vocab;
 using test::schema_grammar;
 using ojson = nlohmann::ordered_json;
 
@@ -28,13 +29,6 @@ namespace {
 constexpr int32_t kEos = 0;  // the empty entry: a special token outside the byte grammar
 
 // Token 0 the end token, 1-256 every single byte, then `extra`.
-std::vector<std::string> byte_vocab(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> v = {""};
-    for (int b = 0; b < 256; ++b) v.push_back(std::string(1, static_cast<char>(b)));
-    v.insert(v.end(), extra.begin(), extra.end());
-    return v;
-}
-
 Grammar tool_grammar() {
     auto g = compile_tool_calls({{"book", ojson::parse(R"({"type": "object", "properties": {
         "room": {"type": "string", "pattern": "^R\\d{3}$"}, "nights": {"type": "integer", "minimum": 1, "maximum": 14},
