@@ -143,6 +143,7 @@ public:
 
 private:
     void release_cache();
+    void tell_no_capture();  // once: steps run without a graph for want of capture_reserve_ bytes
     void release_cublas();  // cuda_gemm_tc.cu
 
     int device_ = 0;

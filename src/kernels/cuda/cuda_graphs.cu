@@ -90,6 +90,15 @@ void CudaBackend::join() {
     open_branches_ = 0;
 }
 
+void CudaBackend::tell_no_capture() {
+    if (told_no_capture_) return;
+    told_no_capture_ = true;
+    std::fprintf(stderr,
+                 "dsv4: a step graph needs about %.0f MiB of free GPU memory: steps of this shape run without one "
+                 "(slower; fewer or shorter sequences leave room)\n",
+                 capture_reserve_ / 1048576.0);
+}
+
 void* CudaBackend::capture(const std::function<void()>& issue) {
     size_t free = 0, total = 0;
     CUDA_CHECK(cudaMemGetInfo(&free, &total));
@@ -97,18 +106,13 @@ void* CudaBackend::capture(const std::function<void()>& issue) {
         release_cache();  // synchronizes: not possible once capturing
         CUDA_CHECK(cudaMemGetInfo(&free, &total));
     }
-    auto g = std::make_unique<Graph>();
     void* first = nullptr;
     if (free < capture_reserve_ || cudaMalloc(&first, kChunk) != cudaSuccess) {
         (void)cudaGetLastError();
-        if (!told_no_capture_)
-            std::fprintf(stderr,
-                         "dsv4: %.0f MiB of GPU memory free, a step graph needs about %.0f: steps of this shape run "
-                         "without one (slower; fewer or shorter sequences leave room)\n",
-                         free / 1048576.0, capture_reserve_ / 1048576.0);
-        told_no_capture_ = true;
+        tell_no_capture();
         return nullptr;
     }
+    auto g = std::make_unique<Graph>();
     g->pool.chunks.push_back({first, kChunk});
     capture_pool_ = &g->pool;
     // Relaxed: the pool may cudaMalloc a chunk while capturing.
@@ -123,13 +127,7 @@ void* CudaBackend::capture(const std::function<void()>& issue) {
     size_t pool_bytes = 0;
     for (const auto& c : g->pool.chunks) pool_bytes += c.size;
     capture_reserve_ = std::max(capture_reserve_, 2 * pool_bytes);
-    if (g->pool.overflowed && !told_no_capture_) {
-        std::fprintf(stderr,
-                     "dsv4: GPU memory ran out while recording a step graph of %.0f MiB: steps of this "
-                     "shape run without one (slower; fewer or shorter sequences leave room)\n",
-                     pool_bytes / 1048576.0);
-        told_no_capture_ = true;
-    }
+    if (g->pool.overflowed) tell_no_capture();
     if (e == cudaSuccess && graph && !g->pool.overflowed) e = cudaGraphInstantiate(&g->exec, graph, 0);
     if (graph) CUDA_CHECK(cudaGraphDestroy(graph));
     if (e != cudaSuccess || !g->exec) {  // g frees the pool's memory
