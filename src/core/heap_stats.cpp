@@ -6,13 +6,11 @@
 #include <malloc.h>
 #endif
 
+#include "core/sanitizer.h"
+
 // Under a sanitizer, malloc is the sanitizer's and glibc's arenas stay empty: say nothing rather than zero.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if DSV4_SANITIZED
 #define DSV4_HEAP_STATS 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
-#define DSV4_HEAP_STATS 0
-#endif
 #endif
 #if !defined(DSV4_HEAP_STATS) && defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
 #define DSV4_HEAP_STATS 1
