@@ -265,6 +265,23 @@ void add_decode_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(moe_case(iq, q2, 3, 8, 4, 512, 512, 10.0f, {5, 1, 7, 2, 1, 5, 0, 3, 2, 7, 5, 1}, " shared ids, xreg",
                            o.seed));
     out.push_back(moe_case(iq, q2, 4, 16, 6, 1536, 512, 0.0f, {}, " 4 tokens, xreg", o.seed));
+    // The grouped decode kernels (cuda_moe_grouped.cu, from 8 tokens): experts with 1 to 17 pairs (chunks of
+    // at most 4: 17 pairs are chunks of 4, 4, 4, 4 and 1), a token using one expert in two slots, 512 pairs
+    // (the path's limit) over 256 experts, V4-Flash's widths, other formats.
+    out.push_back(moe_case(iq, q2, 8, 32, 6, 512, 256, 10.0f, {}, " 8 tokens", o.seed));
+    {
+        // Experts 0..6 with 1, 2, 3, 4, 5, 8 and 17 pairs, in order: token 0 is {0, 1, 1, 2} (one expert in two
+        // slots), later tokens repeat experts too.
+        std::vector<int32_t> ids;
+        const int pairs_of[] = {1, 2, 3, 4, 5, 8, 17};
+        for (int e = 0; e < 7; ++e) ids.insert(ids.end(), pairs_of[e], e);
+        out.push_back(moe_case(iq, q2, 10, 8, 4, 512, 256, 10.0f, ids, " grouped chunks", o.seed));
+    }
+    out.push_back(moe_case(iq, q2, 64, 8, 6, 512, 512, 0.0f, {}, " 48 pairs per expert", o.seed));
+    out.push_back(moe_case(iq, q2, 64, 256, 8, 512, 256, 10.0f, {}, " 512 pairs", o.seed));
+    out.push_back(moe_case(iq, q2, 12, 16, 6, 4096, 2048, 10.0f, {}, " 12 tokens, V4-Flash widths", o.seed));
+    out.push_back(moe_case(GgmlType::Q4_K, GgmlType::Q6_K, 16, 16, 6, 1024, 512, 0.0f, {}, " 16 tokens", o.seed));
+    out.push_back(moe_case(GgmlType::Q8_0, GgmlType::MXFP4, 12, 8, 6, 1024, 512, 10.0f, {}, " 12 tokens", o.seed));
     // Pruned and re-routed files (fewer routed experts, any number used): one token on the register kernels, a
     // few tokens on the pipelined ones, more than 64 pairs on the grouped path.
     for (auto [E, k] : {std::pair{24, 4}, std::pair{7, 7}, std::pair{1, 1}, std::pair{256, 4}}) {

@@ -17,7 +17,8 @@ constexpr Names<MatmulKernel, 6> kMatmul = {{{MatmulKernel::tc_bf16, "tc_bf16"},
                                              {MatmulKernel::gemv_f32, "gemv_f32"},
                                              {MatmulKernel::gemv_warp, "gemv_warp"},
                                              {MatmulKernel::tiled, "tiled"}}};
-constexpr Names<MoeKernel, 4> kMoe = {{{MoeKernel::decode_xreg, "decode_xreg"},
+constexpr Names<MoeKernel, 5> kMoe = {{{MoeKernel::decode_xreg, "decode_xreg"},
+                                       {MoeKernel::decode_grouped, "decode_grouped"},
                                        {MoeKernel::decode_pipelined, "decode_pipelined"},
                                        {MoeKernel::tc_bf16, "tc_bf16"},
                                        {MoeKernel::grouped, "grouped"}}};

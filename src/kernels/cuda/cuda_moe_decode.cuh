@@ -41,6 +41,13 @@ __device__ __forceinline__ int slot_rank(const int32_t* ids, int64_t token, int 
 bool moe_decode_serves(const MoeArgs& a);
 void launch_moe_decode(CudaBackend& b, const MoeArgs& a, bool xreg);
 
+// Batches of tokens (cuda_moe_grouped.cu): the pairs grouped by expert on the device, each expert's rows read
+// once for up to 4 of its pairs; the same formats and limits as moe_decode_serves. From kMoeGroupedTokens
+// tokens on it is chosen over the per-pair kernels.
+bool moe_grouped_serves(const MoeArgs& a);
+void launch_moe_grouped(CudaBackend& b, const MoeArgs& a);
+constexpr int64_t kMoeGroupedTokens = 8;
+
 // Tokens up to which the register kernels below serve a step (a decode token, or a speculative verify step's
 // 2-4); more go to the pipelined kernels.
 constexpr int64_t kMoeXregTokens = 4;

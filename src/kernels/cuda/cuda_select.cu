@@ -68,6 +68,8 @@ bool moe_kernel_serves(const CudaBackend& b, MoeKernel k, const MoeArgs& a) {
             return b.gemm_precision() == GemmPrecision::BF16;
         case MoeKernel::decode_xreg:
             return moe_decode_serves(a) && (moe_gate_up_xreg_serves(a) || moe_down_xreg_serves(a));
+        case MoeKernel::decode_grouped:
+            return moe_grouped_serves(a);
         case MoeKernel::decode_pipelined:
             return moe_decode_serves(a);
         case MoeKernel::grouped:
@@ -82,6 +84,8 @@ MoeKernel select_moe(const CudaBackend& b, const MoeArgs& a) {
     auto serves = [&](MoeKernel k) { return moe_kernel_serves(b, k, a); };
     // Few (token, slot) pairs: no grouping pass, the register kernels where they serve (one token).
     if (serves(MoeKernel::decode_xreg)) return MoeKernel::decode_xreg;
+    // A batch: experts shared between tokens are read once per chunk of their pairs.
+    if (a.n >= kMoeGroupedTokens && serves(MoeKernel::decode_grouped)) return MoeKernel::decode_grouped;
     if (serves(MoeKernel::decode_pipelined)) return MoeKernel::decode_pipelined;
     if (moe_tc_wanted(b, a) && serves(MoeKernel::tc_bf16)) return MoeKernel::tc_bf16;
     return MoeKernel::grouped;
