@@ -289,6 +289,14 @@ void add_tensor_core_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
             if ((block == 1 && run == 8) || (block > 1 && block % run == 0))
                 out.push_back(weight_bf16_case(t, run, 67, cols_for(t, 3, 96), o.seed));
     }
+    // 16..64 rows of a block format with K a multiple of 256: the kernel that decodes the blocks in shared memory
+    // (cuda_gemm_blocks.cu) where it serves, split over K (few rows) or not (the two-slab case below); partial
+    // tiles of rows and activation rows, strided x and y, a V4-Flash width.
+    for (GgmlType t : weight_types())
+        if (ggml_traits(t).block_elems > 1)
+            out.push_back(matmul_case(bf16, t, 40, 1024, 200, 1024 + 5, 200 + 3, false, o.seed));
+    out.push_back(matmul_case(bf16, GgmlType::Q8_0, 17, 4096, 1000, 4096, 1000, false, o.seed));
+    out.push_back(matmul_case(bf16, GgmlType::Q8_0, 64, 4096, 515, 4096 + 4, 515, false, o.seed));
     // A weight of two decode slabs (2^25 values each): 131072 + 77 rows of 256.
     out.push_back(matmul_case(bf16, GgmlType::Q8_0, 16, 256, 131072 + 77, 256, 131072 + 77, false, o.seed));
     // Below the threshold the bf16 mode keeps the f32 kernels.

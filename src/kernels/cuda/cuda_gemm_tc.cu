@@ -142,16 +142,6 @@ void launch_dequant_bf16(bf16* out, int64_t ld, const Weight& w, const QuantTabl
     CUDA_CHECK_LAUNCH();
 }
 
-void launch_rows_to_bf16(bf16* out, int64_t ld, const float* x, int64_t x_stride, const int32_t* rows, int64_t n,
-                         int64_t K, cudaStream_t s) {
-    const bool vec = K % 8 == 0 && x_stride % 4 == 0 && aligned16(x);
-    if (vec)
-        rows_to_bf16_kernel<true><<<grid_for(n * (ld / 8), 256), 256, 0, s>>>(out, ld, x, x_stride, rows, n, K);
-    else
-        rows_to_bf16_kernel<false><<<grid_for(n * (ld / 8), 256), 256, 0, s>>>(out, ld, x, x_stride, rows, n, K);
-    CUDA_CHECK_LAUNCH();
-}
-
 bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
 // y[i, m] = sum_k a[i, k] w[m, k] for i < n, m < M, k < K: w and a are bf16 rows ldw and lda elements apart,
@@ -203,6 +193,16 @@ void moe_small_experts_f32(CudaBackend& b, const MoeArgs& a, const std::vector<i
 }
 
 }  // namespace
+
+void launch_rows_to_bf16(bf16* out, int64_t ld, const float* x, int64_t x_stride, const int32_t* rows, int64_t n,
+                         int64_t K, cudaStream_t s) {
+    const bool vec = K % 8 == 0 && x_stride % 4 == 0 && aligned16(x);
+    if (vec)
+        rows_to_bf16_kernel<true><<<grid_for(n * (ld / 8), 256), 256, 0, s>>>(out, ld, x, x_stride, rows, n, K);
+    else
+        rows_to_bf16_kernel<false><<<grid_for(n * (ld / 8), 256), 256, 0, s>>>(out, ld, x, x_stride, rows, n, K);
+    CUDA_CHECK_LAUNCH();
+}
 
 cublasContext* CudaBackend::cublas() {
     if (!cublas_) {

@@ -2,6 +2,9 @@
 // pass of moe_experts when they have many rows. See cuda_gemm_tc.cu.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
 #include <cstdint>
 
 #include "ops/backend.h"
@@ -35,5 +38,17 @@ bool moe_tc_wanted(const CudaBackend& b, const MoeArgs& a);
 // GEMMs and the others through the f32 grouped kernels.
 void moe_experts_tc(CudaBackend& b, const MoeArgs& a, const int32_t* offsets, const int32_t* x_rows,
                     const int32_t* pair_of_row, float* y);
+
+// out[i, 0:ld] = bf16(x row rows[i] (i when rows is null)) for i < n, zeros in [K, ld).
+void launch_rows_to_bf16(__nv_bfloat16* out, int64_t ld, const float* x, int64_t x_stride, const int32_t* rows,
+                         int64_t n, int64_t K, cudaStream_t s);
+
+// The same product for kTcMinRows .. kTcBlocksMaxRows rows without the bf16 copy of the weight
+// (cuda_gemm_blocks.cu): the tensor cores multiply weight blocks decoded in shared memory. serves: the bf16 mode,
+// a block format with whole 256-value stages (K % 256 == 0) whose stages fit the device's shared memory.
+constexpr int64_t kTcBlocksMaxRows = 64;
+bool matmul_tc_blocks_serves(const CudaBackend& b, GgmlType type, int64_t K, int64_t n);
+void matmul_tc_blocks(CudaBackend& b, float* y, int64_t y_stride, const float* x, int64_t x_stride, const Weight& w,
+                      int64_t n);
 
 }  // namespace dsv4::cuda

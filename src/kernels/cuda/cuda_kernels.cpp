@@ -11,7 +11,8 @@ namespace {
 template <class E, size_t N>
 using Names = std::array<std::pair<E, const char*>, N>;
 
-constexpr Names<MatmulKernel, 6> kMatmul = {{{MatmulKernel::tc_bf16, "tc_bf16"},
+constexpr Names<MatmulKernel, 7> kMatmul = {{{MatmulKernel::tc_blocks, "tc_blocks"},
+                                             {MatmulKernel::tc_bf16, "tc_bf16"},
                                              {MatmulKernel::q8_xreg, "q8_xreg"},
                                              {MatmulKernel::gemv_digits, "gemv_digits"},
                                              {MatmulKernel::gemv_f32, "gemv_f32"},

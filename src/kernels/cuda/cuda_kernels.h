@@ -15,6 +15,7 @@ namespace dsv4 {
 
 // y = x W^T (matmul, matmul_batch, matmul_norm, and the products inside other ops).
 enum class MatmulKernel : uint8_t {
+    tc_blocks,    // 16..64 rows: tensor cores on weight blocks decoded in shared memory (bf16 mode only)
     tc_bf16,      // tensor cores: weight slabs decoded to bf16, cuBLAS (bf16 mode only)
     q8_xreg,      // Q8_0, one row: the activation held in registers as digits (cuda_gemv_q8_xreg.cu)
     gemv_digits,  // n <= 8: the pipelined GEMV over activation digits (Q8_0, Q2_K, IQ2_XXS)

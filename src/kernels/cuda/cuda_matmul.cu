@@ -209,7 +209,8 @@ void launch_matmul(const MatmulParams& p, MatmulKernel k, const QuantTables& t, 
             break;
         }
         case MatmulKernel::tc_bf16:
-            DSV4_CHECK_MSG(false, "launch_matmul: the tensor-core matmul runs through the backend (matmul_tc)");
+        case MatmulKernel::tc_blocks:
+            DSV4_CHECK_MSG(false, "launch_matmul: the tensor-core matmuls run through the backend (matmul_tc*)");
     }
     CUDA_CHECK_LAUNCH();
 }
@@ -250,6 +251,8 @@ void CudaBackend::matmul(float* y, int64_t y_stride, const float* x, int64_t x_s
     const MatmulKernel k = *select_matmul(*this, MatmulCall{&p, 1, true, true});
     if (k == MatmulKernel::tc_bf16) {
         matmul_tc(*this, y, y_stride, x, x_stride, w, n);
+    } else if (k == MatmulKernel::tc_blocks) {
+        matmul_tc_blocks(*this, y, y_stride, x, x_stride, w, n);
     } else {
         Scratch scratch(*this);  // the decode GEMV's activation digits, if it takes them
         DigitAlloc digits = [&](int64_t count) { return scratch.get<gemv::XDigits>(count); };

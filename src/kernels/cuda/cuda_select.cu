@@ -34,6 +34,8 @@ bool matmul_kernel_serves(const CudaBackend& b, MatmulKernel k, const MatmulCall
     const MatmulParams& p = c.ps[0];
     const bool single = c.count == 1 && !c.with_norm;
     switch (k) {
+        case MatmulKernel::tc_blocks:
+            return single && c.allow_tc && !p.offsets && matmul_tc_blocks_serves(b, p.type, p.K, p.n);
         case MatmulKernel::tc_bf16:
             return single && c.allow_tc && !p.offsets && b.gemm_precision() == GemmPrecision::BF16;
         case MatmulKernel::q8_xreg:
@@ -54,6 +56,7 @@ std::optional<MatmulKernel> select_matmul(const CudaBackend& b, const MatmulCall
     if (b.force().matmul && (c.count > 1 || c.with_norm)) return std::nullopt;  // forced: one by one / unfused
     const MatmulParams& p = c.ps[0];
     auto serves = [&](MatmulKernel k) { return matmul_kernel_serves(b, k, c); };
+    if (p.n >= kTcMinRows && serves(MatmulKernel::tc_blocks)) return MatmulKernel::tc_blocks;
     if (p.n >= kTcMinRows && serves(MatmulKernel::tc_bf16)) return MatmulKernel::tc_bf16;
     if (weight_bytes(c) >= kXregMinBytes && serves(MatmulKernel::q8_xreg)) return MatmulKernel::q8_xreg;
     if (serves(MatmulKernel::gemv_digits)) return MatmulKernel::gemv_digits;
