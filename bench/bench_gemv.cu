@@ -11,8 +11,9 @@
 //
 // `floor` rows time a plain read of the same bytes (read_floor_kernel): the least a call of that size takes.
 // --no-rotate keeps one copy of each weight, so calls smaller than L2 read it from there (A/B of DRAM).
+// --bf16 runs the backend in the bf16 GEMM mode, where calls of 16 rows or more take the tensor-core kernels.
 //
-// usage: bench_gemv [--n 1,2,4,8] [--reps N] [--only NAME] [--quick] [--no-rotate] [--force OP=KERNEL ...]
+// usage: bench_gemv [--n 1,2,4,8] [--reps N] [--only NAME] [--quick] [--no-rotate] [--bf16] [--force OP=KERNEL ...]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -302,6 +303,8 @@ int main(int argc, char** argv) {
             o.only = argv[++i];
         else if (a == "--quick")
             o.quick = true;
+        else if (a == "--bf16")
+            cuda_options.gemm = GemmPrecision::BF16;
         else if (a == "--no-rotate")
             o.no_rotate = true;
         else if (a == "--force" && i + 1 < argc) {
@@ -313,7 +316,7 @@ int main(int argc, char** argv) {
             forced += " " + f;
         } else {
             std::fprintf(stderr,
-                         "usage: bench_gemv [--n 1,2,4,8] [--reps N] [--only NAME] [--quick] [--no-rotate] "
+                         "usage: bench_gemv [--n 1,2,4,8] [--reps N] [--only NAME] [--quick] [--no-rotate] [--bf16] "
                          "[--force OP=KERNEL ...]\n");
             return a == "--help" || a == "-h" ? 0 : 2;
         }

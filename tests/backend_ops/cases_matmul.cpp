@@ -98,11 +98,12 @@ struct BatchJobSpec {
     int64_t K, M, x_off, y_off;
 };
 CaseGen matmul_batch_case(std::vector<BatchJobSpec> jobs, int64_t n, int64_t xs, int64_t ys, uint64_t seed,
-                          bool perf_only = false) {
+                          bool perf_only = false, Mode mode = Mode::F32) {
     return [=]() {
         Case c;
         c.op = "matmul_batch";
-        c.shape = "n=" + std::to_string(n);
+        c.shape = mode == Mode::BF16 ? "bf16 n=" : "n=";
+        c.shape += std::to_string(n);
         for (const BatchJobSpec& j : jobs) {  // appends: GCC 12 warns (-Wrestrict) on the chained operator+
             c.shape += ' ';
             c.shape += fmt_type(j.t);
@@ -119,7 +120,7 @@ CaseGen matmul_batch_case(std::vector<BatchJobSpec> jobs, int64_t n, int64_t xs,
             kmax = std::max(kmax, j.K);
         }
         auto x = std::make_shared<std::vector<float>>(rng.vec(n * xs));
-        c.tol = tol_dot((double)kmax);
+        c.tol = (mode == Mode::BF16 ? kTolBf16Dot : 0.0) + tol_dot((double)kmax);
         c.ref_tol = tol_dot((double)kmax);
         c.perf_only = perf_only;
         for (const auto& w : *ws) c.bytes += (double)w.size();
@@ -134,7 +135,10 @@ CaseGen matmul_batch_case(std::vector<BatchJobSpec> jobs, int64_t n, int64_t xs,
             auto mj = std::make_shared<std::vector<MatmulJob>>();
             for (size_t j = 0; j < jobs.size(); ++j)
                 mj->push_back({yd + jobs[j].y_off, ys, xd + jobs[j].x_off, xs, &(*wts)[j]});
-            in.run = [&b, wts, mj, n]() { b.matmul_batch(*mj, n); };
+            in.run = [&b, wts, mj, n, mode]() {
+                const ScopedMode scope(b, mode);
+                b.matmul_batch(*mj, n);
+            };
             in.read = [&d, yd, n, ys, jobs]() {
                 Arrays out;
                 for (const BatchJobSpec& j : jobs) out.push_back(d.get(yd + j.y_off, n, j.M, ys));
@@ -187,6 +191,16 @@ void add_matmul_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
         std::vector<BatchJobSpec> groups;
         for (int g = 0; g < 8; ++g) groups.push_back({q8, 256, 64, 256 * g, 64 * g});
         out.push_back(matmul_batch_case(groups, n, 8 * 256, 8 * 64, o.seed));
+    }
+    // The bf16 mode's batch kernel for 16..64 rows (tc_blocks: jobs of one block format and K in one launch):
+    // wo_a-like groups, jobs of different widths reading one x, a job in another format (its own launch).
+    for (int64_t n : {16, 40, 64}) {
+        const GgmlType q8 = GgmlType::Q8_0;
+        std::vector<BatchJobSpec> groups;
+        for (int g = 0; g < 8; ++g) groups.push_back({q8, 512, 64 + 40 * g, 512 * g, 400 * g});
+        out.push_back(matmul_batch_case(groups, n, 8 * 512 + 4, 8 * 400, o.seed, false, Mode::BF16));
+        out.push_back(matmul_batch_case({{q8, 768, 300, 0, 0}, {q8, 768, 33, 0, 300}, {GgmlType::Q4_K, 768, 130, 0, 333}},
+                                        n, 768, 463, o.seed, false, Mode::BF16));
     }
     // One activation row, Q8_0 jobs of one K (a multiple of 512): the kernel with the activation in registers,
     // for a layer's projections of one input (whole blocks per lane) and wo_a-like groups (half blocks).

@@ -134,6 +134,15 @@ enum class Mode { F32, BF16 };
 // Unit roundoff of bf16 (8 significant bits, to nearest): the tensor-core tolerances are multiples of kUb2.
 constexpr double kUb = 1.0 / 256.0;  // 2^-8
 constexpr double kUb2 = kUb * kUb;
+// Tolerances of the bf16 path (NMSE, a squared relative error). Rounding a value to bf16 (8 significant
+// bits, to nearest) makes a relative error of at most u = 2^-8, with variance at most u^2/3 (uniform over
+// [-u, u]). A dot product of the rounded weight and activation: each term w_k x_k carries a relative error
+// d_k + e_k of variance 2u^2/3, independent across terms; the test's activations are zero-mean and
+// independent of the weights, so the terms are zero-mean and independent and the error of the sum, relative
+// to the sum, has the same variance whatever K: NMSE ~ 2u^2/3 (~1.0e-5). (The worst case over adversarial
+// inputs grows like u sqrt(K) relative to |w||x|; random inputs sit at the expectation.) Bound: 8x that,
+// 16u^2/3 = 8.1e-5, plus the f32 accumulation's own bound. cuBLAS accumulates in f32.
+constexpr double kTolBf16Dot = 16.0 / 3.0 * kUb2;
 inline const char* mode_name(Mode m) {
     return m == Mode::BF16 ? "bf16" : "f32";
 }

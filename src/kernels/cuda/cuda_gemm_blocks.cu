@@ -23,6 +23,8 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_dequant_bf16.cuh"
 #include "kernels/cuda/cuda_gemm_tc.cuh"
+#include "kernels/cuda/cuda_gemv.cuh"
+#include "kernels/cuda/cuda_matmul.cuh"
 #include "kernels/cuda/cuda_mma.cuh"
 
 namespace dsv4::cuda {
@@ -51,29 +53,40 @@ constexpr bool blocks_format() {
     return Dq<T>::kElems >= 32 && kStageK % Dq<T>::kElems == 0;
 }
 
-struct BlocksParams {
+// One product of a launch: y = x W^T, x already rounded to bf16 ([n, K], rows K apart).
+struct BlocksJob {
     const uint8_t* w = nullptr;
     size_t row_bytes = 0;
     int64_t M = 0;
-    const bf16* xb = nullptr;  // [n, K] bf16 rows K apart
-    int64_t K = 0, n = 0;
+    const bf16* xb = nullptr;
     float* y = nullptr;  // splits == 1: y rows y_stride apart
     int64_t y_stride = 0;
     float* part = nullptr;  // splits > 1: [splits, n, M]
+};
+
+// Up to kMaxJobs products of one weight format over the same K and n (matmul_batch's jobs), as one launch.
+constexpr int kMaxJobs = kGemvMaxJobs;
+struct BlocksParams {
+    BlocksJob jobs[kMaxJobs];
+    int64_t K = 0, n = 0;
     int steps = 0, splits = 1;
 };
 
 __device__ __forceinline__ uint4 ld_nc16(const bf16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 
-// Grid: (row blocks, splits). NT: 8-row tiles of activations (n <= 8 NT).
+// Grid: (row blocks of the largest job, splits, jobs). NT: 8-row tiles of activations (n <= 8 NT).
 template <GgmlType T, int NT>
-__global__ void __launch_bounds__(kThreads, 2) gemm_blocks_kernel(BlocksParams p, QuantTables tb) {
+__global__ void __launch_bounds__(kThreads, 2) gemm_blocks_kernel(const __grid_constant__ BlocksParams pp,
+                                                                  QuantTables tb) {
     using S = BlocksStage<T>;
     extern __shared__ uint4 blocks_smem[];
-    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, c = lane % 4;
+    const BlocksJob& p = pp.jobs[blockIdx.z];
     const int64_t m_block = (int64_t)blockIdx.x * kBlockRows;
+    if (m_block >= p.M) return;  // a smaller job of the launch
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, c = lane % 4;
     const int split = blockIdx.y;
-    const int s0 = (int)((int64_t)split * p.steps / p.splits), s1 = (int)((int64_t)(split + 1) * p.steps / p.splits);
+    const int s0 = (int)((int64_t)split * pp.steps / pp.splits);
+    const int s1 = (int)((int64_t)(split + 1) * pp.steps / pp.splits);
     const int n_steps = s1 - s0;
 
     // The first byte of stage `step` of block row r (rows past M read the last row; their sums are dropped).
@@ -111,8 +124,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_blocks_kernel(BlocksParams p
     const bf16* xr[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-        const int64_t i = nt * 8 + g < p.n ? nt * 8 + g : p.n - 1;
-        xr[nt] = p.xb + i * p.K + 8 * c;
+        const int64_t i = nt * 8 + g < pp.n ? nt * 8 + g : pp.n - 1;
+        xr[nt] = p.xb + i * pp.K + 8 * c;
     }
 
     for (int i = 0; i < n_steps; ++i) {
@@ -165,27 +178,28 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_blocks_kernel(BlocksParams p
             for (int j = 0; j < 4; ++j) {
                 const int64_t m = m_block + warp * kMTiles * 16 + mt * 16 + g + 8 * (j / 2);
                 const int64_t i = nt * 8 + 2 * c + j % 2;
-                if (m >= p.M || i >= p.n) continue;
-                if (p.splits == 1)
+                if (m >= p.M || i >= pp.n) continue;
+                if (pp.splits == 1)
                     p.y[i * p.y_stride + m] = acc[mt][nt][j];
                 else
-                    p.part[((int64_t)split * p.n + i) * p.M + m] = acc[mt][nt][j];
+                    p.part[((int64_t)split * pp.n + i) * p.M + m] = acc[mt][nt][j];
             }
 }
 
-// y[i, m] = the splits' partial sums in split order.
-__global__ void blocks_reduce_kernel(float* y, int64_t y_stride, const float* part, int splits, int64_t n,
-                                     int64_t M) {
+// y[i, m] = the splits' partial sums in split order; grid y: the job.
+__global__ void blocks_reduce_kernel(const __grid_constant__ BlocksParams pp) {
     pdl_begin();
-    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n * M; t += (int64_t)gridDim.x * blockDim.x) {
-        float s = part[t];
-        for (int j = 1; j < splits; ++j) s += part[(int64_t)j * n * M + t];
-        y[(t / M) * y_stride + t % M] = s;
+    const BlocksJob& p = pp.jobs[blockIdx.y];
+    const int64_t total = pp.n * p.M;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
+        float s = p.part[t];
+        for (int j = 1; j < pp.splits; ++j) s += p.part[(int64_t)j * total + t];
+        p.y[(t / p.M) * p.y_stride + t % p.M] = s;
     }
 }
 
 template <GgmlType T, int NT>
-void launch_blocks(CudaBackend& b, const BlocksParams& p, cudaStream_t s) {
+void launch_blocks(const BlocksParams& p, unsigned row_blocks, int count, const QuantTables& t, cudaStream_t s) {
     auto* k = gemm_blocks_kernel<T, NT>;
     static const bool attr = [&] {
         CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)BlocksStage<T>::kSmem));
@@ -194,58 +208,70 @@ void launch_blocks(CudaBackend& b, const BlocksParams& p, cudaStream_t s) {
         return true;
     }();
     (void)attr;
-    const dim3 grid(ceil_div(p.M, kBlockRows), (unsigned)p.splits);
-    launch_pdl(k, grid, kThreads, BlocksStage<T>::kSmem, s, p, b.tables());
+    launch_pdl(k, dim3(row_blocks, (unsigned)p.splits, (unsigned)count), kThreads, BlocksStage<T>::kSmem, s, p, t);
 }
 
 }  // namespace
 
-bool matmul_tc_blocks_serves(const CudaBackend& b, GgmlType type, int64_t K, int64_t n) {
-    if (b.gemm_precision() != GemmPrecision::BF16 || n < kTcMinRows || n > kTcBlocksMaxRows) return false;
-    if (K % kStageK != 0) return false;
+bool matmul_tc_blocks_serves(const CudaBackend& b, const MatmulParams* ps, int count) {
+    const MatmulParams& p = ps[0];
+    if (b.gemm_precision() != GemmPrecision::BF16 || p.n < kTcMinRows || p.n > kTcBlocksMaxRows) return false;
+    if (count < 1 || count > kMaxJobs || p.K % kStageK != 0) return false;
+    for (int j = 0; j < count; ++j)
+        if (ps[j].offsets || ps[j].type != p.type || ps[j].K != p.K || ps[j].n != p.n || ps[j].M <= 0) return false;
     bool ok = false;
-    dispatch_weight_type(type, [&](auto tag) {
+    dispatch_weight_type(p.type, [&](auto tag) {
         constexpr GgmlType T = decltype(tag)::type;
         if constexpr (blocks_format<T>()) ok = BlocksStage<T>::kSmem <= (size_t)b.props().sharedMemPerBlockOptin;
     });
     return ok;
 }
 
-void matmul_tc_blocks(CudaBackend& b, float* y, int64_t y_stride, const float* x, int64_t x_stride, const Weight& w,
-                      int64_t n) {
-    DSV4_CHECK(matmul_tc_blocks_serves(b, w.type, w.cols, n) && w.rows > 0);
-    const int64_t K = w.cols, M = w.rows;
+void matmul_tc_blocks(CudaBackend& b, const MatmulParams* ps, int count) {
+    DSV4_CHECK(matmul_tc_blocks_serves(b, ps, count));
+    const int64_t K = ps[0].K, n = ps[0].n;
     CudaBackend::Scratch s(b);
-    bf16* xb = s.get<bf16>(n * K);
-    launch_rows_to_bf16(xb, K, x, x_stride, nullptr, n, K, b.stream());
     BlocksParams p;
-    p.w = w.data;
-    p.row_bytes = w.row_bytes;
-    p.M = M;
-    p.xb = xb;
     p.K = K;
     p.n = n;
-    p.y = y;
-    p.y_stride = y_stride;
     p.steps = (int)(K / kStageK);
+    int64_t row_blocks = 0, all_blocks = 0;
+    for (int j = 0; j < count; ++j) {
+        row_blocks = std::max<int64_t>(row_blocks, ceil_div(ps[j].M, kBlockRows));
+        all_blocks += ceil_div(ps[j].M, kBlockRows);
+    }
     // Split K while the row blocks alone fill less than two blocks per SM (at least one stage per split).
-    const int64_t row_blocks = ceil_div(M, kBlockRows), want = 2 * (int64_t)b.props().multiProcessorCount;
-    p.splits = (int)std::clamp<int64_t>((want + row_blocks - 1) / row_blocks, 1, p.steps);
-    if (p.splits > 1) p.part = s.get<float>((int64_t)p.splits * n * M);
-    dispatch_weight_type(w.type, [&](auto tag) {
+    const int64_t want = 2 * (int64_t)b.props().multiProcessorCount;
+    p.splits = (int)std::clamp<int64_t>((want + all_blocks - 1) / all_blocks, 1, p.steps);
+    for (int j = 0; j < count; ++j) {
+        BlocksJob& job = p.jobs[j];
+        bf16* xb = s.get<bf16>(n * K);
+        launch_rows_to_bf16(xb, K, ps[j].x, ps[j].x_stride, nullptr, n, K, b.stream());
+        job.w = ps[j].w;
+        job.row_bytes = ps[j].row_bytes;
+        job.M = ps[j].M;
+        job.xb = xb;
+        job.y = ps[j].y;
+        job.y_stride = ps[j].y_stride;
+        if (p.splits > 1) job.part = s.get<float>((int64_t)p.splits * n * job.M);
+    }
+    dispatch_weight_type(ps[0].type, [&](auto tag) {
         constexpr GgmlType T = decltype(tag)::type;
         if constexpr (blocks_format<T>()) {
+            const unsigned rb = (unsigned)row_blocks;
             if (n <= 16)
-                launch_blocks<T, 2>(b, p, b.stream());
+                launch_blocks<T, 2>(p, rb, count, b.tables(), b.stream());
             else if (n <= 32)
-                launch_blocks<T, 4>(b, p, b.stream());
+                launch_blocks<T, 4>(p, rb, count, b.tables(), b.stream());
             else
-                launch_blocks<T, 8>(b, p, b.stream());
+                launch_blocks<T, 8>(p, rb, count, b.tables(), b.stream());
         }
     });
     CUDA_CHECK_LAUNCH();
     if (p.splits > 1) {
-        launch_pdl(blocks_reduce_kernel, grid_for(n * M, 256), 256, 0, b.stream(), y, y_stride, p.part, p.splits, n, M);
+        int64_t most = 0;
+        for (int j = 0; j < count; ++j) most = std::max(most, n * ps[j].M);
+        launch_pdl(blocks_reduce_kernel, dim3(grid_for(most, 256), (unsigned)count), 256, 0, b.stream(), p);
         CUDA_CHECK_LAUNCH();
     }
 }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/cuda_matmul.cuh"
 #include "ops/backend.h"
 
 namespace dsv4::cuda {
@@ -43,12 +44,12 @@ void moe_experts_tc(CudaBackend& b, const MoeArgs& a, const int32_t* offsets, co
 void launch_rows_to_bf16(__nv_bfloat16* out, int64_t ld, const float* x, int64_t x_stride, const int32_t* rows,
                          int64_t n, int64_t K, cudaStream_t s);
 
-// The same product for kTcMinRows .. kTcBlocksMaxRows rows without the bf16 copy of the weight
-// (cuda_gemm_blocks.cu): the tensor cores multiply weight blocks decoded in shared memory. serves: the bf16 mode,
-// a block format with whole 256-value stages (K % 256 == 0) whose stages fit the device's shared memory.
+// The same products for kTcMinRows .. kTcBlocksMaxRows rows without the bf16 copy of the weight
+// (cuda_gemm_blocks.cu): the tensor cores multiply weight blocks decoded in shared memory, 1..16 plain products
+// of one format, K and n (matmul_batch's jobs) in one launch. serves: the bf16 mode, a block format with whole
+// 256-value stages (K % 256 == 0) whose stages fit the device's shared memory.
 constexpr int64_t kTcBlocksMaxRows = 64;
-bool matmul_tc_blocks_serves(const CudaBackend& b, GgmlType type, int64_t K, int64_t n);
-void matmul_tc_blocks(CudaBackend& b, float* y, int64_t y_stride, const float* x, int64_t x_stride, const Weight& w,
-                      int64_t n);
+bool matmul_tc_blocks_serves(const CudaBackend& b, const MatmulParams* ps, int count);
+void matmul_tc_blocks(CudaBackend& b, const MatmulParams* ps, int count);
 
 }  // namespace dsv4::cuda

@@ -252,7 +252,7 @@ void CudaBackend::matmul(float* y, int64_t y_stride, const float* x, int64_t x_s
     if (k == MatmulKernel::tc_bf16) {
         matmul_tc(*this, y, y_stride, x, x_stride, w, n);
     } else if (k == MatmulKernel::tc_blocks) {
-        matmul_tc_blocks(*this, y, y_stride, x, x_stride, w, n);
+        matmul_tc_blocks(*this, &p, 1);
     } else {
         Scratch scratch(*this);  // the decode GEMV's activation digits, if it takes them
         DigitAlloc digits = [&](int64_t count) { return scratch.get<gemv::XDigits>(count); };
@@ -305,7 +305,9 @@ void CudaBackend::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {
         if (ps.size() < 2) continue;
         const std::optional<MatmulKernel> k = select_matmul(*this, MatmulCall{ps.data(), (int)ps.size(), true, true});
         if (!k) continue;
-        if (*k == MatmulKernel::q8_xreg)
+        if (*k == MatmulKernel::tc_blocks)
+            matmul_tc_blocks(*this, ps.data(), (int)ps.size());
+        else if (*k == MatmulKernel::q8_xreg)
             launch_gemv_q8_xreg(ps.data(), (int)ps.size(), stream_);
         else
             launch_gemv_pipelined(ps.data(), (int)ps.size(), *k == MatmulKernel::gemv_digits, tables_, stream_, &digits);

@@ -1,16 +1,18 @@
-// MoE experts for a batch of decoding tokens (9..512 (token, slot) pairs): the pairs are grouped by expert on
-// the device and each expert's rows are streamed once for up to kChunk of its pairs, where the per-pair kernels
-// of cuda_moe_decode.cu stream them once per pair. At 64 streams of V4-Flash (384 pairs over 256 experts, ~200
-// of them touched) that is about half the bytes.
+// MoE experts for a batch of decoding tokens (8..85 tokens, up to 512 (token, slot) pairs): the pairs are
+// grouped by expert on the device and each expert's rows are streamed once for up to kChunk of its pairs, where
+// the per-pair kernels of cuda_moe_decode.cu stream them once per pair.
 // 1. plan: one block orders the pairs by (expert, pair index) and cuts each expert's pairs into chunks of at
 //    most kChunk; the chunk count stays on the device (no host synchronization, so a step graph replays it).
 // 2. gate_up: for every chunk and row f of its expert, the gate and up rows are streamed together against the
 //    chunk's activations, then the clamped SwiGLU and each pair's routing weight give h[pair, f].
 // 3. down: for every chunk and output row d, y[pair, d] = h[pair] . W_down[e][d].
 // 4. each token's k rows of y summed in ascending expert id, ties by slot (the CPU's order; moe_sum_pairs).
-// The two streaming kernels walk their (chunk, rows) groups in a grid-stride loop over a grid sized for the
-// GPU, since how many chunks there are is known only on the device. A pair's sums do not depend on which chunk
-// it shares or its place in it: each activation row is its own accumulator in the codecs' dots.
+// The streaming kernels are as many warps as fit on the GPU, each looping over (chunk, rows) groups on its own,
+// since how many chunks there are is known only on the device. A pair's sums do not depend on the chunk it
+// shares: each activation row is its own accumulator in the codecs' dots.
+//
+// Chunks hold two pairs: the digit codecs' dots cost about as much per pair as the decode of the weights they
+// share, so wider chunks save bytes but few instructions, and their accumulators cost occupancy.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -28,10 +30,12 @@ namespace {
 using namespace gemv;
 
 constexpr int kMaxPairs = 512;  // n * k up to this: one plan block, a thread per pair
-constexpr int kChunk = 4;       // pairs of one expert per weight read
-constexpr int kGateItems = 4;   // rows f per gate/up group (as cuda_moe_decode.cu)
-constexpr int kDownItems = 4;   // row pairs d per down group
-constexpr int64_t kTargetWarps = 4096;
+constexpr int kChunk = 2;       // pairs of one expert per weight read
+constexpr int kGateItems = 8;   // rows f per gate/up group
+constexpr int kDownItems = 8;   // row pairs d per down group
+// Resident blocks per SM the streaming kernels are compiled for (128 registers): with two pairs' accumulators
+// the 2-bit digit codecs spill at 5 blocks (102 registers) and more.
+constexpr int kGroupedMinBlocks = 4;
 
 // Chunk c: expert e, pairs pair[c * kChunk + 0 .. count).
 struct Chunk {
@@ -106,23 +110,14 @@ __global__ void moe_plan_kernel(const int32_t* ids, int P, int n_experts, Chunk*
     }
 }
 
-// Resident blocks per SM the kernels are compiled for: four (128 registers) for the integer digit codecs, two
-// for the float codecs, whose accumulators for four activation rows spill at 128 registers.
-template <class C>
-constexpr int grouped_min_blocks() {
-    return requires { typename C::X; } ? 4 : 2;
-}
-
-// Calls go(std::integral_constant<int, NT>) with NT the accumulator width for m pairs: 1, 2 or kChunk.
+// Calls go(std::integral_constant<int, NT>) with NT = m, the chunk's pairs (1 or kChunk).
 template <class F>
 __device__ __forceinline__ void with_width(int m, F&& go) {
-    static_assert(kChunk == 4, "widths 1, 2, 4");
+    static_assert(kChunk == 2, "widths 1 and 2");
     if (m == 1)
         go(std::integral_constant<int, 1>{});
-    else if (m == 2)
-        go(std::integral_constant<int, 2>{});
     else
-        go(std::integral_constant<int, 4>{});
+        go(std::integral_constant<int, 2>{});
 }
 
 // Gate/up rows f0 .. f0 + kGateItems of one expert against the chunk's activation rows.
@@ -153,136 +148,104 @@ struct GroupDownSrc {
     __device__ const X* x(int, int t) const { return hs[t]; }
 };
 
-// The block-level loop over (chunk, rows) groups shared by both kernels: gpb groups per block, wg warps each;
-// every block takes the same number of turns (two barriers per turn). body(chunk, local, live) runs the warp's
-// group and leaves its sums in shared memory; finish(chunk, local) combines them.
-template <class Body, class Finish>
-__device__ __forceinline__ void for_groups(const GroupedParams& a, int64_t per_chunk, int wg, Body&& body,
-                                           Finish&& finish) {
-    const int warp = threadIdx.x / kWarp;
-    const int gpb = kWarpsPerBlock / wg;
+// The loop over (chunk, rows) groups shared by both kernels: each warp takes groups warp, warp + all warps, ...
+// on its own (no block barriers: a warp streams a whole group, split-K is never needed here since even 8
+// tokens make thousands of groups). body(chunk, local) runs the warp's group.
+template <class Body>
+__device__ __forceinline__ void for_groups(const GroupedParams& a, int64_t per_chunk, Body&& body) {
     const int64_t total = (int64_t)*a.n_chunks * per_chunk;
-    for (int64_t base = (int64_t)blockIdx.x * gpb; base < total; base += (int64_t)gridDim.x * gpb) {
-        const int64_t group = base + warp / wg;
-        const bool live = group < total;
-        const int64_t chunk = live ? group / per_chunk : 0, local = group % per_chunk;
-        if (live) body(chunk, local);
-        __syncthreads();
-        if (live && warp % wg == 0) finish(chunk, local);
-        __syncthreads();
-    }
+    const int64_t stride = (int64_t)gridDim.x * kWarpsPerBlock;
+    for (int64_t group = (int64_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarp; group < total; group += stride)
+        body(group / per_chunk, group % per_chunk);
 }
 
 template <GgmlType T, class C>
-__global__ void __launch_bounds__(kThreads, grouped_min_blocks<C>())
-    moe_gate_up_grouped_kernel(GroupedParams a, int wg, QuantTables tb) {
+__global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
+    moe_gate_up_grouped_kernel(GroupedParams a, QuantTables tb) {
     pdl_begin();
     constexpr int R = kRowsPerWarp;
     static_assert(R == 2, "a warp streams one gate row and one up row at a time");
     using X = typename XOf<C>::X;
     __shared__ uint4 ring[kWarpsPerBlock][ring_words<C, R>()];
-    __shared__ float partial[kWarpsPerBlock][kGateItems][R][kChunk];
     __shared__ uint32_t lut_mem[LutStorage<T>::kWords];
     const Lut lut = build_lut<T>(lut_mem, tb);
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
     const int64_t per_chunk = (a.F + kGateItems - 1) / kGateItems;
-    for_groups(
-        a, per_chunk, wg,
-        [&](int64_t chunk, int64_t local) {
-            const Chunk ch = a.chunks[chunk];
-            GroupGateUpSrc<X> src;
-            src.gate = a.gate + (size_t)ch.expert * a.F * a.gate_row;
-            src.up = a.up + (size_t)ch.expert * a.F * a.up_row;
-            src.gate_row = a.gate_row;
-            src.up_row = a.up_row;
-            src.f0 = local * kGateItems;
-            src.F = a.F;
-            for (int t = 0; t < kChunk; ++t) {
-                const int p = a.pairs[chunk * kChunk + (t < ch.count ? t : 0)];
-                src.xs[t] = static_cast<const X*>(a.x) + (p / a.k) * XOf<C>::row(a.D);
-            }
-            with_width(ch.count, [&](auto width) {
-                constexpr int NT = decltype(width)::value;
-                stream_rows<C, R, NT>(
-                    src, kGateItems, (int)(a.D / C::kElems), warp % wg, wg, ch.count, ring[warp], lut, [] {},
-                    [&](int item, const float(&acc)[R][NT]) {
-                        if (lane == 0)
+    for_groups(a, per_chunk, [&](int64_t chunk, int64_t local) {
+        const Chunk ch = a.chunks[chunk];
+        GroupGateUpSrc<X> src;
+        src.gate = a.gate + (size_t)ch.expert * a.F * a.gate_row;
+        src.up = a.up + (size_t)ch.expert * a.F * a.up_row;
+        src.gate_row = a.gate_row;
+        src.up_row = a.up_row;
+        src.f0 = local * kGateItems;
+        src.F = a.F;
+        int pair[kChunk];
 #pragma unroll
-                            for (int r = 0; r < R; ++r)
+        for (int t = 0; t < kChunk; ++t) {
+            pair[t] = a.pairs[chunk * kChunk + (t < ch.count ? t : 0)];
+            src.xs[t] = static_cast<const X*>(a.x) + (pair[t] / a.k) * XOf<C>::row(a.D);
+        }
+        with_width(ch.count, [&](auto width) {
+            constexpr int NT = decltype(width)::value;
+            stream_rows<C, R, NT>(src, kGateItems, (int)(a.D / C::kElems), 0, 1, NT, ring[warp], lut, [] {},
+                                  [&](int item, const float(&acc)[R][NT]) {
+                                      const int64_t f = src.f0 + item;
+                                      if (lane != 0 || f >= a.F) return;
 #pragma unroll
-                                for (int t = 0; t < NT; ++t) partial[warp][item][r][t] = acc[r][t];
-                    });
-            });
-        },
-        [&](int64_t chunk, int64_t local) {
-            const Chunk ch = a.chunks[chunk];
-            const int item = lane % kGateItems, t = lane / kGateItems;
-            const int64_t f = local * kGateItems + item;
-            if (t >= ch.count || f >= a.F) return;
-            float gv = partial[warp][item][0][t], uv = partial[warp][item][1][t];
-            for (int w = 1; w < wg; ++w) {
-                gv += partial[warp + w][item][0][t];
-                uv += partial[warp + w][item][1][t];
-            }
-            if (a.clamp > 0) {  // as the swiglu op, then the routing weight (applied before the down projection)
-                gv = fminf(gv, a.clamp);
-                uv = fminf(fmaxf(uv, -a.clamp), a.clamp);
-            }
-            const int p = a.pairs[chunk * kChunk + t];
-            const float hv = gv / (1.0f + expf(-gv)) * uv;
-            a.h[(int64_t)p * a.F + f] = hv * a.weights[p];
+                                      for (int t = 0; t < NT; ++t) {
+                                          float gv = acc[0][t], uv = acc[1][t];
+                                          if (a.clamp > 0) {  // as the swiglu op, then the routing weight
+                                              gv = fminf(gv, a.clamp);
+                                              uv = fminf(fmaxf(uv, -a.clamp), a.clamp);
+                                          }
+                                          const float hv = gv / (1.0f + expf(-gv)) * uv;
+                                          a.h[(int64_t)pair[t] * a.F + f] = hv * a.weights[pair[t]];
+                                      }
+                                  });
         });
+    });
 }
 
 template <GgmlType T, class C>
-__global__ void __launch_bounds__(kThreads, grouped_min_blocks<C>())
-    moe_down_grouped_kernel(GroupedParams a, int wg, QuantTables tb) {
+__global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
+    moe_down_grouped_kernel(GroupedParams a, QuantTables tb) {
     pdl_begin();
     constexpr int R = kRowsPerWarp;
     using X = typename XOf<C>::X;
     __shared__ uint4 ring[kWarpsPerBlock][ring_words<C, R>()];
-    __shared__ float partial[kWarpsPerBlock][kDownItems][R][kChunk];
     __shared__ uint32_t lut_mem[LutStorage<T>::kWords];
     const Lut lut = build_lut<T>(lut_mem, tb);
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
     const int64_t per_chunk = (a.D + kDownItems * R - 1) / (kDownItems * R);
-    for_groups(
-        a, per_chunk, wg,
-        [&](int64_t chunk, int64_t local) {
-            const Chunk ch = a.chunks[chunk];
-            GroupDownSrc<X> src;
-            src.down = a.down + (size_t)ch.expert * a.D * a.down_row;
-            src.row_bytes = a.down_row;
-            src.d0 = local * kDownItems * R;
-            src.D = a.D;
-            for (int t = 0; t < kChunk; ++t) {
-                const int p = a.pairs[chunk * kChunk + (t < ch.count ? t : 0)];
-                src.hs[t] = static_cast<const X*>(a.hq) + (int64_t)p * XOf<C>::row(a.F);
-            }
-            with_width(ch.count, [&](auto width) {
-                constexpr int NT = decltype(width)::value;
-                stream_rows<C, R, NT>(
-                    src, kDownItems, (int)(a.F / C::kElems), warp % wg, wg, ch.count, ring[warp], lut, [] {},
-                    [&](int item, const float(&acc)[R][NT]) {
-                        if (lane == 0)
+    for_groups(a, per_chunk, [&](int64_t chunk, int64_t local) {
+        const Chunk ch = a.chunks[chunk];
+        GroupDownSrc<X> src;
+        src.down = a.down + (size_t)ch.expert * a.D * a.down_row;
+        src.row_bytes = a.down_row;
+        src.d0 = local * kDownItems * R;
+        src.D = a.D;
+        int pair[kChunk];
 #pragma unroll
-                            for (int r = 0; r < R; ++r)
+        for (int t = 0; t < kChunk; ++t) {
+            pair[t] = a.pairs[chunk * kChunk + (t < ch.count ? t : 0)];
+            src.hs[t] = static_cast<const X*>(a.hq) + (int64_t)pair[t] * XOf<C>::row(a.F);
+        }
+        with_width(ch.count, [&](auto width) {
+            constexpr int NT = decltype(width)::value;
+            stream_rows<C, R, NT>(src, kDownItems, (int)(a.F / C::kElems), 0, 1, NT, ring[warp], lut, [] {},
+                                  [&](int item, const float(&acc)[R][NT]) {
+                                      if (lane != 0) return;
 #pragma unroll
-                                for (int t = 0; t < NT; ++t) partial[warp][item][r][t] = acc[r][t];
-                    });
-            });
-        },
-        [&](int64_t chunk, int64_t local) {
-            const Chunk ch = a.chunks[chunk];
-            // Lane: (item, r, t) of kDownItems * R * kChunk = 32.
-            static_assert(kDownItems * kRowsPerWarp * kChunk == kWarp, "a lane per output of the group");
-            const int t = lane % kChunk, r = (lane / kChunk) % R, item = lane / (kChunk * R);
-            const int64_t d = local * kDownItems * R + 2 * item + r;
-            if (t >= ch.count || d >= a.D) return;
-            float v = partial[warp][item][r][t];
-            for (int w = 1; w < wg; ++w) v += partial[warp + w][item][r][t];
-            a.y[(int64_t)a.pairs[chunk * kChunk + t] * a.D + d] = v;
+                                      for (int r = 0; r < R; ++r) {
+                                          const int64_t d = src.d0 + 2 * item + r;
+                                          if (d >= a.D) continue;
+#pragma unroll
+                                          for (int t = 0; t < NT; ++t) a.y[(int64_t)pair[t] * a.D + d] = acc[r][t];
+                                      }
+                                  });
         });
+    });
 }
 
 // The blocks of kernel K (kThreads each) that fit on the GPU at once.
@@ -296,17 +259,13 @@ unsigned resident_blocks() {
     return blocks;
 }
 
-// Launches streaming kernel K (codec C) over at most `groups` groups of rows `cols` values long: split-K only
-// while the groups alone leave the GPU short of warps, at most the blocks that fit at once.
-template <auto K, class C>
-void launch_grouped(int64_t groups, int64_t cols, const GroupedParams& p, const QuantTables& t, cudaStream_t s) {
-    constexpr int R = kRowsPerWarp;
-    const int64_t n_stages = (cols / C::kElems + Stage<C, R>::kBlocks - 1) / Stage<C, R>::kBlocks;
-    int wg = 1;
-    while (wg < kWarpsPerBlock && 2 * wg <= n_stages && groups * wg < kTargetWarps) wg *= 2;
+// Launches streaming kernel K (codec C) over at most `groups` groups: one warp per group, at most the blocks
+// that fit on the GPU at once (the warps then loop over the groups).
+template <auto K>
+void launch_grouped(int64_t groups, const GroupedParams& p, const QuantTables& t, cudaStream_t s) {
     prefer_shared<K>();
-    const unsigned blocks = std::min<unsigned>(ceil_div(groups * wg, kWarpsPerBlock), resident_blocks<K>());
-    launch_pdl(K, blocks, kThreads, 0, s, p, wg, t);
+    const unsigned blocks = std::min<unsigned>(ceil_div(groups, kWarpsPerBlock), resident_blocks<K>());
+    launch_pdl(K, blocks, kThreads, 0, s, p, t);
 }
 
 // The codec a stack is read with: the digit codec where the format has one (activations quantized first).
@@ -366,8 +325,8 @@ void launch_moe_grouped(CudaBackend& b, const MoeArgs& a) {
         constexpr GgmlType T = decltype(tag)::type;
         with_grouped_codec<T>([&](auto codec) {
             using Cd = decltype(codec);
-            launch_grouped<moe_gate_up_grouped_kernel<T, Cd>, Cd>(C * ((F + kGateItems - 1) / kGateItems), D, p,
-                                                                  b.tables(), b.stream());
+            launch_grouped<moe_gate_up_grouped_kernel<T, Cd>>(C * ((F + kGateItems - 1) / kGateItems), p, b.tables(),
+                                                              b.stream());
         });
     });
     CUDA_CHECK_LAUNCH();
@@ -380,8 +339,8 @@ void launch_moe_grouped(CudaBackend& b, const MoeArgs& a) {
         constexpr GgmlType T = decltype(tag)::type;
         with_grouped_codec<T>([&](auto codec) {
             using Cd = decltype(codec);
-            launch_grouped<moe_down_grouped_kernel<T, Cd>, Cd>(
-                C * ((D + kDownItems * kRowsPerWarp - 1) / (kDownItems * kRowsPerWarp)), F, p, b.tables(), b.stream());
+            launch_grouped<moe_down_grouped_kernel<T, Cd>>(
+                C * ((D + kDownItems * kRowsPerWarp - 1) / (kDownItems * kRowsPerWarp)), p, b.tables(), b.stream());
         });
     });
     CUDA_CHECK_LAUNCH();

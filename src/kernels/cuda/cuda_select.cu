@@ -35,7 +35,7 @@ bool matmul_kernel_serves(const CudaBackend& b, MatmulKernel k, const MatmulCall
     const bool single = c.count == 1 && !c.with_norm;
     switch (k) {
         case MatmulKernel::tc_blocks:
-            return single && c.allow_tc && !p.offsets && matmul_tc_blocks_serves(b, p.type, p.K, p.n);
+            return !c.with_norm && c.allow_tc && matmul_tc_blocks_serves(b, c.ps, c.count);
         case MatmulKernel::tc_bf16:
             return single && c.allow_tc && !p.offsets && b.gemm_precision() == GemmPrecision::BF16;
         case MatmulKernel::q8_xreg:
