@@ -265,9 +265,9 @@ void add_decode_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(moe_case(iq, q2, 3, 8, 4, 512, 512, 10.0f, {5, 1, 7, 2, 1, 5, 0, 3, 2, 7, 5, 1}, " shared ids, xreg",
                            o.seed));
     out.push_back(moe_case(iq, q2, 4, 16, 6, 1536, 512, 0.0f, {}, " 4 tokens, xreg", o.seed));
-    // The grouped decode kernels (cuda_moe_grouped.cu, from 8 tokens): experts with 1 to 17 pairs (chunks of
-    // at most 4: 17 pairs are chunks of 4, 4, 4, 4 and 1), a token using one expert in two slots, 512 pairs
-    // (the path's limit) over 256 experts, V4-Flash's widths, other formats.
+    // Batches of decoding tokens on the decode kernels (the register kernels serve up to 512 pairs): experts
+    // with 1 to 17 pairs, a token using one expert in two slots, 512 pairs over 256 experts, V4-Flash's widths,
+    // other formats.
     out.push_back(moe_case(iq, q2, 8, 32, 6, 512, 256, 10.0f, {}, " 8 tokens", o.seed));
     {
         // Experts 0..6 with 1, 2, 3, 4, 5, 8 and 17 pairs, in order: token 0 is {0, 1, 1, 2} (one expert in two

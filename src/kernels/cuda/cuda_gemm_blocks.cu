@@ -215,7 +215,7 @@ void launch_blocks(const BlocksParams& p, unsigned row_blocks, int count, const 
 
 bool matmul_tc_blocks_serves(const CudaBackend& b, const MatmulParams* ps, int count) {
     const MatmulParams& p = ps[0];
-    if (b.gemm_precision() != GemmPrecision::BF16 || p.n < kTcMinRows || p.n > kTcBlocksMaxRows) return false;
+    if (b.gemm_precision() != GemmPrecision::BF16 || p.n < kTcMinRows || p.n > kTcBlocksMaxServed) return false;
     if (count < 1 || count > kMaxJobs || p.K % kStageK != 0) return false;
     for (int j = 0; j < count; ++j)
         if (ps[j].offsets || ps[j].type != p.type || ps[j].K != p.K || ps[j].n != p.n || ps[j].M <= 0) return false;
@@ -225,6 +225,20 @@ bool matmul_tc_blocks_serves(const CudaBackend& b, const MatmulParams* ps, int c
         if constexpr (blocks_format<T>()) ok = BlocksStage<T>::kSmem <= (size_t)b.props().sharedMemPerBlockOptin;
     });
     return ok;
+}
+
+bool tc_blocks_fast_format(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q8_0:
+        case GgmlType::MXFP4:
+        case GgmlType::Q2_K:
+        case GgmlType::Q4_K:
+        case GgmlType::Q6_K:
+        case GgmlType::IQ2_XXS:
+            return true;
+        default:
+            return false;
+    }
 }
 
 void matmul_tc_blocks(CudaBackend& b, const MatmulParams* ps, int count) {

@@ -27,8 +27,6 @@ enum class MatmulKernel : uint8_t {
 // moe_experts: the routed experts of n tokens.
 enum class MoeKernel : uint8_t {
     decode_xreg,       // few (token, slot) pairs: the register kernels where the formats have them, else pipelined
-    decode_grouped,    // a batch of tokens: pairs grouped by expert on the device, each expert read once for up
-                       // to 4 of its pairs (cuda_moe_grouped.cu)
     decode_pipelined,  // few pairs: the pipelined gate/up and down kernels (cuda_moe_decode.cu)
     tc_bf16,           // tensor cores for experts with many rows (bf16 mode only)
     grouped,           // rows grouped by expert on the device, then grouped matmuls

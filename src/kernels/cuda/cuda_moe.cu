@@ -200,11 +200,6 @@ void CudaBackend::moe_experts(const MoeArgs& a) {
         ran(kernel_name(kernel));
         return;
     }
-    if (kernel == MoeKernel::decode_grouped) {
-        launch_moe_grouped(*this, a);  // cuda_moe_grouped.cu
-        ran(kernel_name(kernel));
-        return;
-    }
     const int E = (int)a.gate.n_experts;
     const int64_t R = a.n * a.k;  // grouped rows
     Scratch s(*this);

@@ -41,13 +41,6 @@ __device__ __forceinline__ int slot_rank(const int32_t* ids, int64_t token, int 
 bool moe_decode_serves(const MoeArgs& a);
 void launch_moe_decode(CudaBackend& b, const MoeArgs& a, bool xreg);
 
-// Batches of tokens (cuda_moe_grouped.cu): the pairs grouped by expert on the device, each expert's rows read
-// once for up to 4 of its pairs; the same formats and limits as moe_decode_serves. From kMoeGroupedTokens
-// tokens on it is chosen over the per-pair kernels.
-bool moe_grouped_serves(const MoeArgs& a);
-void launch_moe_grouped(CudaBackend& b, const MoeArgs& a);
-constexpr int64_t kMoeGroupedTokens = 8;
-
 // (token, slot) pairs up to which the register kernels below serve a step (as the decode path: a decode token,
 // a speculative verify step, a batch of decoding streams, a short prompt).
 constexpr int64_t kMoeXregPairs = 512;

@@ -56,7 +56,9 @@ std::optional<MatmulKernel> select_matmul(const CudaBackend& b, const MatmulCall
     if (b.force().matmul && (c.count > 1 || c.with_norm)) return std::nullopt;  // forced: one by one / unfused
     const MatmulParams& p = c.ps[0];
     auto serves = [&](MatmulKernel k) { return matmul_kernel_serves(b, k, c); };
-    if (p.n >= kTcMinRows && serves(MatmulKernel::tc_blocks)) return MatmulKernel::tc_blocks;
+    if (p.n >= kTcMinRows && p.n <= kTcBlocksMaxRows && tc_blocks_fast_format(p.type) &&
+        serves(MatmulKernel::tc_blocks))
+        return MatmulKernel::tc_blocks;
     if (p.n >= kTcMinRows && serves(MatmulKernel::tc_bf16)) return MatmulKernel::tc_bf16;
     if (weight_bytes(c) >= kXregMinBytes && serves(MatmulKernel::q8_xreg)) return MatmulKernel::q8_xreg;
     if (serves(MatmulKernel::gemv_digits)) return MatmulKernel::gemv_digits;
@@ -71,8 +73,6 @@ bool moe_kernel_serves(const CudaBackend& b, MoeKernel k, const MoeArgs& a) {
             return b.gemm_precision() == GemmPrecision::BF16;
         case MoeKernel::decode_xreg:
             return moe_decode_serves(a) && (moe_gate_up_xreg_serves(a) || moe_down_xreg_serves(a));
-        case MoeKernel::decode_grouped:
-            return moe_grouped_serves(a);
         case MoeKernel::decode_pipelined:
             return moe_decode_serves(a);
         case MoeKernel::grouped:
@@ -87,8 +87,6 @@ MoeKernel select_moe(const CudaBackend& b, const MoeArgs& a) {
     auto serves = [&](MoeKernel k) { return moe_kernel_serves(b, k, a); };
     // Few (token, slot) pairs: no grouping pass, the register kernels where they serve (one token).
     if (serves(MoeKernel::decode_xreg)) return MoeKernel::decode_xreg;
-    // A batch: experts shared between tokens are read once per chunk of their pairs.
-    if (a.n >= kMoeGroupedTokens && serves(MoeKernel::decode_grouped)) return MoeKernel::decode_grouped;
     if (serves(MoeKernel::decode_pipelined)) return MoeKernel::decode_pipelined;
     if (moe_tc_wanted(b, a) && serves(MoeKernel::tc_bf16)) return MoeKernel::tc_bf16;
     return MoeKernel::grouped;
