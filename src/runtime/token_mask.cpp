@@ -15,7 +15,7 @@ namespace dsv4 {
 namespace {
 
 constexpr size_t kMaxCachedMasks = 512;  // per grammar (16 KiB each for a 129k vocabulary: 8 MiB); cleared when full
-constexpr size_t kMaxListed = 2048;       // distances listed per mask beside the common one (16 KiB at most)
+constexpr size_t kMaxListed = 2048;      // distances listed per mask beside the common one (16 KiB at most)
 
 }  // namespace
 
@@ -391,7 +391,8 @@ GrammarMatcher::GrammarMatcher(GrammarConstraint constraint, std::vector<int32_t
 void GrammarMatcher::apply_bans() {
     const size_t n_vocab = c_.grammar->trie().n_vocab;
     for (int32_t t : banned_)
-        if (t >= 0 && static_cast<size_t>(t) < n_vocab) mask_[static_cast<size_t>(t) >> 6] &= ~(uint64_t{1} << (t & 63));
+        if (t >= 0 && static_cast<size_t>(t) < n_vocab)
+            mask_[static_cast<size_t>(t) >> 6] &= ~(uint64_t{1} << (t & 63));
 }
 
 bool GrammarMatcher::mask_empty() const {
@@ -410,7 +411,8 @@ void GrammarMatcher::trigger_mask(int32_t limit) {
             while (i < end && t.nodes[i].byte != static_cast<uint8_t>(trig[j])) i = t.nodes[i].end;
             if (i >= end) break;
             const TokenTrie::Node& node = t.nodes[i];
-            const int64_t after = static_cast<int64_t>(start_distance_) + (j + 1 == trig.size() ? 0 : trigger_spell_[j + 1]);
+            const int64_t after =
+                static_cast<int64_t>(start_distance_) + (j + 1 == trig.size() ? 0 : trigger_spell_[j + 1]);
             if (after <= limit)
                 for (uint32_t m = 0; m < node.n_tokens; ++m) mask_set(mask_, t.ids[node.first_token + m]);
             end = node.end;
@@ -424,14 +426,17 @@ std::span<const uint64_t> GrammarMatcher::mask(int64_t tokens_left) {
     // The distance a token may leave: the draws after it, less one for the end token.
     const int64_t reserve = end_tokens_.empty() ? 0 : 1;
     const bool budget = tokens_left >= 0 && c_.grammar->distance().available();
-    limit_ = budget ? static_cast<int32_t>(std::clamp<int64_t>(tokens_left - 1 - reserve, -1, GrammarDistance::kUnreachable)) : -1;
+    limit_ =
+        budget ? static_cast<int32_t>(std::clamp<int64_t>(tokens_left - 1 - reserve, -1, GrammarDistance::kUnreachable))
+               : -1;
     auto unlimited = [&] {
         if (!active_) {
             mask_.assign((n_vocab + 63) / 64, ~uint64_t{0});
             if (n_vocab % 64) mask_.back() = (uint64_t{1} << (n_vocab % 64)) - 1;
             if (c_.trigger_required)
                 for (int32_t t : end_tokens_)
-                    if (t >= 0 && static_cast<size_t>(t) < n_vocab) mask_[static_cast<size_t>(t) >> 6] &= ~(uint64_t{1} << (t & 63));
+                    if (t >= 0 && static_cast<size_t>(t) < n_vocab)
+                        mask_[static_cast<size_t>(t) >> 6] &= ~(uint64_t{1} << (t & 63));
         } else {
             mask_ = *c_.grammar->byte_mask(state_);
             if (accepting())
@@ -474,7 +479,9 @@ std::span<const uint64_t> GrammarMatcher::mask(int64_t tokens_left) {
     return mask_;
 }
 
-void GrammarMatcher::ban(int32_t token) { banned_.push_back(token); }
+void GrammarMatcher::ban(int32_t token) {
+    banned_.push_back(token);
+}
 
 bool GrammarMatcher::is_end_token(int32_t token) const {
     return std::find(end_tokens_.begin(), end_tokens_.end(), token) != end_tokens_.end();
@@ -501,9 +508,11 @@ Status GrammarMatcher::accept(int32_t token, std::string_view bytes) {
         (void)runner_.advance(s, c_.prefix);
         const std::string_view rest = std::string_view(text).substr(at + c_.trigger.size());
         if (!runner_.advance(s, rest))
-            return make_error("grammar: token " + std::to_string(token) + " ends the trigger with bytes the value cannot start with");
+            return make_error("grammar: token " + std::to_string(token) +
+                              " ends the trigger with bytes the value cannot start with");
         if (limit_ >= 0 && c_.grammar->distance().state(s) > limit_)
-            return make_error("grammar: token " + std::to_string(token) + " opens the value too late to finish it in the tokens left");
+            return make_error("grammar: token " + std::to_string(token) +
+                              " opens the value too late to finish it in the tokens left");
         state_ = std::move(s);
         active_ = true;
         tail_.clear();
@@ -518,8 +527,12 @@ Status GrammarMatcher::accept(int32_t token, std::string_view bytes) {
     return {};
 }
 
-bool GrammarMatcher::accepting() const { return active_ && runner_.accepting(state_); }
-bool GrammarMatcher::finished() const { return active_ && runner_.finished(state_); }
+bool GrammarMatcher::accepting() const {
+    return active_ && runner_.accepting(state_);
+}
+bool GrammarMatcher::finished() const {
+    return active_ && runner_.finished(state_);
+}
 
 }  // namespace dsv4
 

@@ -58,8 +58,12 @@ public:
 };
 
 using TokenMask = std::vector<uint64_t>;  // bit i: token i allowed
-inline bool mask_test(std::span<const uint64_t> m, int32_t id) { return (m[static_cast<size_t>(id) >> 6] >> (id & 63)) & 1; }
-inline void mask_set(std::span<uint64_t> m, int32_t id) { m[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63); }
+inline bool mask_test(std::span<const uint64_t> m, int32_t id) {
+    return (m[static_cast<size_t>(id) >> 6] >> (id & 63)) & 1;
+}
+inline void mask_set(std::span<uint64_t> m, int32_t id) {
+    m[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63);
+}
 
 // A grammar bound to a vocabulary, with its cache of masks. Shared by every sequence using the grammar
 // (thread-safe).

@@ -142,6 +142,8 @@ void CudaBackend::launch(void* graph) {
     CUDA_CHECK(cudaGraphLaunch(static_cast<Graph*>(graph)->exec, main_stream_));
 }
 
-void CudaBackend::destroy(void* graph) { delete static_cast<Graph*>(graph); }
+void CudaBackend::destroy(void* graph) {
+    delete static_cast<Graph*>(graph);
+}
 
 }  // namespace dsv4::cuda
