@@ -24,6 +24,7 @@
 #include "kernels/cuda/cuda_dequant_bf16.cuh"
 #include "kernels/cuda/cuda_gemm_tc.cuh"
 #include "kernels/cuda/cuda_gemv.cuh"
+#include "kernels/cuda/cuda_gemv_stream.cuh"
 #include "kernels/cuda/cuda_matmul.cuh"
 #include "kernels/cuda/cuda_mma.cuh"
 
@@ -34,9 +35,9 @@ namespace {
 using bf16 = __nv_bfloat16;
 
 constexpr int kWarps = 4, kThreads = kWarps * kWarp;
-constexpr int kMTiles = 2;                          // m16 tiles (weight rows) per warp
+constexpr int kMTiles = 2;                         // m16 tiles (weight rows) per warp
 constexpr int kBlockRows = kWarps * kMTiles * 16;  // 128
-constexpr int kStageK = 256;                        // values of a row per stage
+constexpr int kStageK = 256;                       // values of a row per stage
 constexpr int kStages = 3;
 
 // A stage: kStageK values of each of the block's rows, each row's bytes in whole 16-byte words from the word
@@ -72,12 +73,10 @@ struct BlocksParams {
     int steps = 0, splits = 1;
 };
 
-__device__ __forceinline__ uint4 ld_nc16(const bf16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
-
 // Grid: (row blocks of the largest job, splits, jobs). NT: 8-row tiles of activations (n <= 8 NT).
 template <GgmlType T, int NT>
-__global__ void __launch_bounds__(kThreads, 2) gemm_blocks_kernel(const __grid_constant__ BlocksParams pp,
-                                                                  QuantTables tb) {
+__global__ void __launch_bounds__(kThreads, 2)
+    gemm_blocks_kernel(const __grid_constant__ BlocksParams pp, QuantTables tb) {
     using S = BlocksStage<T>;
     extern __shared__ uint4 blocks_smem[];
     const BlocksJob& p = pp.jobs[blockIdx.z];
@@ -153,11 +152,11 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_blocks_kernel(const __grid_c
             for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
                 for (int h = 0; h < 2; ++h)
-                    Bf16Run<T>::template decode<8>(rows[mt][h] + (v / Dq<T>::kElems) * Dq<T>::kBytes,
-                                                   v % Dq<T>::kElems, a[mt][h], tb);
+                    Bf16Run<T>::template decode<8>(rows[mt][h] + (v / Dq<T>::kElems) * Dq<T>::kBytes, v % Dq<T>::kElems,
+                                                   a[mt][h], tb);
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
-                const uint4 b = ld_nc16(xr[nt] + k0 + 32 * t);
+                const uint4 b = gemv::ld_u4(xr[nt] + k0 + 32 * t);
 #pragma unroll
                 for (int mt = 0; mt < kMTiles; ++mt) {
                     mma_bf16(acc[mt][nt], a[mt][0][0], a[mt][1][0], a[mt][0][1], a[mt][1][1], b.x, b.y);
@@ -200,14 +199,13 @@ __global__ void blocks_reduce_kernel(const __grid_constant__ BlocksParams pp) {
 
 template <GgmlType T, int NT>
 void launch_blocks(const BlocksParams& p, unsigned row_blocks, int count, const QuantTables& t, cudaStream_t s) {
-    auto* k = gemm_blocks_kernel<T, NT>;
-    static const bool attr = [&] {
+    constexpr auto k = gemm_blocks_kernel<T, NT>;
+    static const bool attr = [] {
         CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)BlocksStage<T>::kSmem));
-        CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                      (int)cudaSharedmemCarveoutMaxShared));
         return true;
     }();
     (void)attr;
+    gemv::prefer_shared<k>();  // two blocks' rings need most of the SM's shared memory
     launch_pdl(k, dim3(row_blocks, (unsigned)p.splits, (unsigned)count), kThreads, BlocksStage<T>::kSmem, s, p, t);
 }
 
@@ -215,7 +213,7 @@ void launch_blocks(const BlocksParams& p, unsigned row_blocks, int count, const 
 
 bool matmul_tc_blocks_serves(const CudaBackend& b, const MatmulParams* ps, int count) {
     const MatmulParams& p = ps[0];
-    if (b.gemm_precision() != GemmPrecision::BF16 || p.n < kTcMinRows || p.n > kTcBlocksMaxServed) return false;
+    if (b.gemm_precision() != GemmPrecision::BF16 || p.n < kTcMinRows || p.n > kTcBlocksMaxRows) return false;
     if (count < 1 || count > kMaxJobs || p.K % kStageK != 0) return false;
     for (int j = 0; j < count; ++j)
         if (ps[j].offsets || ps[j].type != p.type || ps[j].K != p.K || ps[j].n != p.n || ps[j].M <= 0) return false;
@@ -227,20 +225,6 @@ bool matmul_tc_blocks_serves(const CudaBackend& b, const MatmulParams* ps, int c
     return ok;
 }
 
-bool tc_blocks_fast_format(GgmlType t) {
-    switch (t) {
-        case GgmlType::Q8_0:
-        case GgmlType::MXFP4:
-        case GgmlType::Q2_K:
-        case GgmlType::Q4_K:
-        case GgmlType::Q6_K:
-        case GgmlType::IQ2_XXS:
-            return true;
-        default:
-            return false;
-    }
-}
-
 void matmul_tc_blocks(CudaBackend& b, const MatmulParams* ps, int count) {
     DSV4_CHECK(matmul_tc_blocks_serves(b, ps, count));
     const int64_t K = ps[0].K, n = ps[0].n;
@@ -249,9 +233,9 @@ void matmul_tc_blocks(CudaBackend& b, const MatmulParams* ps, int count) {
     p.K = K;
     p.n = n;
     p.steps = (int)(K / kStageK);
-    int64_t row_blocks = 0, all_blocks = 0;
+    int64_t most_rows = 0, all_blocks = 0;  // of the largest job; row blocks of all jobs
     for (int j = 0; j < count; ++j) {
-        row_blocks = std::max<int64_t>(row_blocks, ceil_div(ps[j].M, kBlockRows));
+        most_rows = std::max(most_rows, ps[j].M);
         all_blocks += ceil_div(ps[j].M, kBlockRows);
     }
     // Split K while the row blocks alone fill less than two blocks per SM (at least one stage per split).
@@ -259,12 +243,19 @@ void matmul_tc_blocks(CudaBackend& b, const MatmulParams* ps, int count) {
     p.splits = (int)std::clamp<int64_t>((want + all_blocks - 1) / all_blocks, 1, p.steps);
     for (int j = 0; j < count; ++j) {
         BlocksJob& job = p.jobs[j];
-        bf16* xb = s.get<bf16>(n * K);
-        launch_rows_to_bf16(xb, K, ps[j].x, ps[j].x_stride, nullptr, n, K, b.stream());
+        // Jobs reading the same activation rows (a layer's projections of one input) share their bf16 copy.
+        int same = 0;
+        while (same < j && (ps[same].x != ps[j].x || ps[same].x_stride != ps[j].x_stride)) ++same;
+        if (same < j) {
+            job.xb = p.jobs[same].xb;
+        } else {
+            bf16* xb = s.get<bf16>(n * K);
+            launch_rows_to_bf16(xb, K, ps[j].x, ps[j].x_stride, nullptr, n, K, b.stream());
+            job.xb = xb;
+        }
         job.w = ps[j].w;
         job.row_bytes = ps[j].row_bytes;
         job.M = ps[j].M;
-        job.xb = xb;
         job.y = ps[j].y;
         job.y_stride = ps[j].y_stride;
         if (p.splits > 1) job.part = s.get<float>((int64_t)p.splits * n * job.M);
@@ -272,7 +263,7 @@ void matmul_tc_blocks(CudaBackend& b, const MatmulParams* ps, int count) {
     dispatch_weight_type(ps[0].type, [&](auto tag) {
         constexpr GgmlType T = decltype(tag)::type;
         if constexpr (blocks_format<T>()) {
-            const unsigned rb = (unsigned)row_blocks;
+            const unsigned rb = ceil_div(most_rows, kBlockRows);
             if (n <= 16)
                 launch_blocks<T, 2>(p, rb, count, b.tables(), b.stream());
             else if (n <= 32)
@@ -283,9 +274,7 @@ void matmul_tc_blocks(CudaBackend& b, const MatmulParams* ps, int count) {
     });
     CUDA_CHECK_LAUNCH();
     if (p.splits > 1) {
-        int64_t most = 0;
-        for (int j = 0; j < count; ++j) most = std::max(most, n * ps[j].M);
-        launch_pdl(blocks_reduce_kernel, dim3(grid_for(most, 256), (unsigned)count), 256, 0, b.stream(), p);
+        launch_pdl(blocks_reduce_kernel, dim3(grid_for(n * most_rows, 256), (unsigned)count), 256, 0, b.stream(), p);
         CUDA_CHECK_LAUNCH();
     }
 }

@@ -47,17 +47,9 @@ void launch_rows_to_bf16(__nv_bfloat16* out, int64_t ld, const float* x, int64_t
 // The same products for kTcMinRows .. kTcBlocksMaxRows rows without the bf16 copy of the weight
 // (cuda_gemm_blocks.cu): the tensor cores multiply weight blocks decoded in shared memory, 1..16 plain products
 // of one format, K and n (matmul_batch's jobs) in one launch. serves: the bf16 mode, a block format with whole
-// 256-value stages (K % 256 == 0) whose stages fit the device's shared memory, up to kTcBlocksMaxServed rows.
-//
-// Chosen (cuda_select.cu) up to kTcBlocksMaxRows rows for the formats whose bf16 decode is cheap, where it was
-// measured faster than decode-then-cuBLAS (bench_gemv --bf16 on an H100, V4-Flash shapes, µs per call):
-// q_b (Q8_0 32768 x 1024) 41 / 50 / 67 against 68 / 69 / 71 at 16 / 32 / 64 rows; wo_b (4096 x 8192) at 16
-// rows: Q8_0 51 against 70, MXFP4 47 / 69, Q2_K 37 / 66, Q4_K 50 / 73, Q6_K 60 / 74, IQ2_XXS 43 / 66. At 64
-// rows the decode and the mma.sync of 8 activation tiles per k-step make it as slow or slower (wo_b Q8_0 79
-// against 72), and Q3_K's per-value decoder is 2x slower at any count (157 against 75).
-constexpr int64_t kTcBlocksMaxServed = 64;
-constexpr int64_t kTcBlocksMaxRows = 32;
-bool tc_blocks_fast_format(GgmlType t);
+// 256-value stages (K % 256 == 0) whose stages fit the device's shared memory. (Where it is chosen over
+// matmul_tc: cuda_select.cu.)
+constexpr int64_t kTcBlocksMaxRows = 64;
 bool matmul_tc_blocks_serves(const CudaBackend& b, const MatmulParams* ps, int count);
 void matmul_tc_blocks(CudaBackend& b, const MatmulParams* ps, int count);
 

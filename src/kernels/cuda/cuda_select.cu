@@ -16,6 +16,27 @@ namespace {
 // expert are few and known only on the device (plain products: up to the GEMVs' kGemvMaxRows).
 constexpr int64_t kGroupedGemvRows = 64;
 
+// Rows up to which tc_blocks is chosen over decode-then-cuBLAS (tc_bf16), for the formats whose bf16 decode is
+// cheap: where it was measured faster (bench_gemv --bf16 on an H100, V4-Flash shapes, µs per call): q_b (Q8_0
+// 32768 x 1024) 41 / 50 / 67 against 68 / 69 / 71 at 16 / 32 / 64 rows; wo_b (4096 x 8192) at 16 rows: Q8_0 51
+// against 70, MXFP4 47 / 69, Q2_K 37 / 66, Q4_K 50 / 73, Q6_K 60 / 74, IQ2_XXS 43 / 66. At 64 rows the decode and
+// the mma.sync of 8 activation tiles per k-step make it as slow or slower (wo_b Q8_0 79 against 72), and Q3_K's
+// per-value decoder is 2x slower at any count (157 against 75).
+constexpr int64_t kTcBlocksFasterRows = 32;
+bool tc_blocks_faster(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q8_0:
+        case GgmlType::MXFP4:
+        case GgmlType::Q2_K:
+        case GgmlType::Q4_K:
+        case GgmlType::Q6_K:
+        case GgmlType::IQ2_XXS:
+            return true;
+        default:
+            return false;
+    }
+}
+
 // The least weight bytes of a launch the register GEMV takes. Smaller launches stay on the pipelined GEMV:
 // its many small blocks leave room for the kernels of the step's other branch, where the register GEMV's one
 // wave fills every SM (measured on the H200: 4 MB loses and 16 MB keeps the shared expert's down projection
@@ -56,8 +77,7 @@ std::optional<MatmulKernel> select_matmul(const CudaBackend& b, const MatmulCall
     if (b.force().matmul && (c.count > 1 || c.with_norm)) return std::nullopt;  // forced: one by one / unfused
     const MatmulParams& p = c.ps[0];
     auto serves = [&](MatmulKernel k) { return matmul_kernel_serves(b, k, c); };
-    if (p.n >= kTcMinRows && p.n <= kTcBlocksMaxRows && tc_blocks_fast_format(p.type) &&
-        serves(MatmulKernel::tc_blocks))
+    if (p.n <= kTcBlocksFasterRows && tc_blocks_faster(p.type) && serves(MatmulKernel::tc_blocks))
         return MatmulKernel::tc_blocks;
     if (p.n >= kTcMinRows && serves(MatmulKernel::tc_bf16)) return MatmulKernel::tc_bf16;
     if (weight_bytes(c) >= kXregMinBytes && serves(MatmulKernel::q8_xreg)) return MatmulKernel::q8_xreg;
