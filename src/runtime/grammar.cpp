@@ -392,8 +392,10 @@ GrammarRunner::GrammarRunner(const Grammar& g) : g_(g), first_(g.nodes.size()) {
             const GrammarNode& n = g.nodes[i];
             if (n.kind == GrammarNodeKind::any_of)
                 for (int32_t c : n.children) take(i, c);
-            else if (n.kind == GrammarNodeKind::sequence && !n.children.empty()) take(i, n.children[0]);
-            else if (n.kind == GrammarNodeKind::repeat && n.items >= 0) take(i, n.items);
+            else if (n.kind == GrammarNodeKind::sequence && !n.children.empty())
+                take(i, n.children[0]);
+            else if (n.kind == GrammarNodeKind::repeat && n.items >= 0)
+                take(i, n.items);
         }
     }
 }

@@ -265,9 +265,8 @@ void add_decode_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(moe_case(iq, q2, 3, 8, 4, 512, 512, 10.0f, {5, 1, 7, 2, 1, 5, 0, 3, 2, 7, 5, 1}, " shared ids, xreg",
                            o.seed));
     out.push_back(moe_case(iq, q2, 4, 16, 6, 1536, 512, 0.0f, {}, " 4 tokens, xreg", o.seed));
-    // Batches of decoding tokens on the decode kernels (the register kernels serve up to 512 pairs): experts
-    // with 1 to 17 pairs, a token using one expert in two slots, 512 pairs over 256 experts, V4-Flash's widths,
-    // other formats.
+    // Batches of decoding tokens on the decode kernels (up to 512 pairs): experts with 1 to 17 pairs, a token
+    // using one expert in two slots, 512 pairs over 256 experts, V4-Flash's widths, other formats.
     out.push_back(moe_case(iq, q2, 8, 32, 6, 512, 256, 10.0f, {}, " 8 tokens", o.seed));
     {
         // Experts 0..6 with 1, 2, 3, 4, 5, 8 and 17 pairs, in order: token 0 is {0, 1, 1, 2} (one expert in two
@@ -275,7 +274,7 @@ void add_decode_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
         std::vector<int32_t> ids;
         const int pairs_of[] = {1, 2, 3, 4, 5, 8, 17};
         for (int e = 0; e < 7; ++e) ids.insert(ids.end(), pairs_of[e], e);
-        out.push_back(moe_case(iq, q2, 10, 8, 4, 512, 256, 10.0f, ids, " grouped chunks", o.seed));
+        out.push_back(moe_case(iq, q2, 10, 8, 4, 512, 256, 10.0f, ids, " 1 to 17 pairs per expert", o.seed));
     }
     out.push_back(moe_case(iq, q2, 64, 8, 6, 512, 512, 0.0f, {}, " 48 pairs per expert", o.seed));
     out.push_back(moe_case(iq, q2, 64, 256, 8, 512, 256, 10.0f, {}, " 512 pairs", o.seed));

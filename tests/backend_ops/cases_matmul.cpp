@@ -199,8 +199,9 @@ void add_matmul_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
         std::vector<BatchJobSpec> groups;
         for (int g = 0; g < 8; ++g) groups.push_back({q8, 512, 64 + 40 * g, 512 * g, 400 * g});
         out.push_back(matmul_batch_case(groups, n, 8 * 512 + 4, 8 * 400, o.seed, false, Mode::BF16));
-        out.push_back(matmul_batch_case({{q8, 768, 300, 0, 0}, {q8, 768, 33, 0, 300}, {GgmlType::Q4_K, 768, 130, 0, 333}},
-                                        n, 768, 463, o.seed, false, Mode::BF16));
+        out.push_back(
+            matmul_batch_case({{q8, 768, 300, 0, 0}, {q8, 768, 33, 0, 300}, {GgmlType::Q4_K, 768, 130, 0, 333}}, n, 768,
+                              463, o.seed, false, Mode::BF16));
     }
     // One activation row, Q8_0 jobs of one K (a multiple of 512): the kernel with the activation in registers,
     // for a layer's projections of one input (whole blocks per lane) and wo_a-like groups (half blocks).

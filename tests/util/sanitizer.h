@@ -10,6 +10,8 @@
 namespace dsv4::test {
 
 // n repetitions, or a tenth of them (at least one) under a sanitizer.
-constexpr int repetitions(int n) { return DSV4_SANITIZED ? std::max(1, n / 10) : n; }
+constexpr int repetitions(int n) {
+    return DSV4_SANITIZED ? std::max(1, n / 10) : n;
+}
 
 }  // namespace dsv4::test
