@@ -201,6 +201,11 @@ int main(int argc, char** argv) {
                     detail += "; forced " + kn + ": " + f.detail;
                     ++kernel_cases[cop + "/" + kn];
                     ++n_forced;
+                    if (opt.perf) {  // the same case on every kernel that serves it: A/B in one run
+                        const double s = time_op(*gpu, forced);
+                        std::printf("perf %-14s %-52s %10.2f us %9.1f GB/s%s [forced %s]\n", c.op.c_str(),
+                                    c.shape.c_str(), s * 1e6, c.bytes / s * 1e-9, tflops(c, s).c_str(), kn.c_str());
+                    }
                 }
                 forced = Instance{};
                 set_cuda_kernel_force(*gpu, cop, "");
@@ -208,8 +213,9 @@ int main(int argc, char** argv) {
 #endif
             if (opt.perf) {
                 const double s = time_op(*gpu, on_gpu);
-                std::printf("perf %-14s %-52s %10.2f us %9.1f GB/s%s\n", c.op.c_str(), c.shape.c_str(), s * 1e6,
-                            c.bytes / s * 1e-9, tflops(c, s).c_str());
+                std::printf("perf %-14s %-52s %10.2f us %9.1f GB/s%s%s%s%s\n", c.op.c_str(), c.shape.c_str(), s * 1e6,
+                            c.bytes / s * 1e-9, tflops(c, s).c_str(), chosen ? " [" : "", chosen ? chosen : "",
+                            chosen ? "]" : "");
             }
         } else if (opt.perf) {
             Instance again = c.make(*cpu);
