@@ -105,6 +105,10 @@ else:
     if len(tables) >= 2:
         one, four = attention_calls(tables[0]), attention_calls(tables[1])
         check(one > 0 and four == one, f"4 decoding streams make as many attention calls per step as one: {one}, {four}")
+        # Every stream's token is drawn on the backend in one call per step, as the engine draws a batch.
+        draws = [sum(float(p[1]) for p in (l.split() for l in t.splitlines()) if len(p) >= 3 and p[0] == "sample")
+                 for t in tables[:2]]
+        check(draws == [1.0, 1.0], f"one draw call per step for the whole batch: {draws}")
 badb = subprocess.run([dsv4, "bench", "--synth", "tiny", "--batch", "2,x", "--device", "cpu"], capture_output=True,
                       text=True, timeout=60)
 check(badb.returncode != 0 and "--batch" in badb.stderr, f"--batch 2,x is refused: {badb.returncode} {badb.stderr[-300:]}")
