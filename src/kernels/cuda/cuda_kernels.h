@@ -46,8 +46,8 @@ enum class HcPreNormKernel : uint8_t {
 
 // sample: the token draw, one cluster of blocks per row (cuda_sample.cu).
 enum class SampleKernel : uint8_t {
-    cluster16,  // 16 blocks per row (a non-portable cluster): while every row of the call gets a cluster at once
-    cluster8,   // 8 blocks per row (the portable cluster size): any row count
+    cluster16,  // 16 blocks per row (a non-portable cluster): vocabularies past 8 slices of 32768 tokens
+    cluster8,   // 8 blocks per row (the portable cluster size): every vocabulary it holds
 };
 
 const char* kernel_name(MatmulKernel k);

@@ -1,5 +1,5 @@
-// The token draw on the device (Backend::sample, ops/sample_args.h). One cluster of CL blocks per row (16 while
-// every row of the call gets its cluster at once, else 8: select_sample): each block holds a contiguous slice of
+// The token draw on the device (Backend::sample, ops/sample_args.h). One cluster of CL blocks per row (8; 16 for
+// vocabularies past 8 slices: select_sample): each block holds a contiguous slice of
 // the row in shared memory, so every pass after the load reads shared memory, and the blocks combine their
 // partial results through distributed shared memory (one cluster barrier per exchange). Selections are radix
 // selects over order-preserving keys (4 digits of 8 bits) measured in counts (top-k, top_logprobs) or integer
@@ -235,7 +235,7 @@ void CudaBackend::sample(SampleOut* out, const float* logits, int64_t n_vocab, c
                          const SampleAdjust* adjust) {
     if (skipped("sample")) return;
     if (rows <= 0) return;
-    const SampleKernel k = select_sample(*this, rows, n_vocab);
+    const SampleKernel k = select_sample(*this, n_vocab);
     if (k == SampleKernel::cluster16)
         launch_draw<16>(out, logits, n_vocab, args, rows, adjust, stream_);
     else

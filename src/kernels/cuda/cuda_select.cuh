@@ -44,6 +44,6 @@ HcPreNormKernel select_hc_pre_norm(const CudaBackend& b, int64_t dim, const floa
 // sample over rows of n_vocab logits. sample_max_clusters (cuda_sample.cu): how many rows kernel k runs at once
 // on this device, 0 where it cannot take the vocabulary or its cluster does not fit.
 int sample_max_clusters(SampleKernel k, int64_t n_vocab);
-SampleKernel select_sample(const CudaBackend& b, int64_t rows, int64_t n_vocab);
+SampleKernel select_sample(const CudaBackend& b, int64_t n_vocab);
 
 }  // namespace dsv4::cuda
