@@ -65,8 +65,9 @@ int cmd_bench(int argc, char** argv) {
     app.add_option("--batch", batch_list,
                    "comma-separated batch sizes (e.g. 1,8,16,32,64): that many sequences also decode together, a "
                    "token each per step, at every --ctx depth (the engine's batched forward pass and a greedy draw "
-                   "on the device, only the ids downloaded; no detokenizing): tokens/s in all and per stream, weight bytes per step, KV bytes per sequence; "
-                   "with --e2e also that many requests at once through one engine, as server clients");
+                   "on the device, only the ids downloaded; no detokenizing): tokens/s in all and per stream, weight "
+                   "bytes per step, KV bytes per sequence; with --e2e also that many requests at once through one "
+                   "engine, as server clients");
     app.add_option("--ctx", ctx_list, "comma-separated context depths at which to measure decode (e.g. 0,4096)");
     app.add_option("--prefill-chunk", chunk, "tokens per prefill step")->capture_default_str()->check(positive_number());
     app.add_option("--peak-gbs", peak_gbs, "memory bandwidth peak in GB/s to report the achieved fraction against");

@@ -131,8 +131,6 @@ HcPreNormKernel select_hc_pre_norm(const CudaBackend& b, int64_t dim, const floa
     return fused ? HcPreNormKernel::fused : HcPreNormKernel::split;
 }
 
-// Sixteen blocks per row halve every block's passes over its slice; they pay off while the call's rows all run
-// at once (one wave), beyond that the clusters of 8 keep twice as many rows in flight.
 SampleKernel select_sample(const CudaBackend& b, int64_t n_vocab) {
     const bool narrow = sample_max_clusters(SampleKernel::cluster8, n_vocab) > 0;
     const bool wide = sample_max_clusters(SampleKernel::cluster16, n_vocab) > 0;
