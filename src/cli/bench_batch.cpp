@@ -75,17 +75,14 @@ Result<nlohmann::ordered_json> bench_batches(Model& m, StepRunner& runner, const
             const DrawRequest greedy;
             std::vector<SampleOut> drawn((size_t)n);
             std::vector<Model::BatchItem> items((size_t)n);
+            for (int64_t i = 0; i < n; ++i)
+                items[(size_t)i] = {.cache = caches[(size_t)i].get(),
+                                    .tokens = std::span<const int32_t>(&tokens[(size_t)i], 1),
+                                    .draw = &greedy,
+                                    .drawn = &drawn[(size_t)i]};
             auto run_steps = [&]() -> Status {
                 for (int64_t s = 0; s < b.n_gen; ++s) {
-                    for (int64_t i = 0; i < n; ++i) {
-                        tokens[(size_t)i] = (int32_t)(rng() % V);
-                        Model::BatchItem& it = items[(size_t)i];
-                        it = {};
-                        it.cache = caches[(size_t)i].get();
-                        it.tokens = std::span<const int32_t>(&tokens[(size_t)i], 1);
-                        it.draw = &greedy;
-                        it.drawn = &drawn[(size_t)i];
-                    }
+                    for (int64_t i = 0; i < n; ++i) tokens[(size_t)i] = (int32_t)(rng() % V);
                     DSV4_TRY(runner.step_batch(items, opt));
                 }
                 return {};

@@ -93,6 +93,12 @@ std::string tflops(const Case& c, double secs) {
     return buf;
 }
 
+// One perf line: the case timed at secs per call, then what ran it (e.g. " [cluster8]", " (cpu)").
+void print_perf(const Case& c, double secs, const std::string& ran) {
+    std::printf("perf %-14s %-52s %10.2f us %9.1f GB/s%s%s\n", c.op.c_str(), c.shape.c_str(), secs * 1e6,
+                c.bytes / secs * 1e-9, tflops(c, secs).c_str(), ran.c_str());
+}
+
 int parse(int argc, char** argv, Options& o) {
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -201,27 +207,17 @@ int main(int argc, char** argv) {
                     detail += "; forced " + kn + ": " + f.detail;
                     ++kernel_cases[cop + "/" + kn];
                     ++n_forced;
-                    if (opt.perf) {  // the same case on every kernel that serves it: A/B in one run
-                        const double s = time_op(*gpu, forced);
-                        std::printf("perf %-14s %-52s %10.2f us %9.1f GB/s%s [forced %s]\n", c.op.c_str(),
-                                    c.shape.c_str(), s * 1e6, c.bytes / s * 1e-9, tflops(c, s).c_str(), kn.c_str());
-                    }
+                    if (opt.perf)  // the same case on every kernel that serves it: A/B in one run
+                        print_perf(c, time_op(*gpu, forced), " [forced " + kn + "]");
                 }
                 forced = Instance{};
                 set_cuda_kernel_force(*gpu, cop, "");
             }
 #endif
-            if (opt.perf) {
-                const double s = time_op(*gpu, on_gpu);
-                std::printf("perf %-14s %-52s %10.2f us %9.1f GB/s%s%s%s%s\n", c.op.c_str(), c.shape.c_str(), s * 1e6,
-                            c.bytes / s * 1e-9, tflops(c, s).c_str(), chosen ? " [" : "", chosen ? chosen : "",
-                            chosen ? "]" : "");
-            }
+            if (opt.perf) print_perf(c, time_op(*gpu, on_gpu), chosen ? std::string(" [") + chosen + "]" : "");
         } else if (opt.perf) {
             Instance again = c.make(*cpu);
-            const double s = time_op(*cpu, again);
-            std::printf("perf %-14s %-52s %10.2f us %9.1f GB/s%s (cpu)\n", c.op.c_str(), c.shape.c_str(), s * 1e6,
-                        c.bytes / s * 1e-9, tflops(c, s).c_str());
+            print_perf(c, time_op(*cpu, again), " (cpu)");
         }
         if (c.reference && !c.perf_only) {
             const Check k = compare(c, cpu_out, c.reference(), c.ref_tol, c.ref_tols, true);

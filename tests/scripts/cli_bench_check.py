@@ -100,14 +100,14 @@ else:
     tables = [t.split("total (ops")[0] for t in bprof.stdout.split("profile  ")[1:]]
     heads = [t.split("\n", 1)[0] for t in tables]
     check(heads[:2] == ["1 streams, per step:", "4 streams, per step:"], f"a profile per batch size: {heads}")
-    def attention_calls(table):
-        return sum(float(p[2]) for p in (l.split() for l in table.splitlines()) if len(p) >= 3 and p[0] == "attention")
+    def op_calls(table, op, col):
+        """Calls per step of one op's rows: column col (after the name and, for matmul-like ops, the shape)."""
+        return sum(float(p[col]) for p in (l.split() for l in table.splitlines()) if len(p) > col and p[0] == op)
     if len(tables) >= 2:
-        one, four = attention_calls(tables[0]), attention_calls(tables[1])
+        one, four = op_calls(tables[0], "attention", 2), op_calls(tables[1], "attention", 2)
         check(one > 0 and four == one, f"4 decoding streams make as many attention calls per step as one: {one}, {four}")
         # Every stream's token is drawn on the backend in one call per step, as the engine draws a batch.
-        draws = [sum(float(p[1]) for p in (l.split() for l in t.splitlines()) if len(p) >= 3 and p[0] == "sample")
-                 for t in tables[:2]]
+        draws = [op_calls(t, "sample", 1) for t in tables[:2]]
         check(draws == [1.0, 1.0], f"one draw call per step for the whole batch: {draws}")
 badb = subprocess.run([dsv4, "bench", "--synth", "tiny", "--batch", "2,x", "--device", "cpu"], capture_output=True,
                       text=True, timeout=60)

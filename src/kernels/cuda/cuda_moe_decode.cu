@@ -24,7 +24,6 @@ namespace {
 
 using namespace gemv;
 
-constexpr int kMaxPairs = 512;  // n * k up to this takes the decode path
 constexpr int kMaxSlots = 32;  // k (moe_experts' own limit)
 // Rows per warp as the GEMV: gate_up streams the gate and up rows of one row f at a time, kGateItems rows f
 // in turn; down_sum two output rows.
@@ -210,7 +209,7 @@ bool fits(const Weight& w) {
 }  // namespace
 
 bool moe_decode_serves(const MoeArgs& a) {
-    if (a.n * a.k > kMaxPairs || a.k > kMaxSlots) return false;
+    if (a.n * a.k > kMoeDecodePairs || a.k > kMaxSlots) return false;
     if (a.gate.type != a.up.type || a.gate.row_bytes != a.up.row_bytes) return false;
     if (!aligned16(a.x)) return false;
     bool ok = false;

@@ -41,19 +41,19 @@ __device__ __forceinline__ int slot_rank(const int32_t* ids, int64_t token, int 
 bool moe_decode_serves(const MoeArgs& a);
 void launch_moe_decode(CudaBackend& b, const MoeArgs& a, bool xreg);
 
-// (token, slot) pairs up to which the register kernels below serve a step (as the decode path: a decode token,
-// a speculative verify step, a batch of decoding streams, a short prompt).
-constexpr int64_t kMoeXregPairs = 512;
+// (token, slot) pairs up to which the decode path serves a step, its register kernels below as well (a decode
+// token, a speculative verify step, a batch of decoding streams, a short prompt).
+constexpr int64_t kMoeDecodePairs = 512;
 
 // The gate/up half with the token's activation in registers (cuda_moe_gate_up_xreg.cu): h[pair, f] =
 // SwiGLU(gate, up) * routing weight for IQ2_XXS gate and up stacks with D a multiple of 512 (at most 16384),
-// up to kMoeXregPairs pairs.
+// up to kMoeDecodePairs pairs.
 bool moe_gate_up_xreg_serves(const MoeArgs& a);
 void launch_moe_gate_up_xreg(const MoeArgs& a, float* h, const QuantTables& t, cudaStream_t s);
 
 // The down half with h (the gate/up result, [n * k, F]) in registers (cuda_moe_down_xreg.cu): out = the sum
 // over each token's slots of h W_down^T, in the CPU's order, for a Q2_K down stack with F a multiple of 512
-// and k * F / 512 <= 32, up to kMoeXregPairs pairs.
+// and k * F / 512 <= 32, up to kMoeDecodePairs pairs.
 bool moe_down_xreg_serves(const MoeArgs& a);
 void launch_moe_down_xreg(const MoeArgs& a, const float* h, cudaStream_t s);
 

@@ -178,8 +178,8 @@ int lane_h(int64_t F) { return F % 1024 == 0 ? 2 : 1; }
 }  // namespace
 
 bool moe_down_xreg_serves(const MoeArgs& a) {
-    // Up to kMoeXregPairs pairs, as the gate/up kernel: a token's blocks sum its slots as for one token.
-    if (a.n < 1 || a.n * a.k > kMoeXregPairs || a.down.type != GgmlType::Q2_K || a.k < 1 || a.k > kMaxSlots)
+    // Up to kMoeDecodePairs pairs, as the gate/up kernel: a token's blocks sum its slots as for one token.
+    if (a.n < 1 || a.n * a.k > kMoeDecodePairs || a.down.type != GgmlType::Q2_K || a.k < 1 || a.k > kMaxSlots)
         return false;
     const int64_t F = a.down.cols, D = a.down.rows;
     if (F % 512 != 0 || D < 1 || a.down.row_bytes % 4 != 0 || reinterpret_cast<uintptr_t>(a.down.data) % 4 != 0)

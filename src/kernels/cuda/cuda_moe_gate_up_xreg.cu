@@ -169,9 +169,9 @@ bool whole_blocks(int64_t D) { return D % 1024 == 0; }
 }  // namespace
 
 bool moe_gate_up_xreg_serves(const MoeArgs& a) {
-    // Up to kMoeXregPairs pairs: each pair is its own run of blocks, with the one-token arithmetic, so a token's
+    // Up to kMoeDecodePairs pairs: each pair is its own run of blocks, with the one-token arithmetic, so a token's
     // output does not depend on the step's other tokens.
-    if (a.n < 1 || a.n * a.k > kMoeXregPairs) return false;
+    if (a.n < 1 || a.n * a.k > kMoeDecodePairs) return false;
     if (a.gate.type != GgmlType::IQ2_XXS || a.up.type != GgmlType::IQ2_XXS) return false;
     const int64_t D = a.gate.cols, F = a.gate.rows, pairs = a.n * a.k;
     if (a.up.cols != D || a.up.rows != F || a.gate.row_bytes != a.up.row_bytes || pairs < 1 || F < 1) return false;

@@ -132,14 +132,14 @@ HcPreNormKernel select_hc_pre_norm(const CudaBackend& b, int64_t dim, const floa
 }
 
 SampleKernel select_sample(const CudaBackend& b, int64_t n_vocab) {
-    const bool narrow = sample_max_clusters(SampleKernel::cluster8, n_vocab) > 0;
-    const bool wide = sample_max_clusters(SampleKernel::cluster16, n_vocab) > 0;
+    auto fits = [&](SampleKernel k) { return sample_max_clusters(k, n_vocab) > 0; };
     const auto& f = b.force().sample;
-    if (f && (*f == SampleKernel::cluster8 ? narrow : wide)) return *f;
+    if (f && fits(*f)) return *f;
     // 8 blocks per row wherever 8 slices hold the vocabulary: faster than 16 at every row count measured (H200,
     // V = 129,280: one row 15-88 us against 19-94, 8 rows 113 against 229), the exchanges being over half the
     // ranks; 16 for vocabularies past 8 slices.
-    return narrow || !wide ? SampleKernel::cluster8 : SampleKernel::cluster16;
+    return fits(SampleKernel::cluster8) || !fits(SampleKernel::cluster16) ? SampleKernel::cluster8
+                                                                          : SampleKernel::cluster16;
 }
 
 }  // namespace dsv4::cuda
