@@ -301,10 +301,26 @@ void add_tensor_core_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     for (auto [E, k] : {std::pair{24, 4}, std::pair{7, 7}, std::pair{1, 1}, std::pair{256, 4}})
         out.push_back(experts_case(bf16, GgmlType::IQ1_M, GgmlType::Q5_K, 300, E, k, 512, 256, 10.0f, false, o.seed));
 
+    // A batch of decoding streams or a short chunk (16 tokens or more, up to 1024 pairs): the expert kernels
+    // that read each touched expert once per tile of its rows (cuda_moe_blocks.cu), for every block format, at
+    // 8-row tiles (<= 2 rows per expert on average), 16-row tiles (<= 8) and 32-row tiles, partial tiles and
+    // experts spanning several tiles among them; mixed formats as in V4-Flash.
+    for (GgmlType t : weight_types())
+        if (ggml_traits(t).block_elems > 1 && 256 % ggml_traits(t).block_elems == 0)
+            out.push_back(experts_case(bf16, t, t, 20, 64, 6, 512, 256, 10.0f, false, o.seed));
+    out.push_back(experts_case(bf16, GgmlType::IQ2_XXS, GgmlType::Q2_K, 16, 256, 6, 1024, 512, 10.0f, false, o.seed));
+    out.push_back(experts_case(bf16, GgmlType::IQ2_XXS, GgmlType::Q2_K, 40, 32, 6, 512, 512, 10.0f, false, o.seed));
+    out.push_back(experts_case(bf16, GgmlType::Q8_0, GgmlType::Q4_K, 64, 8, 4, 768, 256, 10.0f, false, o.seed));
+    out.push_back(experts_case(bf16, GgmlType::MXFP4, GgmlType::MXFP4, 170, 64, 6, 256, 256, 1.5f, false, o.seed));
+
     if (o.perf) {
         // V4-Flash prefill shapes: attn_q_b (Q8_0 32768 x 1024), attn_output_b (Q8_0 4096 x 8192), and the
         // routed experts (256, k = 6, D 4096, F 2048, IQ2_XXS gate/up, Q2_K down). The f32 mode for
         // comparison where its run time stays reasonable.
+        // A batch of 16 / 64 decoding streams (the same experts).
+        for (int64_t n : {16, 64})
+            out.push_back(
+                experts_case(bf16, GgmlType::IQ2_XXS, GgmlType::Q2_K, n, 256, 6, 4096, 2048, 10.0f, true, o.seed));
         for (int64_t n : {512, 2048, 8192}) {
             for (Mode m : {bf16, f32}) {
                 if (m == f32 && n > 2048) continue;

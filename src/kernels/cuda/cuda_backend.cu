@@ -86,15 +86,26 @@ CudaBackend::CudaBackend(int device, const CudaOptions& options)
 
     // One buffer holds every lookup table; QuantTables points into it.
     using namespace dsv4::quant;
+    // The bf16 decoder's IQ2_XXS selectors (QuantTables::iq2xxs_sel): grid byte b (8, 25 or 43) is code b >> 4,
+    // whose bf16 sits at bytes 2 code, 2 code + 1 of the decoder's 8-byte value pool.
+    uint64_t iq2xxs_sel[256];
+    for (int e = 0; e < 256; ++e) {
+        uint64_t sel = 0;
+        for (int j = 0; j < 8; ++j) {
+            const uint64_t code = ((kIq2xxsGrid[e] >> (8 * j)) & 0xFF) >> 4;
+            sel |= ((2 * code) | (2 * code + 1) << 4) << (8 * j);
+        }
+        iq2xxs_sel[e] = sel;
+    }
     struct Part {
         const void* src;
         size_t bytes;
     };
     const Part parts[] = {
-        {kIq2xxsGrid, sizeof(kIq2xxsGrid)}, {kIq2xsGrid, sizeof(kIq2xsGrid)}, {kIq2sGrid, sizeof(kIq2sGrid)},
-        {kIq3xxsGrid, sizeof(kIq3xxsGrid)}, {kIq3sGrid, sizeof(kIq3sGrid)},   {kIq1sGrid, sizeof(kIq1sGrid)},
-        {kSigns.v, sizeof(kSigns.v)},       {kIq4nlValues, sizeof(kIq4nlValues)},
-        {kMxfp4Values, sizeof(kMxfp4Values)},
+        {kIq2xxsGrid, sizeof(kIq2xxsGrid)}, {kIq2xsGrid, sizeof(kIq2xsGrid)},     {kIq2sGrid, sizeof(kIq2sGrid)},
+        {kIq3xxsGrid, sizeof(kIq3xxsGrid)}, {kIq3sGrid, sizeof(kIq3sGrid)},       {kIq1sGrid, sizeof(kIq1sGrid)},
+        {kSigns.v, sizeof(kSigns.v)},       {kIq4nlValues, sizeof(kIq4nlValues)}, {kMxfp4Values, sizeof(kMxfp4Values)},
+        {iq2xxs_sel, sizeof(iq2xxs_sel)},
     };
     size_t offsets[std::size(parts)];
     size_t total = 0;
@@ -119,6 +130,7 @@ CudaBackend::CudaBackend(int device, const CudaOptions& options)
     tables_.signs = base + offsets[6];
     tables_.iq4nl = reinterpret_cast<const int8_t*>(base + offsets[7]);
     tables_.mxfp4 = reinterpret_cast<const int8_t*>(base + offsets[8]);
+    tables_.iq2xxs_sel = reinterpret_cast<const uint64_t*>(base + offsets[9]);
 }
 
 CudaBackend::~CudaBackend() {

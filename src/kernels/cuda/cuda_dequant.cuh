@@ -28,6 +28,9 @@ struct QuantTables {
     const uint8_t* signs = nullptr;    // [128] 7 sign bits + parity bit
     const int8_t* iq4nl = nullptr;     // [16]
     const int8_t* mxfp4 = nullptr;     // [16]
+    // Derived from iq2xxs for the bf16 decoder (cuda_dequant_bf16.cuh): per grid entry, the four PRMT
+    // selectors (16 bits each, values 2i and 2i + 1 at bits 16 i) that pick each value's magnitude code.
+    const uint64_t* iq2xxs_sel = nullptr;  // [256]
 };
 
 __device__ __forceinline__ uint32_t ld_u16(const uint8_t* p) { return (uint32_t)p[0] | ((uint32_t)p[1] << 8); }

@@ -69,24 +69,25 @@ struct Bf16Run<GgmlType::IQ2_XXS> {
             const uint8_t* p = b + 2 + 8 * ib;
             const uint32_t grid_bytes = ld_u32_any(p), aux = ld_u32_any(p + 4);
             const float db = __fmul_rn(__fmul_rn(d, 0.5f + (float)(aux >> 28)), 0.25f);
-            // Every grid byte is 8, 25 or 43; byte >> 4 is its code 0, 1, 2.
+            // Every grid byte is 8, 25 or 43; byte >> 4 is its code 0, 1, 2: the pool (c01, c2) holds the three
+            // magnitudes and a grid entry's selectors pick them (iq2xxs_sel: shared memory where a kernel put it
+            // there, so no __ldg). The 8 signs are the 7 stored bits and their parity (kSigns); pair p's sign
+            // bits go to bits 15 and 31 of its XOR word by one multiply: sg * (2^(15-2p) + 2^(30-2p)) places sign
+            // 2p at bit 15 and sign 2p + 1 at bit 31 (the two shifted copies of sg do not overlap, so no carry).
             const uint32_t c01 = pack_bf16(__fmul_rn(db, 8.0f), __fmul_rn(db, 25.0f));
             const uint32_t c2 = pack_bf16(__fmul_rn(db, 43.0f), 0.0f);
 #pragma unroll
             for (int g = 0; g < kPiece / 8; ++g) {
                 const int l = (i0 % 32) / 8 + g;
-                const uint64_t e = t.iq2xxs[(grid_bytes >> (8 * l)) & 0xFF];
-                const uint32_t sg = t.signs[(aux >> (7 * l)) & 127];
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {  // values 4h .. 4h + 3 of the group
-                    const uint32_t z = bf16_selectors(((uint32_t)(e >> (32 * h)) >> 4) & 0x0F0F0F0Fu);
-                    // Byte k's top bit = sign bit 4h + k: bytes 0, 1 hold values 0, 1's signs (to bits 15, 31 of
-                    // the first pair), bytes 2, 3 the second pair's.
-                    const uint32_t sb = (((sg >> (4 * h)) & 0xFu) * 0x10204081u) & 0x80808080u;
-                    const int w = 4 * (kPiece * s / 8 + g) + 2 * h;
-                    o[w] = prmt(c01, c2, z) ^ prmt(sb, 0, 0x1404);
-                    o[w + 1] = prmt(c01, c2, z >> 16) ^ prmt(sb, 0, 0x3424);
-                }
+                const uint64_t sel = t.iq2xxs_sel[(grid_bytes >> (8 * l)) & 0xFF];
+                const uint32_t x = aux >> (7 * l);  // bits 0-6: the stored signs (bits 7 and up: ignored)
+                const uint32_t sg = (x & 0x7Fu) | ((uint32_t)__popc(x & 0x7Fu) << 7 & 0x80u);
+                const uint32_t lo = (uint32_t)sel, hi = (uint32_t)(sel >> 32);
+                const int w = 4 * (kPiece * s / 8 + g);
+                o[w] = prmt(c01, c2, lo) ^ (sg * 0x40008000u & 0x80008000u);
+                o[w + 1] = prmt(c01, c2, lo >> 16) ^ (sg * 0x10002000u & 0x80008000u);
+                o[w + 2] = prmt(c01, c2, hi) ^ (sg * 0x04000800u & 0x80008000u);
+                o[w + 3] = prmt(c01, c2, hi >> 16) ^ (sg * 0x01000200u & 0x80008000u);
             }
         }
     }
@@ -109,9 +110,21 @@ struct Bf16Run<GgmlType::Q2_K> {
             const uint32_t c01 = pack_bf16(__fsub_rn(__fmul_rn(dl, 0.0f), ml), __fsub_rn(__fmul_rn(dl, 1.0f), ml));
             const uint32_t c23 = pack_bf16(__fsub_rn(__fmul_rn(dl, 2.0f), ml), __fsub_rn(__fmul_rn(dl, 3.0f), ml));
             const uint8_t* q = b + 16 + 32 * n + 16 * half + l0;
+            // The piece's code bytes: one 16-byte load where they are aligned (a whole scale group of a block
+            // whose row starts 16-byte aligned, as the expert kernels' staged rows usually do).
+            uint32_t qw[kPiece / 4];
+            if (kPiece == 16 && (reinterpret_cast<uintptr_t>(q) & 15) == 0) {
+                const uint4 v4 = *reinterpret_cast<const uint4*>(q);
+                const uint32_t all[4] = {v4.x, v4.y, v4.z, v4.w};
+#pragma unroll
+                for (int w = 0; w < kPiece / 4; ++w) qw[w] = all[w];
+            } else {
+#pragma unroll
+                for (int w = 0; w < kPiece / 4; ++w) qw[w] = ld_u32_any(q + 4 * w);
+            }
 #pragma unroll
             for (int w = 0; w < kPiece / 4; ++w) {
-                const uint32_t z = bf16_selectors((ld_u32_any(q + 4 * w) >> (2 * group)) & 0x03030303u);
+                const uint32_t z = bf16_selectors((qw[w] >> (2 * group)) & 0x03030303u);
                 o[kPiece / 2 * s + 2 * w] = prmt(c01, c23, z);
                 o[kPiece / 2 * s + 2 * w + 1] = prmt(c01, c23, z >> 16);
             }

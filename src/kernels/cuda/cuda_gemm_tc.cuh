@@ -40,6 +40,16 @@ bool moe_tc_wanted(const CudaBackend& b, const MoeArgs& a);
 void moe_experts_tc(CudaBackend& b, const MoeArgs& a, const int32_t* offsets, const int32_t* x_rows,
                     const int32_t* pair_of_row, float* y);
 
+// The expert pass for a batch of decoding streams or a short prompt's chunk (cuda_moe_blocks.cu): every touched
+// expert's weights read once per tile of 8-32 of its grouped rows and multiplied on the tensor cores with the
+// weight as the mma's A operand, from the same device grouping as moe_experts_tc (y likewise). serves: the bf16
+// mode, up to kMoeBlocksMaxPairs pairs, gate and up of one block format and down of one whose blocks tile 256
+// values, D and F multiples of 256, stages that fit the device's shared memory. (Where it is chosen: select_moe.)
+constexpr int64_t kMoeBlocksMaxPairs = 1024;
+bool moe_blocks_serves(const CudaBackend& b, const MoeArgs& a);
+void moe_experts_blocks(CudaBackend& b, const MoeArgs& a, const int32_t* offsets, const int32_t* x_rows,
+                        const int32_t* pair_of_row, float* y);
+
 // out[i, 0:ld] = bf16(x row rows[i] (i when rows is null)) for i < n, zeros in [K, ld).
 void launch_rows_to_bf16(__nv_bfloat16* out, int64_t ld, const float* x, int64_t x_stride, const int32_t* rows,
                          int64_t n, int64_t K, cudaStream_t s);

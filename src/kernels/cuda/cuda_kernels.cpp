@@ -18,8 +18,9 @@ constexpr Names<MatmulKernel, 7> kMatmul = {{{MatmulKernel::tc_blocks, "tc_block
                                              {MatmulKernel::gemv_f32, "gemv_f32"},
                                              {MatmulKernel::gemv_warp, "gemv_warp"},
                                              {MatmulKernel::tiled, "tiled"}}};
-constexpr Names<MoeKernel, 4> kMoe = {{{MoeKernel::decode_xreg, "decode_xreg"},
+constexpr Names<MoeKernel, 5> kMoe = {{{MoeKernel::decode_xreg, "decode_xreg"},
                                        {MoeKernel::decode_pipelined, "decode_pipelined"},
+                                       {MoeKernel::tc_blocks, "tc_blocks"},
                                        {MoeKernel::tc_bf16, "tc_bf16"},
                                        {MoeKernel::grouped, "grouped"}}};
 constexpr Names<AttentionKernel, 2> kAttention = {{{AttentionKernel::tc_bf16, "tc_bf16"}, {AttentionKernel::f32, "f32"}}};

@@ -28,6 +28,7 @@ enum class MatmulKernel : uint8_t {
 enum class MoeKernel : uint8_t {
     decode_xreg,       // few (token, slot) pairs: the register kernels where the formats have them, else pipelined
     decode_pipelined,  // few pairs: the pipelined gate/up and down kernels (cuda_moe_decode.cu)
+    tc_blocks,         // a batch or short chunk: tensor cores, each touched expert read once per tile (bf16 mode)
     tc_bf16,           // tensor cores for experts with many rows (bf16 mode only)
     grouped,           // rows grouped by expert on the device, then grouped matmuls
 };

@@ -213,8 +213,11 @@ void CudaBackend::moe_experts(const MoeArgs& a) {
     DSV4_CHECK_MSG(smem <= 48 * 1024, "moe_experts: %d experts exceed the grouping kernel's shared memory", E);
     launch_pdl(moe_group_kernel, 1, 1024, smem, stream_, a.ids, a.n, a.k, E, offsets, x_rows, pair_of_row, sum_rows);
     CUDA_CHECK_LAUNCH();
-    if (kernel == MoeKernel::tc_bf16) {  // bf16 mode, prefill-sized: experts on the tensor cores (cuda_gemm_tc.cu)
-        moe_experts_tc(*this, a, offsets, x_rows, pair_of_row, y);
+    if (kernel == MoeKernel::tc_bf16 || kernel == MoeKernel::tc_blocks) {  // bf16 mode: tensor cores
+        if (kernel == MoeKernel::tc_blocks)
+            moe_experts_blocks(*this, a, offsets, x_rows, pair_of_row, y);  // cuda_moe_blocks.cu
+        else
+            moe_experts_tc(*this, a, offsets, x_rows, pair_of_row, y);  // cuda_gemm_tc.cu
         launch_pdl(moe_sum_kernel, grid_for(a.n * D, 256), 256, 0, stream_, a.out, y, sum_rows, a.n, a.k, D);
         CUDA_CHECK_LAUNCH();
         ran(kernel_name(kernel));

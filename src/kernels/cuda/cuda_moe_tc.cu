@@ -348,10 +348,10 @@ void launch_moe_tc(CudaBackend& b, dim3 grid, const MoeTcTile* tiles, const __nv
 
 // One block: thread e counts expert e's tiles (and e + blockDim.x ...), thread 0 takes the exclusive prefix
 // sum in shared memory, then each thread writes its experts' tiles and the last ones blank the rest.
-__global__ void moe_tc_tiles_kernel(const int32_t* offsets, int E, MoeTcTile* tiles, int max_tiles) {
+__global__ void moe_tc_tiles_kernel(const int32_t* offsets, int E, MoeTcTile* tiles, int max_tiles, int tile_rows) {
     extern __shared__ int first[];  // [E + 1]: each expert's first tile
     for (int e = threadIdx.x; e < E; e += blockDim.x)
-        first[e + 1] = (offsets[e + 1] - offsets[e] + kMoeTcTileRows - 1) / kMoeTcTileRows;
+        first[e + 1] = (offsets[e + 1] - offsets[e] + tile_rows - 1) / tile_rows;
     __syncthreads();
     if (threadIdx.x == 0) {
         first[0] = 0;
@@ -361,8 +361,7 @@ __global__ void moe_tc_tiles_kernel(const int32_t* offsets, int E, MoeTcTile* ti
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
         const int32_t r1 = offsets[e + 1];
         int t = first[e];
-        for (int32_t r = offsets[e]; r < r1; r += kMoeTcTileRows, ++t)
-            tiles[t] = {e, r, min(kMoeTcTileRows, r1 - r)};
+        for (int32_t r = offsets[e]; r < r1; r += tile_rows, ++t) tiles[t] = {e, r, min(tile_rows, r1 - r)};
     }
     for (int t = first[E] + threadIdx.x; t < max_tiles; t += blockDim.x) tiles[t] = {0, 0, 0};
 }
@@ -386,8 +385,8 @@ bool stageable(const CudaBackend& b, GgmlType t) {
 
 }  // namespace
 
-void moe_tc_build_tiles(CudaBackend& b, const int32_t* offsets, int E, MoeTcTile* tiles, int max_tiles) {
-    moe_tc_tiles_kernel<<<1, 256, (size_t)(E + 1) * sizeof(int), b.stream()>>>(offsets, E, tiles, max_tiles);
+void moe_tc_build_tiles(CudaBackend& b, const int32_t* offsets, int E, MoeTcTile* tiles, int max_tiles, int tile_rows) {
+    moe_tc_tiles_kernel<<<1, 256, (size_t)(E + 1) * sizeof(int), b.stream()>>>(offsets, E, tiles, max_tiles, tile_rows);
     CUDA_CHECK_LAUNCH();
 }
 

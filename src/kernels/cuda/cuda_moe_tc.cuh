@@ -12,19 +12,22 @@ namespace dsv4::cuda {
 
 class CudaBackend;
 
-// Up to kMoeTcTileRows consecutive grouped rows [row0, row0 + rows) of one expert; rows = 0: no tile (the
-// kernels' blocks for it return at once).
+// Up to a tile's rows (kMoeTcTileRows here, 8..32 in cuda_moe_blocks.cu) consecutive grouped rows
+// [row0, row0 + rows) of one expert; rows = 0: no tile (the kernels' blocks for it return at once).
 struct MoeTcTile {
     int32_t expert, row0, rows;
 };
 // Rows of a tile.
 constexpr int kMoeTcTileRows = 128;
 
-// Tiles that `pairs` grouped rows over E experts can need at most: sum_e ceil(rows_e / kMoeTcTileRows).
-inline int64_t moe_tc_max_tiles(int64_t pairs, int64_t E) { return pairs / kMoeTcTileRows + E; }
-// tiles [max_tiles] = every expert's rows (offsets [E+1] on the device) cut into tiles, in ascending expert id,
-// then empty tiles: built on the device, so the host never waits for the grouping.
-void moe_tc_build_tiles(CudaBackend& b, const int32_t* offsets, int E, MoeTcTile* tiles, int max_tiles);
+// Tiles of tile_rows that `pairs` grouped rows over E experts can need at most: sum_e ceil(rows_e / tile_rows).
+inline int64_t moe_tc_max_tiles(int64_t pairs, int64_t E, int tile_rows = kMoeTcTileRows) {
+    return pairs / tile_rows + E;
+}
+// tiles [max_tiles] = every expert's rows (offsets [E+1] on the device) cut into tiles of up to tile_rows, in
+// ascending expert id, then empty tiles: built on the device, so the host never waits for the grouping.
+void moe_tc_build_tiles(CudaBackend& b, const int32_t* offsets, int E, MoeTcTile* tiles, int max_tiles,
+                        int tile_rows = kMoeTcTileRows);
 
 // True when a's stacks suit the kernels: gate and up of one block format (and down of one) whose blocks tile
 // 256 values, down [D, F], and their shared memory fits b's device.

@@ -89,6 +89,8 @@ std::optional<MatmulKernel> select_matmul(const CudaBackend& b, const MatmulCall
 
 bool moe_kernel_serves(const CudaBackend& b, MoeKernel k, const MoeArgs& a) {
     switch (k) {
+        case MoeKernel::tc_blocks:
+            return moe_blocks_serves(b, a);
         case MoeKernel::tc_bf16:
             return b.gemm_precision() == GemmPrecision::BF16;
         case MoeKernel::decode_xreg:
@@ -105,7 +107,10 @@ MoeKernel select_moe(const CudaBackend& b, const MoeArgs& a) {
     const auto& f = b.force().moe;
     if (f && moe_kernel_serves(b, *f, a)) return *f;
     auto serves = [&](MoeKernel k) { return moe_kernel_serves(b, k, a); };
-    // Few (token, slot) pairs: no grouping pass, the register kernels where they serve (one token).
+    // The bf16 mode from kTcMinRows tokens (the dense matmuls' threshold, so a speculative verify step of a few
+    // tokens keeps the exact kernels of a decode step): the tensor cores, each touched expert read once per tile.
+    if (a.n >= kTcMinRows && serves(MoeKernel::tc_blocks)) return MoeKernel::tc_blocks;
+    // Few (token, slot) pairs: no grouping pass, the register kernels where they serve.
     if (serves(MoeKernel::decode_xreg)) return MoeKernel::decode_xreg;
     if (serves(MoeKernel::decode_pipelined)) return MoeKernel::decode_pipelined;
     if (moe_tc_wanted(b, a) && serves(MoeKernel::tc_bf16)) return MoeKernel::tc_bf16;
