@@ -29,7 +29,7 @@ void matmul_tc(CudaBackend& b, float* y, int64_t y_stride, const float* x, int64
 // kTcMinRows (token, expert) pairs. The tiles are cut on the device, so few rows per expert cost no host
 // synchronization, and each expert's weights are still decoded once per tile: far less than the grouped
 // warp GEMV, which reads an expert's weights once per row group, pays at any pair count past the decode
-// kernels' (they are chosen first, up to their own limit).
+// kernels' and moe_experts_blocks' (they are chosen first, up to their own limits).
 bool moe_tc_wanted(const CudaBackend& b, const MoeArgs& a);
 // The expert pass of moe_experts from the device grouping it built (offsets [E+1]; per grouped row its
 // token x_rows and its (token, slot) pair pair_of_row): y [n*k, D] = each grouped row's expert output,

@@ -21,8 +21,18 @@ constexpr int64_t kGroupedGemvRows = 64;
 // 32768 x 1024) 41 / 50 / 67 against 68 / 69 / 71 at 16 / 32 / 64 rows; wo_b (4096 x 8192) at 16 rows: Q8_0 51
 // against 70, MXFP4 47 / 69, Q2_K 37 / 66, Q4_K 50 / 73, Q6_K 60 / 74, IQ2_XXS 43 / 66. At 64 rows the decode and
 // the mma.sync of 8 activation tiles per k-step make it as slow or slower (wo_b Q8_0 79 against 72), and Q3_K's
-// per-value decoder is 2x slower at any count (157 against 75).
+// per-value decoder is 2x slower at any count (157 against 75). A batch of products (matmul_batch's jobs, which
+// tc_bf16 runs one by one, each with its own decode launch) takes it up to its 64 rows: wo_a (8 x Q8_0 1024 x
+// 4096) 102 / 109 against 239 / 220 at 48 / 64 rows (q_b 61 / 67 against 69 / 71; the shared expert's 9 MB
+// products 23 / 24 against 21 / 22).
 constexpr int64_t kTcBlocksFasterRows = 32;
+
+// (token, slot) pairs from which the bf16 mode's experts take tc_blocks over the register kernels (which do the
+// whole one-token decode per pair). bench_gemv --bf16 on an H100, V4-Flash's experts (IQ2_XXS gate/up, Q2_K
+// down, 256 experts, 6 used), µs per call at 16 / 32 / 64 / 128 tokens: tc_blocks 625 / 1004 / 1446 / 2128,
+// decode_xreg 459 / 932 / 1853 / 2130; bench --batch 16 / 32 / 64 streams: 500 / 695 / 982 tokens/s against
+// 595 / 734 / 801. Between 192 pairs (32 tokens, 8% slower) and 384 (64 tokens, 22% faster).
+constexpr int64_t kMoeBlocksMinPairs = 256;
 bool tc_blocks_faster(GgmlType t) {
     switch (t) {
         case GgmlType::Q8_0:
@@ -77,7 +87,8 @@ std::optional<MatmulKernel> select_matmul(const CudaBackend& b, const MatmulCall
     if (b.force().matmul && (c.count > 1 || c.with_norm)) return std::nullopt;  // forced: one by one / unfused
     const MatmulParams& p = c.ps[0];
     auto serves = [&](MatmulKernel k) { return matmul_kernel_serves(b, k, c); };
-    if (p.n <= kTcBlocksFasterRows && tc_blocks_faster(p.type) && serves(MatmulKernel::tc_blocks))
+    const int64_t blocks_rows = c.count > 1 ? kTcBlocksMaxRows : kTcBlocksFasterRows;
+    if (p.n <= blocks_rows && tc_blocks_faster(p.type) && serves(MatmulKernel::tc_blocks))
         return MatmulKernel::tc_blocks;
     if (p.n >= kTcMinRows && serves(MatmulKernel::tc_bf16)) return MatmulKernel::tc_bf16;
     if (weight_bytes(c) >= kXregMinBytes && serves(MatmulKernel::q8_xreg)) return MatmulKernel::q8_xreg;
@@ -107,9 +118,11 @@ MoeKernel select_moe(const CudaBackend& b, const MoeArgs& a) {
     const auto& f = b.force().moe;
     if (f && moe_kernel_serves(b, *f, a)) return *f;
     auto serves = [&](MoeKernel k) { return moe_kernel_serves(b, k, a); };
-    // The bf16 mode from kTcMinRows tokens (the dense matmuls' threshold, so a speculative verify step of a few
-    // tokens keeps the exact kernels of a decode step): the tensor cores, each touched expert read once per tile.
-    if (a.n >= kTcMinRows && serves(MoeKernel::tc_blocks)) return MoeKernel::tc_blocks;
+    // The bf16 mode from kMoeBlocksMinPairs pairs (and kTcMinRows tokens, the dense matmuls' threshold, so a
+    // speculative verify step keeps the exact kernels of a decode step): the tensor cores, each touched expert
+    // read once per tile.
+    if (a.n >= kTcMinRows && a.n * a.k >= kMoeBlocksMinPairs && serves(MoeKernel::tc_blocks))
+        return MoeKernel::tc_blocks;
     // Few (token, slot) pairs: no grouping pass, the register kernels where they serve.
     if (serves(MoeKernel::decode_xreg)) return MoeKernel::decode_xreg;
     if (serves(MoeKernel::decode_pipelined)) return MoeKernel::decode_pipelined;
