@@ -20,6 +20,7 @@
 
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
+#include "kernels/cuda/cuda_blocks_ring.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_dequant_bf16.cuh"
 #include "kernels/cuda/cuda_gemm_tc.cuh"
@@ -34,25 +35,12 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-constexpr int kWarps = 4, kThreads = kWarps * kWarp;
-constexpr int kMTiles = 2;                         // m16 tiles (weight rows) per warp
-constexpr int kBlockRows = kWarps * kMTiles * 16;  // 128
-constexpr int kStageK = 256;                       // values of a row per stage
-constexpr int kStages = 3;
-
-// A stage: kStageK values of each of the block's rows, each row's bytes in whole 16-byte words from the word
-// holding its first byte (the row keeps its offset in that word), plus one word for that offset.
-template <GgmlType T>
-struct BlocksStage {
-    static constexpr int kBytes = kStageK / Dq<T>::kElems * Dq<T>::kBytes;
-    static constexpr int kWords = (kBytes + 15) / 16 + 1;
-    static constexpr size_t kSmem = (size_t)kStages * kBlockRows * kWords * 16;
-};
+using blocks::kStageK, blocks::kStages, blocks::kThreads;
+constexpr int kMTiles = 2;                 // m16 tiles (weight rows) per warp
+constexpr int kBlockRows = blocks::kRows;  // 128
 
 template <GgmlType T>
-constexpr bool blocks_format() {
-    return Dq<T>::kElems >= 32 && kStageK % Dq<T>::kElems == 0;
-}
+using BlocksStage = blocks::Stage<T>;
 
 // One product of a launch: y = x W^T, x already rounded to bf16 ([n, K], rows K apart).
 struct BlocksJob {
@@ -94,13 +82,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         return p.w + (size_t)row * p.row_bytes + (size_t)step * S::kBytes;
     };
     auto issue = [&](int i) {
-        uint4* slot = blocks_smem + (i % kStages) * kBlockRows * S::kWords;
-        for (int idx = threadIdx.x; idx < kBlockRows * S::kWords; idx += kThreads) {
-            const int r = idx / S::kWords, w = idx % S::kWords;
-            const uint8_t* a = stage_src(r, s0 + i);
-            const int shift = (int)(reinterpret_cast<uintptr_t>(a) & 15);
-            if (16 * w < shift + S::kBytes) cp_async16(slot + idx, a - shift + 16 * w);
-        }
+        blocks::issue_stage<T>(blocks_smem + (i % kStages) * kBlockRows * S::kWords,
+                               [&](int r) { return stage_src(r, s0 + i); });
     };
 
     // Weights do not depend on the kernels before: the first stages are requested before waiting for them.
@@ -220,7 +203,7 @@ bool matmul_tc_blocks_serves(const CudaBackend& b, const MatmulParams* ps, int c
     bool ok = false;
     dispatch_weight_type(p.type, [&](auto tag) {
         constexpr GgmlType T = decltype(tag)::type;
-        if constexpr (blocks_format<T>()) ok = BlocksStage<T>::kSmem <= (size_t)b.props().sharedMemPerBlockOptin;
+        if constexpr (blocks::format<T>()) ok = BlocksStage<T>::kSmem <= (size_t)b.props().sharedMemPerBlockOptin;
     });
     return ok;
 }
@@ -262,7 +245,7 @@ void matmul_tc_blocks(CudaBackend& b, const MatmulParams* ps, int count) {
     }
     dispatch_weight_type(ps[0].type, [&](auto tag) {
         constexpr GgmlType T = decltype(tag)::type;
-        if constexpr (blocks_format<T>()) {
+        if constexpr (blocks::format<T>()) {
             const unsigned rb = ceil_div(most_rows, kBlockRows);
             if (n <= 16)
                 launch_blocks<T, 2>(p, rb, count, b.tables(), b.stream());

@@ -24,6 +24,7 @@
 
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
+#include "kernels/cuda/cuda_blocks_ring.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_dequant_bf16.cuh"
 #include "kernels/cuda/cuda_gemm_tc.cuh"
@@ -38,11 +39,9 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-constexpr int kWarps = 4, kThreads = kWarps * kWarp;
-constexpr int kHalfRows = kWarps * 16;     // one m16 tile per warp: 64 rows per half of the block
-constexpr int kBlockRows = 2 * kHalfRows;  // 128 weight rows per block
-constexpr int kStageK = 256;               // values of a row per stage
-constexpr int kStages = 3;
+using blocks::kStageK, blocks::kStages, blocks::kThreads;
+constexpr int kBlockRows = blocks::kRows;  // 128 weight rows per block
+constexpr int kHalfRows = kBlockRows / 2;  // one m16 tile per warp in each half
 // The k order inside each 4 kRun values is permuted, identically for weights and activations (a dot product
 // does not depend on it): lane c of a quad holds the kRun consecutive values kRun c .. kRun c + kRun - 1 of its
 // rows, 8 of them in each of kRun / 8 k32 steps (as its fragments' k 2c, 2c + 1, 2c + 8, 2c + 9 of the first
@@ -54,19 +53,8 @@ constexpr int run_of() {
     return T == GgmlType::IQ2_XXS || T == GgmlType::Q2_K || T == GgmlType::Q8_0 ? 32 : 8;
 }
 
-// A stage: kStageK values of each of the block's rows, each row's bytes in whole 16-byte words from the word
-// holding its first byte (the row keeps its offset in that word), plus one word for that offset.
 template <GgmlType T>
-struct MoeBlocksStage {
-    static constexpr int kBytes = kStageK / Dq<T>::kElems * Dq<T>::kBytes;
-    static constexpr int kWords = (kBytes + 15) / 16 + 1;
-    static constexpr size_t kSmem = (size_t)kStages * kBlockRows * kWords * 16;
-};
-
-template <GgmlType T>
-constexpr bool moe_blocks_format() {
-    return Dq<T>::kElems >= 32 && kStageK % Dq<T>::kElems == 0;
-}
+using MoeBlocksStage = blocks::Stage<T>;
 
 struct StackRef {
     const uint8_t* data;  // expert 0's first row
@@ -119,13 +107,8 @@ __global__ void __launch_bounds__(kThreads, 3)
         return w.data + (size_t)tile.expert * w.expert_bytes + (size_t)row * w.row_bytes + (size_t)step * S::kBytes;
     };
     auto issue = [&](int i) {
-        uint4* slot = moe_blocks_smem + (i % kStages) * kBlockRows * S::kWords;
-        for (int idx = threadIdx.x; idx < kBlockRows * S::kWords; idx += kThreads) {
-            const int r = idx / S::kWords, w = idx % S::kWords;
-            const uint8_t* a = stage_src(r, i);
-            const int shift = (int)(reinterpret_cast<uintptr_t>(a) & 15);
-            if (16 * w < shift + S::kBytes) cp_async16(slot + idx, a - shift + 16 * w);
-        }
+        blocks::issue_stage<T>(moe_blocks_smem + (i % kStages) * kBlockRows * S::kWords,
+                               [&](int r) { return stage_src(r, i); });
     };
 
     // The weights do not depend on the kernels before: the first stages are requested before waiting for them.
@@ -246,11 +229,11 @@ void launch_both(CudaBackend& b, GgmlType tg, GgmlType td, const MoeBlocksParams
                  const MoeBlocksParams& dn, dim3 grid_dn) {
     dispatch_weight_type(tg, [&](auto tag) {
         constexpr GgmlType T = decltype(tag)::type;
-        if constexpr (moe_blocks_format<T>()) launch_moe_blocks<T, NT, true>(gu, grid_gu, b.tables(), b.stream());
+        if constexpr (blocks::format<T>()) launch_moe_blocks<T, NT, true>(gu, grid_gu, b.tables(), b.stream());
     });
     dispatch_weight_type(td, [&](auto tag) {
         constexpr GgmlType T = decltype(tag)::type;
-        if constexpr (moe_blocks_format<T>()) launch_moe_blocks<T, NT, false>(dn, grid_dn, b.tables(), b.stream());
+        if constexpr (blocks::format<T>()) launch_moe_blocks<T, NT, false>(dn, grid_dn, b.tables(), b.stream());
     });
 }
 
@@ -258,7 +241,7 @@ bool stage_fits(const CudaBackend& b, GgmlType t) {
     bool ok = false;
     dispatch_weight_type(t, [&](auto tag) {
         constexpr GgmlType T = decltype(tag)::type;
-        if constexpr (moe_blocks_format<T>()) ok = MoeBlocksStage<T>::kSmem <= (size_t)b.props().sharedMemPerBlockOptin;
+        if constexpr (blocks::format<T>()) ok = MoeBlocksStage<T>::kSmem <= (size_t)b.props().sharedMemPerBlockOptin;
     });
     return ok;
 }
