@@ -45,7 +45,10 @@ void moe_experts_tc(CudaBackend& b, const MoeArgs& a, const int32_t* offsets, co
 // weight as the mma's A operand, from the same device grouping as moe_experts_tc (y likewise). serves: the bf16
 // mode, up to kMoeBlocksMaxPairs pairs, gate and up of one block format and down of one whose blocks tile 256
 // values, D and F multiples of 256, stages that fit the device's shared memory. (Where it is chosen: select_moe.)
-constexpr int64_t kMoeBlocksMaxPairs = 1024;
+// (It serves up to 16384 pairs so that it can be timed against tc_bf16 at prefill sizes; select_moe chooses it
+// up to kMoeBlocksChosenPairs, where it was measured faster.)
+constexpr int64_t kMoeBlocksMaxPairs = 16384;
+constexpr int64_t kMoeBlocksChosenPairs = 1024;
 bool moe_blocks_serves(const CudaBackend& b, const MoeArgs& a);
 void moe_experts_blocks(CudaBackend& b, const MoeArgs& a, const int32_t* offsets, const int32_t* x_rows,
                         const int32_t* pair_of_row, float* y);

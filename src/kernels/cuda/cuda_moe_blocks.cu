@@ -1,5 +1,5 @@
-// The routed experts of a batch of decoding streams or a short prompt's chunk in the bf16 mode (kTcMinRows
-// tokens or more, up to kMoeBlocksMaxPairs (token, slot) pairs) on the tensor cores, each touched expert's
+// The routed experts of a batch of decoding streams or a short prompt's chunk in the bf16 mode (chosen from
+// 256 up to kMoeBlocksChosenPairs (token, slot) pairs, see select_moe) on the tensor cores, each touched expert's
 // weights read once per tile of its rows.
 //
 // Why: at these sizes most touched experts have one to three rows (64 streams of V4-Flash: 384 pairs over

@@ -31,7 +31,10 @@ constexpr int64_t kTcBlocksFasterRows = 32;
 // whole one-token decode per pair). bench_gemv --bf16 on an H100, V4-Flash's experts (IQ2_XXS gate/up, Q2_K
 // down, 256 experts, 6 used), µs per call at 16 / 32 / 64 / 128 tokens: tc_blocks 625 / 1004 / 1446 / 2128,
 // decode_xreg 459 / 932 / 1853 / 2130; bench --batch 16 / 32 / 64 streams: 500 / 695 / 982 tokens/s against
-// 595 / 734 / 801. Between 192 pairs (32 tokens, 8% slower) and 384 (64 tokens, 22% faster).
+// 595 / 734 / 801. Between 192 pairs (32 tokens, 8% slower) and 384 (64 tokens, 22% faster). Up to 1024 pairs
+// (kMoeBlocksChosenPairs): past 512 pairs the register kernels do not serve and the wgmma kernels (tc_bf16) take
+// 5357 / 5540 µs at 128 / 170 tokens, tc_blocks 2128 at 128 (an earlier form 2652 at 170); larger chunks are not
+// measured yet.
 constexpr int64_t kMoeBlocksMinPairs = 256;
 bool tc_blocks_faster(GgmlType t) {
     switch (t) {
@@ -121,7 +124,9 @@ MoeKernel select_moe(const CudaBackend& b, const MoeArgs& a) {
     // The bf16 mode from kMoeBlocksMinPairs pairs (and kTcMinRows tokens, the dense matmuls' threshold, so a
     // speculative verify step keeps the exact kernels of a decode step): the tensor cores, each touched expert
     // read once per tile.
-    if (a.n >= kTcMinRows && a.n * a.k >= kMoeBlocksMinPairs && serves(MoeKernel::tc_blocks))
+    const int64_t pairs = a.n * a.k;
+    if (a.n >= kTcMinRows && pairs >= kMoeBlocksMinPairs && pairs <= kMoeBlocksChosenPairs &&
+        serves(MoeKernel::tc_blocks))
         return MoeKernel::tc_blocks;
     // Few (token, slot) pairs: no grouping pass, the register kernels where they serve.
     if (serves(MoeKernel::decode_xreg)) return MoeKernel::decode_xreg;
