@@ -7,6 +7,8 @@
 #                       median of 5 runs of 64 tokens per depth
 #   ncu.txt             device time per kernel of one 4K decode step (Nsight Compute, graphs off)
 #   gemv.log            bench_gemv (decode GEMV and MoE at V4-Flash shapes)
+#   moe.log             (step moe) bench_gemv --bf16 of the routed experts at 16..1024 tokens, as chosen and with
+#                       each MoE kernel forced
 #   batch.log           batched decode at 4K: 1, 8, 16, 32, 64 sequences a step (tokens/s in all and per stream,
 #                       GB/s of weights), then a per-op table at 16 and 64 sequences (ops timed one at a time)
 #   e2e.log             requests through the engine (`bench --e2e`): TTFT and tokens/s alone and in batches, and
@@ -33,6 +35,16 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 if has gemv; then
   run gemv.log 180 "$BIN/bench_gemv" --n 1,4
   tail -30 "$OUT/gemv.log"
+fi
+if has moe; then
+  # The bf16 mode's routed experts from a batch to a prefill chunk (V4-Flash shapes), as chosen and with each
+  # kernel that serves forced: where tc_blocks, the register kernels and the wgmma kernels cross over.
+  for f in "" decode_xreg tc_blocks tc_bf16; do
+    timeout 120 "$BIN/bench_gemv" --bf16 --n 16,32,64,128,256,512,1024 --only moe ${f:+--force moe_experts=$f} \
+      >>"$OUT/moe.log" 2>&1
+    echo "moe ${f:-as chosen}: exit $?"
+  done
+  grep -E "^(moe|bench_gemv)" "$OUT/moe.log"
 fi
 if has decode; then
   run bench-decode.json 420 "$BIN/dsv4" bench "${flash[@]}" --prompt 8192 --prefill-chunk 2048 --ctx 4096,32768 \
