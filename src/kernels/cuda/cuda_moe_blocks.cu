@@ -7,9 +7,10 @@
 // (cuda_moe_*_xreg.cu) redo the whole one-token decode per pair; the wgmma kernels of cuda_moe_tc.cu multiply
 // 128-row tiles, ~60x more tensor work than one row needs. Here the weight is the mma's A operand (16 weight
 // rows per m16 tile) and a tile of 8, 16 or 32 grouped rows its B operand, as in cuda_gemm_blocks.cu: a block
-// of 4 warps streams 128 weight rows through a 3-deep cp.async ring of 256-value stages, each lane decodes 32
-// values per 128 of its rows with Bf16Run (the bf16 values the other bf16 paths use) into A fragments and
-// multiplies them with mma.sync m16n8k16 against the tile's bf16 activation rows, read through L1.
+// of 4 warps streams 128 weight rows through a 3-deep cp.async ring of 256-value stages (cuda_blocks_ring.cuh),
+// each lane decodes a run of its rows' values at once with Bf16Run (the bf16 values the other bf16 paths use)
+// into A fragments and multiplies them with mma.sync m16n8k16 against the tile's bf16 activation rows, read
+// through L1.
 //
 //   gate/up: a block per (64 features, tile): warp w's first m16 tile holds gate rows 16 w .. 16 w + 15 of the
 //            block's features, its second the up rows of the same features, so the epilogue has gate and up of
@@ -81,7 +82,8 @@ __global__ void __launch_bounds__(kThreads, 3)
     using S = MoeBlocksStage<T>;
     constexpr int kRun = run_of<T>(), kGroupK = 4 * kRun;
     extern __shared__ uint4 moe_blocks_smem[];
-    // The tiles were built two launches before this one (moe_experts_blocks): complete before it starts.
+    // The tiles' kernel ended before this one's launch could start (moe_experts_blocks: a launch without
+    // programmatic dependence lies between), so the tile is read before pdl_wait.
     const MoeTcTile tile = p.tiles[blockIdx.y];
     if (tile.rows <= 0) return;  // past the tiles the grouping needed (the grid is sized for the most)
     QuantTables qt = tb;
