@@ -4,6 +4,8 @@
 // copied by cp.async.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstddef>
 #include <cstdint>
 
@@ -30,6 +32,17 @@ struct Stage {
 template <GgmlType T>
 constexpr bool format() {
     return Dq<T>::kElems >= 32 && kStageK % Dq<T>::kElems == 0;
+}
+
+// Whether weights of type t can stream through the ring on a device: a block format whose stages fit the
+// shared memory a block may opt into.
+inline bool stage_fits(const cudaDeviceProp& props, GgmlType t) {
+    bool ok = false;
+    dispatch_weight_type(t, [&](auto tag) {
+        constexpr GgmlType T = decltype(tag)::type;
+        if constexpr (format<T>()) ok = Stage<T>::kSmem <= (size_t)props.sharedMemPerBlockOptin;
+    });
+    return ok;
 }
 
 // Copy one stage of the block's rows into `slot` (cp.async, not committed): src(r) is row r's first byte of

@@ -95,13 +95,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     pdl_wait();
     pdl_trigger();
 
-    float acc[kMTiles][NT][4];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
+    float acc[kMTiles][NT][4] = {};
     // This lane's activation rows, one per 8-row tile (rows past n read row n - 1; their sums are dropped).
     const bf16* xr[NT];
 #pragma unroll
@@ -200,12 +194,7 @@ bool matmul_tc_blocks_serves(const CudaBackend& b, const MatmulParams* ps, int c
     if (count < 1 || count > kMaxJobs || p.K % kStageK != 0) return false;
     for (int j = 0; j < count; ++j)
         if (ps[j].offsets || ps[j].type != p.type || ps[j].K != p.K || ps[j].n != p.n || ps[j].M <= 0) return false;
-    bool ok = false;
-    dispatch_weight_type(p.type, [&](auto tag) {
-        constexpr GgmlType T = decltype(tag)::type;
-        if constexpr (blocks::format<T>()) ok = BlocksStage<T>::kSmem <= (size_t)b.props().sharedMemPerBlockOptin;
-    });
-    return ok;
+    return blocks::stage_fits(b.props(), p.type);
 }
 
 void matmul_tc_blocks(CudaBackend& b, const MatmulParams* ps, int count) {

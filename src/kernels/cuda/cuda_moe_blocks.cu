@@ -57,18 +57,12 @@ constexpr int run_of() {
 template <GgmlType T>
 using MoeBlocksStage = blocks::Stage<T>;
 
-struct StackRef {
-    const uint8_t* data;  // expert 0's first row
-    size_t row_bytes;
-    size_t expert_bytes;
-};
-
 struct MoeBlocksParams {
     const MoeTcTile* tiles;
-    StackRef w0, w1;  // gate/up: gate and up; down: down twice
-    const bf16* x;    // grouped rows [rows, K], bf16
-    int64_t K, N;     // values per row; outputs per expert (F for gate/up, D for down)
-    void* out;        // gate/up: h (bf16), down: y (f32); rows ldo apart
+    ExpertStack w0, w1;  // gate/up: gate and up; down: down twice
+    const bf16* x;       // grouped rows [rows, K], bf16
+    int64_t K, N;        // values per row; outputs per expert (F for gate/up, D for down)
+    void* out;           // gate/up: h (bf16), down: y (f32); rows ldo apart
     int64_t ldo;
     const float* weights;        // gate/up: routing weights per (token, slot) pair
     const int32_t* pair_of_row;  // gate/up: each grouped row's pair
@@ -105,7 +99,7 @@ __global__ void __launch_bounds__(kThreads, 3)
         const bool second = GATE_UP && r >= kHalfRows;
         int64_t row = n0 + (second ? r - kHalfRows : r);
         if (row >= p.N) row = p.N - 1;
-        const StackRef& w = second ? p.w1 : p.w0;
+        const ExpertStack& w = second ? p.w1 : p.w0;
         return w.data + (size_t)tile.expert * w.expert_bytes + (size_t)row * w.row_bytes + (size_t)step * S::kBytes;
     };
     auto issue = [&](int i) {
@@ -122,13 +116,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     pdl_wait();
     pdl_trigger();
 
-    float acc[2][NT][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
+    float acc[2][NT][4] = {};
     // This lane's activation rows, one per 8-row tile (rows past the tile read its last row; sums dropped).
     const bf16* xr[NT];
 #pragma unroll
@@ -239,24 +227,11 @@ void launch_both(CudaBackend& b, GgmlType tg, GgmlType td, const MoeBlocksParams
     });
 }
 
-bool stage_fits(const CudaBackend& b, GgmlType t) {
-    bool ok = false;
-    dispatch_weight_type(t, [&](auto tag) {
-        constexpr GgmlType T = decltype(tag)::type;
-        if constexpr (blocks::format<T>()) ok = MoeBlocksStage<T>::kSmem <= (size_t)b.props().sharedMemPerBlockOptin;
-    });
-    return ok;
-}
-
 // Grouped rows per tile: 8, 16 or 32 by the mean rows of an expert (pairs / E), so that a tile usually holds
 // all of an expert's rows (an expert with more rows than a tile reads its weights once per tile).
 int groups8_per_tile(int64_t pairs, int64_t E) {
     if (pairs <= 2 * E) return 1;
     return pairs <= 8 * E ? 2 : 4;
-}
-
-StackRef stack_ref(const Weight& w) {
-    return {w.data, w.row_bytes, (size_t)w.rows * w.row_bytes};
 }
 
 }  // namespace
@@ -268,7 +243,7 @@ bool moe_blocks_serves(const CudaBackend& b, const MoeArgs& a) {
     if (a.down.rows != D || a.down.cols != F) return false;
     const int64_t E = a.gate.n_experts;
     if (moe_tc_max_tiles(pairs, E, 8 * groups8_per_tile(pairs, E)) > 65535) return false;  // the grid's y
-    return stage_fits(b, a.gate.type) && stage_fits(b, a.down.type);
+    return blocks::stage_fits(b.props(), a.gate.type) && blocks::stage_fits(b.props(), a.down.type);
 }
 
 void moe_experts_blocks(CudaBackend& b, const MoeArgs& a, const int32_t* offsets, const int32_t* x_rows,
@@ -286,8 +261,9 @@ void moe_experts_blocks(CudaBackend& b, const MoeArgs& a, const int32_t* offsets
     bf16* hb = s.get<bf16>(rows * F);
     launch_rows_to_bf16(xb, D, a.x, D, x_rows, rows, D, st);
 
-    MoeBlocksParams gu{tiles, stack_ref(a.gate), stack_ref(a.up), xb, D, F, hb, F, a.weights, pair_of_row, a.clamp};
-    MoeBlocksParams dn{tiles, stack_ref(a.down), stack_ref(a.down), hb, F, D, y, D, nullptr, nullptr, 0.0f};
+    MoeBlocksParams gu{tiles,  expert_stack(a.gate), expert_stack(a.up), xb, D, F, hb, F, a.weights, pair_of_row,
+                       a.clamp};
+    MoeBlocksParams dn{tiles, expert_stack(a.down), expert_stack(a.down), hb, F, D, y, D, nullptr, nullptr, 0.0f};
     const dim3 grid_gu(ceil_div(F, kHalfRows), (unsigned)max_tiles),
         grid_dn(ceil_div(D, kBlockRows), (unsigned)max_tiles);
     if (nt == 1)

@@ -43,12 +43,6 @@ __device__ __forceinline__ uint32_t swz_chunk(int r, int c) {
     return 16 * (c ^ (r & 7));
 }
 
-struct Stack {
-    const uint8_t* data;  // expert 0's first row
-    size_t row_bytes;
-    size_t expert_bytes;  // rows per expert * row_bytes
-};
-
 // Values of a weight row staged per pipeline stage: whole blocks of every block format (32 or 256 values).
 constexpr int kStageK = 256;
 
@@ -98,9 +92,9 @@ __device__ __forceinline__ void store_output_pair(void* out, int64_t ldo, int64_
 // within each warp, and the HBM and L2 latencies hide behind both.
 template <GgmlType T, bool GATE_UP>
 __global__ void __launch_bounds__(kThreads, 2)
-    moe_tc_kernel(const MoeTcTile* tiles, const __nv_bfloat16* x, int64_t ldx, Stack w0, Stack w1, int64_t K, int64_t N,
-                  void* out, int64_t ldo, const float* weights, const int32_t* pair_of_row, float clamp,
-                  QuantTables tb) {
+    moe_tc_kernel(const MoeTcTile* tiles, const __nv_bfloat16* x, int64_t ldx, ExpertStack w0, ExpertStack w1,
+                  int64_t K, int64_t N, void* out, int64_t ldo, const float* weights, const int32_t* pair_of_row,
+                  float clamp, QuantTables tb) {
     using L = MoeTcLayout<T, GATE_UP>;
     using D = Dq<T>;
     constexpr int kWRows = L::kWRows, kSlotWords = L::kSlotWords, kRun = L::kRun;
@@ -127,7 +121,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     {
         const bool up = GATE_UP && raw_j >= kBN;
         const int64_t r = n0 + (up ? raw_j - kBN : raw_j);
-        const Stack& st = up ? w1 : w0;
+        const ExpertStack& st = up ? w1 : w0;
         if (r < N) raw_row = st.data + (size_t)tile.expert * st.expert_bytes + (size_t)r * st.row_bytes;
     }
     // Stage kb (values [kStageK kb, ...)) of every weight row into raw buffer kb & 1: the 16-byte words that
@@ -336,8 +330,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 template <GgmlType T, bool GATE_UP>
-void launch_moe_tc(CudaBackend& b, dim3 grid, const MoeTcTile* tiles, const __nv_bfloat16* x, int64_t ldx, Stack w0,
-                   Stack w1, int64_t K, int64_t N, void* out, int64_t ldo, const float* weights,
+void launch_moe_tc(CudaBackend& b, dim3 grid, const MoeTcTile* tiles, const __nv_bfloat16* x, int64_t ldx,
+                   ExpertStack w0, ExpertStack w1, int64_t K, int64_t N, void* out, int64_t ldo, const float* weights,
                    const int32_t* pair_of_row, float clamp) {
     constexpr size_t smem = MoeTcLayout<T, GATE_UP>::kSmem;
     CUDA_CHECK(cudaFuncSetAttribute(moe_tc_kernel<T, GATE_UP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -364,10 +358,6 @@ __global__ void moe_tc_tiles_kernel(const int32_t* offsets, int E, MoeTcTile* ti
         for (int32_t r = offsets[e]; r < r1; r += tile_rows, ++t) tiles[t] = {e, r, min(tile_rows, r1 - r)};
     }
     for (int t = first[E] + threadIdx.x; t < max_tiles; t += blockDim.x) tiles[t] = {0, 0, 0};
-}
-
-Stack stack_of(const Weight& w) {
-    return {w.data, w.row_bytes, (size_t)w.rows * w.row_bytes};
 }
 
 // Block formats whose blocks tile a stage (32 or 256 values; plain types are not what expert stacks use, and
@@ -403,8 +393,8 @@ void moe_tc_gate_up(CudaBackend& b, const MoeArgs& a, const MoeTcTile* tiles, in
     dispatch_weight_type(a.gate.type, [&](auto tag) {
         constexpr GgmlType T = decltype(tag)::type;
         if constexpr (Dq<T>::kElems >= 32 && kStageK % Dq<T>::kElems == 0)
-            launch_moe_tc<T, true>(b, grid, tiles, xb, ldx, stack_of(a.gate), stack_of(a.up), D, F, h, ldh, a.weights,
-                                   pair_of_row, a.clamp);
+            launch_moe_tc<T, true>(b, grid, tiles, xb, ldx, expert_stack(a.gate), expert_stack(a.up), D, F, h, ldh,
+                                   a.weights, pair_of_row, a.clamp);
     });
 }
 
@@ -416,8 +406,8 @@ void moe_tc_down(CudaBackend& b, const MoeArgs& a, const MoeTcTile* tiles, int n
     dispatch_weight_type(a.down.type, [&](auto tag) {
         constexpr GgmlType T = decltype(tag)::type;
         if constexpr (Dq<T>::kElems >= 32 && kStageK % Dq<T>::kElems == 0)
-            launch_moe_tc<T, false>(b, grid, tiles, hb, ldh, stack_of(a.down), stack_of(a.down), F, D, y, D, nullptr,
-                                    nullptr, 0.0f);
+            launch_moe_tc<T, false>(b, grid, tiles, hb, ldh, expert_stack(a.down), expert_stack(a.down), F, D, y, D,
+                                    nullptr, nullptr, 0.0f);
     });
 }
 

@@ -20,6 +20,17 @@ struct MoeTcTile {
 // Rows of a tile.
 constexpr int kMoeTcTileRows = 128;
 
+// An expert stack as the grouped expert kernels read it: expert e's row r starts at data + e * expert_bytes +
+// r * row_bytes.
+struct ExpertStack {
+    const uint8_t* data;  // expert 0's first row
+    size_t row_bytes;
+    size_t expert_bytes;  // rows per expert * row_bytes
+};
+inline ExpertStack expert_stack(const Weight& w) {
+    return {w.data, w.row_bytes, (size_t)w.rows * w.row_bytes};
+}
+
 // Tiles of tile_rows that `pairs` grouped rows over E experts can need at most: sum_e ceil(rows_e / tile_rows).
 inline int64_t moe_tc_max_tiles(int64_t pairs, int64_t E, int tile_rows = kMoeTcTileRows) {
     return pairs / tile_rows + E;
