@@ -48,7 +48,7 @@ void moe_experts_tc(CudaBackend& b, const MoeArgs& a, const int32_t* offsets, co
 // (It serves up to 16384 pairs so that it can be timed against tc_bf16 at prefill sizes; select_moe chooses it
 // up to kMoeBlocksChosenPairs, where it was measured faster.)
 constexpr int64_t kMoeBlocksMaxPairs = 16384;
-constexpr int64_t kMoeBlocksChosenPairs = 1024;
+constexpr int64_t kMoeBlocksChosenPairs = 8192;
 bool moe_blocks_serves(const CudaBackend& b, const MoeArgs& a);
 void moe_experts_blocks(CudaBackend& b, const MoeArgs& a, const int32_t* offsets, const int32_t* x_rows,
                         const int32_t* pair_of_row, float* y);

@@ -8,11 +8,10 @@
 //
 // The pieces (the exchanges, the selections) are in cuda_sample_row.cuh; here the kernel that strings them
 // together, its launch and the device facts the kernel choice reads.
-#include "kernels/cuda/cuda_sample_row.cuh"
-
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_sample_row.cuh"
 #include "kernels/cuda/cuda_select.cuh"
 
 namespace dsv4::cuda {
@@ -22,8 +21,8 @@ namespace {
 using namespace draw;
 
 template <int CL>
-__global__ void __launch_bounds__(kThreads) sample_kernel(SampleOut* out, const float* logits, int64_t V,
-                                                          const SampleArgs* args, const SampleAdjust* adjust) {
+__global__ void __launch_bounds__(kThreads)
+    sample_kernel(SampleOut* out, const float* logits, int64_t V, const SampleArgs* args, const SampleAdjust* adjust) {
     // Dynamic shared memory: the block's state, then its slice (static shared memory stops at 48 KB).
     extern __shared__ __align__(16) unsigned char smem[];
     Shared& sh = *reinterpret_cast<Shared*>(smem);
@@ -38,16 +37,20 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleOut* out, const 
     // The histograms start at zero (radix_select leaves them so).
     uint4* z = reinterpret_cast<uint4*>(&sh.sub[0][0][0]);
     for (int i = threadIdx.x; i < (int)(sizeof(sh.sub) / sizeof(uint4)); i += kThreads) z[i] = make_uint4(0, 0, 0, 0);
-    // The slice into shared memory, eight loads in flight per thread.
+    // The slice into shared memory, eight loads in flight per thread, scanned on the way (each thread's ids
+    // ascending, as scan_add needs). The scan's exchange is the barrier before any thread reads the slice.
+    Scan own = kScanEmpty;
     for (int64_t j0 = threadIdx.x; j0 < n; j0 += 8 * kThreads) {
         float v[8];
 #pragma unroll
         for (int u = 0; u < 8; ++u) v[u] = j0 + u * kThreads < n ? raw[lo + j0 + u * kThreads] : 0.0f;
 #pragma unroll
         for (int u = 0; u < 8; ++u)
-            if (j0 + u * kThreads < n) slice[j0 + u * kThreads] = v[u];
+            if (j0 + u * kThreads < n) {
+                slice[j0 + u * kThreads] = v[u];
+                scan_add(own, v[u], (int32_t)(lo + j0 + u * kThreads));
+            }
     }
-    __syncthreads();
     Row<CL> r{slice, lo, n, rank, sh};
     SampleOut* o = out + row_i;
     auto finish_error = [&](int32_t status, int32_t bad) {
@@ -62,7 +65,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleOut* out, const 
     };
 
     // The raw row: its scan, the log-sum-exp, the top alternatives.
-    const Scan sr = scan_row(r);
+    const Scan sr = scan_merge(r, own);
     if (sr.first_bad != INT32_MAX) return finish_error(kSampleBadLogit, sr.first_bad);
     const Measure w1{true, sr.max, sample_scale(1.0f)};
     const bool drawn = a.temperature > 0.0f;
@@ -70,18 +73,39 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleOut* out, const 
     // Without adjustments the adjusted row is the raw one (same scan), so the top-p mass over every finite
     // token (no top-k cut) comes with the log-sum-exp's pass: -inf tokens weigh 0 in both.
     const bool mass_now = drawn && a.adjust_count == 0 && a.top_p < 1.0f && !(a.top_k > 0 && a.top_k < sr.n_finite);
+    // That pass also adds each finite token's weight to the first digit of the top-p selection, which then runs
+    // before the alternatives' selection (the two share the histograms; neither changes the row).
+    const Bound all_finite{sample_key(-kInf), -1};
+    const Measure wa_raw{true, sr.max, wt.scale};
+    HistAdd first(sh, true);
     u64 S1, mass_raw;
     sum_row2(
         r,
-        [&](int64_t j, u64& ta, u64& tb) {
-            const float x = slice[j];
+        [&](int j, float x, u64& ta, u64& tb) {
             ta = w1(x);
-            tb = mass_now ? wt(x) : 0;
+            tb = 0;
+            if (mass_now) {
+                tb = wt(x);
+                if (x > -kInf) first.add(sample_key(x) >> kFirstShift, tb);
+            }
         },
         S1, mass_raw);
+    Bound keep_p = all_finite;
+    if (mass_now) {
+        first.finish();
+        const u64 need = (u64)ceil((double)a.top_p * (double)mass_raw);
+        keep_p = radix_select(r, all_finite, wa_raw, need > 0 ? need : 1, true);
+    }
     int n_top = a.n_top < V ? a.n_top : (int)V;
     if (n_top > kSampleMaxTop) n_top = kSampleMaxTop;
-    if (n_top > 0) {
+    if (n_top == 1 && sr.max != 0.0f) {
+        // The best alternative is the row's first maximum (a nonzero maximum has one key; +0 and -0 do not).
+        if (threadIdx.x == 0) {
+            sh.top_ids[0] = sr.first_max;
+            sh.top_l[0] = sr.max;
+            sh.top_count = 1;
+        }
+    } else if (n_top > 0) {
         const Bound all{0u, -1};  // every token that is not NaN
         gather_top(r, radix_select(r, all, Measure{false, 0, 0}, (u64)n_top));
     }
@@ -99,48 +123,41 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleOut* out, const 
     }
     if (s.n_finite == 0) return finish_error(kSampleAllBanned, -1);
 
+    // The token and its logprob, written by one thread of the cluster.
+    const double lse = (double)sr.max + log((double)S1 / kSampleFixedOne);
+    auto put_token = [&](int32_t t) {
+        o->token = t;
+        o->logprob = t >= 0 ? (float)((double)raw[t] - lse) : 0.0f;
+    };
     int32_t token = s.first_max;
     if (drawn) {
         const Measure wa{true, s.max, wt.scale};
-        const Bound all_finite{sample_key(-kInf), -1};
         Bound keep = all_finite;
         if (a.top_k > 0 && a.top_k < s.n_finite) keep = radix_select(r, all_finite, Measure{false, 0, 0}, (u64)a.top_k);
-        if (a.top_p < 1.0f) {
-            const u64 mass = mass_now ? mass_raw : sum_within(r, keep, wa);
+        if (mass_now) {
+            keep = keep_p;  // selected above
+        } else if (a.top_p < 1.0f) {
+            const u64 mass = sum_within(r, keep, wa);
             const u64 need = (u64)ceil((double)a.top_p * (double)mass);
             keep = radix_select(r, keep, wa, need > 0 ? need : 1);
         }
-        auto kept_w = [&](int64_t j) -> u64 {
+        auto kept_w = [&](int j) -> u64 {
             const float x = slice[j];
             if (!in_bound(keep, sample_key(x), (int32_t)(lo + j))) return 0;
             const u64 w = sample_weight(x, s.max, wa.scale);
             return w >= a.min_p_fixed ? w : 0;
         };
-        // Kept weight per rank, the rank holding the draw, then the token inside it.
-        u64 mine = 0, unused = 0;
-        for (int64_t j = threadIdx.x; j < n; j += kThreads) mine += kept_w(j);
-        block_sum2(mine, unused, sh);
-        Sums ks, ks_unused;
-        cluster_sum2(r, mine, 0, ks, ks_unused);
-        const u64 K = ks.total;
-        u64 t = (u64)(a.u * (double)K);
-        if (t >= K) t = K - 1;
-        int32_t id = -1;
-        if (t >= ks.before && t < ks.before + mine) {  // block-uniform
-            const int32_t j = walk_slice(r, t - ks.before, kept_w);
-            id = j < 0 ? -1 : (int32_t)(lo + j);
-        }
-        token = cluster_max(r, id);
+        bool report = false;
+        token = draw_kept(r, a.u, kept_w, report);
+        if (report && threadIdx.x == 0) put_token(token);  // one block of the cluster
     }
 
     if (rank == 0) {
-        const double lse = (double)sr.max + log((double)S1 / kSampleFixedOne);
         const int nt = n_top > 0 ? min(sh.top_count, n_top) : 0;
         if (threadIdx.x == 0) {
             o->status = kSampleOk;
             o->bad_token = -1;
-            o->token = token;
-            o->logprob = (float)((double)raw[token] - lse);
+            if (!drawn) put_token(token);
             o->n_top = nt;
         }
         if ((int)threadIdx.x < nt) {
@@ -215,7 +232,7 @@ int max_clusters(int64_t n_vocab) {
 
 template <int CL>
 void launch_draw(SampleOut* out, const float* logits, int64_t n_vocab, const SampleArgs* args, int64_t rows,
-            const SampleAdjust* adjust, cudaStream_t stream) {
+                 const SampleAdjust* adjust, cudaStream_t stream) {
     DSV4_CHECK_MSG(fits<CL>(n_vocab) && rows * CL <= INT32_MAX,
                    "sample: a vocabulary of %lld tokens does not fit the draw's shared memory", (long long)n_vocab);
     const size_t smem = smem_bytes<CL>(n_vocab);

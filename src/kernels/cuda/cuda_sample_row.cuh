@@ -9,6 +9,11 @@
 // The scalars of an exchange are read by one lane per rank at once, not one rank after another; the walk to a
 // token picks its warp and lane by warp scans; the row's scan is one block reduction; the log-sum-exp and the
 // top-p mass share a pass when no adjustment separates the raw row from the adjusted one.
+// A draw runs on the 8 (or 16) SMs of one cluster, so every pass over the row is bound by those SMs' issue:
+// passes keep four tokens in flight per thread (for_slice), the row is scanned as it is loaded, the top-p
+// selection's first digit is added up in the log-sum-exp's pass, the draw sums each thread's run once and walks
+// only the chosen run, shuffle-heavy finishing work runs in one warp (the SM has one shuffle unit for all 32), and
+// the block that finds the token reports it (no exchange after the draw).
 //
 // Every decision that steers a barrier (an error, a truncation, the loop over digits) is taken on values every
 // thread of the cluster holds alike, so every block passes the same cluster barriers; work that only one block
@@ -27,6 +32,7 @@ namespace dsv4::cuda::draw {
 namespace cg = cooperative_groups;
 
 constexpr int kThreads = 1024;
+constexpr int kMaxCluster = 16;  // blocks per row at most (select_sample)
 constexpr int kWarps = kThreads / 32;
 // Radix histograms per block: lane l adds to copy l % 16, padded to 257 bins so that lanes adding to one bin
 // hit different banks (bank = copy + bin mod 32): when a whole warp adds to one bin, its atomics take two
@@ -54,8 +60,8 @@ __device__ __forceinline__ bool in_bound(const Bound& b, uint32_t k, int32_t i) 
 constexpr int kFinish = 32;  // a selection whose chosen bin holds at most this many tokens finishes in one warp
 
 struct Pub {
-    u64 v[256];           // a digit's histogram: the measure per bin
-    uint32_t cnt[256];    // and the tokens per bin
+    u64 v[256];         // a digit's histogram: the measure per bin
+    uint32_t cnt[256];  // and the tokens per bin
     uint32_t cand_key[kFinish];
     int32_t cand_id[kFinish];
     int32_t cand_n;
@@ -73,10 +79,10 @@ struct Scan {
     int32_t n_finite;
 };
 
-struct alignas(16) Shared {  // 16: the histograms are cleared with 16-byte stores
-    Pub pub[2];                        // alternating, so a slot is rewritten only two barriers after it was read
+struct alignas(16) Shared {                // 16: the histograms are cleared with 16-byte stores
+    Pub pub[2];                            // alternating, so a slot is rewritten only two barriers after it was read
     uint32_t sub[3][kCopies][kBinStride];  // radix histograms: [0] low, [1] high halves of the measure, [2] tokens
-    u64 hist[256];                     // the cluster's histogram of the current digit
+    u64 hist[256];                         // the cluster's histogram of the current digit
     u64 warp_u64[2][kWarps];
     float warp_f[kWarps];
     int32_t warp_i[3][kWarps];
@@ -87,8 +93,11 @@ struct alignas(16) Shared {  // 16: the histograms are cleared with 16-byte stor
     u64 sel_need;
     int32_t cand_n;
     int32_t top_count;
+    Bound fin;                       // finish_small's answer
     int32_t top_ids[kSampleMaxTop];  // rank 0: the row's top alternatives, in order
     float top_l[kSampleMaxTop];
+    int32_t all_ids[kMaxCluster * kSampleMaxTop];  // rank 0: every rank's members (-1: none), gather_top's copy
+    float all_l[kMaxCluster * kSampleMaxTop];
 };
 
 static_assert(offsetof(Shared, sub) % 16 == 0 && sizeof(Shared::sub) % 16 == 0, "sub is cleared in 16-byte stores");
@@ -110,6 +119,23 @@ struct Row {
     __device__ const Pub& remote(int q) { return *cg::this_cluster().map_shared_rank(&sh.pub[turn], q); }
     __device__ void done() { turn ^= 1; }
 };
+
+// f(j, x) for this thread's slice indices j = threadIdx.x + i * kThreads in ascending order, four loads in
+// flight at a time: a pass over the slice is bound by the latency of each token's chain (load, key, weight),
+// so independent tokens are interleaved.
+template <class F>
+__device__ __forceinline__ void for_slice(const float* x, int64_t n64, F&& f) {
+    const int n = (int)n64;
+    int j = threadIdx.x;
+    for (; j + 3 * kThreads < n; j += 4 * kThreads) {
+        float v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = x[j + u * kThreads];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) f(j + u * kThreads, v[u]);
+    }
+    for (; j < n; j += kThreads) f(j, x[j]);
+}
 
 __device__ __forceinline__ u64 warp_sum(u64 v) {
     for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(~0u, v, off);
@@ -186,21 +212,23 @@ __device__ __forceinline__ Scan warp_merge(Scan s) {
     return s;
 }
 
-// Each thread's maximum is held by its first token of that value (strict >, ids ascending), so the merges
-// give the row's first token holding the maximum. A maximum is never NaN (NaN compares false).
-template <int CL>
-__device__ Scan scan_row(Row<CL>& r) {
-    Shared& sh = r.sh;
-    Scan s{-kInf, INT32_MAX, INT32_MAX, 0};
-    for (int64_t j = threadIdx.x; j < r.n; j += kThreads) {
-        const float x = r.x[j];
-        if (!(x < kInf) && s.first_bad == INT32_MAX) s.first_bad = (int32_t)(r.lo + j);
-        if (x > s.max) {
-            s.max = x;
-            s.first_max = (int32_t)(r.lo + j);
-        }
-        s.n_finite += x > -kInf && x < kInf;
+// One token into a thread's scan. A thread's maximum is held by its first token of that value (strict >, ids
+// ascending), so the merges give the row's first token holding the maximum. A maximum is never NaN (NaN
+// compares false).
+__device__ __forceinline__ void scan_add(Scan& s, float x, int32_t id) {
+    if (!(x < kInf) && s.first_bad == INT32_MAX) s.first_bad = id;
+    if (x > s.max) {
+        s.max = x;
+        s.first_max = id;
     }
+    s.n_finite += x > -kInf && x < kInf;
+}
+constexpr Scan kScanEmpty{-kInf, INT32_MAX, INT32_MAX, 0};
+
+// The threads' scans merged over the cluster (every thread gets the row's).
+template <int CL>
+__device__ Scan scan_merge(Row<CL>& r, Scan s) {
+    Shared& sh = r.sh;
     s = warp_merge(s);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (lane == 0) {
@@ -221,7 +249,7 @@ __device__ Scan scan_row(Row<CL>& r) {
         }
     }
     r.publish();  // also the block barrier before sh.warp_* is written again
-    s = Scan{-kInf, INT32_MAX, INT32_MAX, 0};
+    s = kScanEmpty;
     if (lane < CL) {
         const Pub& p = r.remote(lane);
         s = Scan{p.f, p.i[0], p.i[1], p.i[2]};
@@ -232,6 +260,13 @@ __device__ Scan scan_row(Row<CL>& r) {
     return s;
 }
 
+template <int CL>
+__device__ Scan scan_row(Row<CL>& r) {
+    Scan s = kScanEmpty;
+    for_slice(r.x, r.n, [&](int j, float x) { scan_add(s, x, (int32_t)(r.lo + j)); });
+    return scan_merge(r, s);
+}
+
 // The measure of a token: 1 (counts) or its integer weight.
 struct Measure {
     bool by_weight;
@@ -239,22 +274,28 @@ struct Measure {
     __device__ u64 operator()(float x) const { return by_weight ? (u64)sample_weight(x, max, scale) : 1ull; }
 };
 
-// Two sums over the row: f(j) gives slice index j's two terms.
-template <int CL, class F>
-__device__ void sum_row2(Row<CL>& r, F&& f, u64& a, u64& b) {
-    a = 0;
-    b = 0;
-    for (int64_t j = threadIdx.x; j < r.n; j += kThreads) {
-        u64 ta, tb;
-        f(j, ta, tb);
-        a += ta;
-        b += tb;
-    }
+// Two per-thread values summed over the cluster (every thread gets both totals).
+template <int CL>
+__device__ void sum2_cluster(Row<CL>& r, u64& a, u64& b) {
     block_sum2(a, b, r.sh);
     Sums sa, sb;
     cluster_sum2(r, a, b, sa, sb);
     a = sa.total;
     b = sb.total;
+}
+
+// Two sums over the row: f(j, x) gives slice index j's (value x's) two terms.
+template <int CL, class F>
+__device__ void sum_row2(Row<CL>& r, F&& f, u64& a, u64& b) {
+    a = 0;
+    b = 0;
+    for_slice(r.x, r.n, [&](int j, float x) {
+        u64 ta, tb;
+        f(j, x, ta, tb);
+        a += ta;
+        b += tb;
+    });
+    sum2_cluster(r, a, b);
 }
 
 // The measure summed over the tokens of `within`, over the row.
@@ -263,8 +304,7 @@ __device__ u64 sum_within(Row<CL>& r, const Bound& within, const Measure& m) {
     u64 a, b;
     sum_row2(
         r,
-        [&](int64_t j, u64& ta, u64& tb) {
-            const float x = r.x[j];
+        [&](int j, float x, u64& ta, u64& tb) {
             ta = in_bound(within, sample_key(x), (int32_t)(r.lo + j)) ? m(x) : 0;
             tb = 0;
         },
@@ -344,6 +384,57 @@ __device__ int32_t walk_slice(Row<CL>& r, u64 t, Val&& val) {
     return j;
 }
 
+// The draw over the kept weights val(j): with t = min(floor(u * K), K - 1) for the cluster's total K, the first
+// token in id order whose running kept weight exceeds t (-1 if nothing is kept). No exchange follows: one block
+// learns it and sets `report` (the block whose slice holds t; rank 0 when nothing is kept). Thread i
+// owns the run of P = ceil(n / kThreads) slice indices from i * P and sums it once (from a start rotated by its
+// lane, so the lanes of a warp read different banks); the blocks' sums pick the rank, the warps' sums the warp,
+// the lanes' sums the lane, and the chosen lane's run (P <= 32) is walked by its whole warp, a token per lane.
+template <int CL, class Val>
+__device__ int32_t draw_kept(Row<CL>& r, double u, Val&& val, bool& report) {
+    Shared& sh = r.sh;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int n = (int)r.n, P = max(1, (n + kThreads - 1) / kThreads);
+    const int rb = threadIdx.x * P;
+    u64 mine = 0;
+    int o = lane % P;
+#pragma unroll 4
+    for (int i = 0; i < P; ++i) {
+        if (rb + o < n) mine += (u64)val(rb + o);
+        o = o + 1 == P ? 0 : o + 1;
+    }
+    const u64 wsum = warp_sum(mine);
+    if (lane == 0) sh.warp_u64[0][warp] = wsum;
+    if (threadIdx.x == 0) sh.walk_found = -1;
+    __syncthreads();
+    const u64 ws = sh.warp_u64[0][lane];  // warp `lane`'s sum, the same in every warp
+    const u64 bsum = warp_sum(ws);
+    Sums ks, unused;
+    cluster_sum2(r, bsum, 0, ks, unused);
+    const u64 K = ks.total;
+    int32_t id = -1;
+    report = K == 0 && r.rank == 0;
+    if (K > 0) {
+        u64 t = (u64)(u * (double)K);
+        if (t >= K) t = K - 1;
+        if (t >= ks.before && t < ks.before + bsum) {  // block-uniform
+            report = true;
+            u64 left = t - ks.before;
+            const int w = warp_pick(ws, left);  // every warp alike
+            if (warp == w) {
+                const int l = warp_pick(mine, left);
+                const int lb = (w * 32 + (l < 0 ? 0 : l)) * P, j = lb + lane;
+                const u64 v = lane < P && j < n ? (u64)val(j) : 0;
+                const int f = warp_pick(v, left);
+                if (lane == 0) sh.walk_found = f < 0 ? -1 : (int32_t)(r.lo + lb + f);
+            }
+            __syncthreads();
+            id = sh.walk_found;
+        }
+    }
+    return id;
+}
+
 // The n-th (1-based) token of `within` with key `key`, in id order over the row (the last one if fewer), given
 // every rank's count of them (lane q < CL holds rank q's in `count`; the same in every warp).
 template <int CL>
@@ -380,98 +471,129 @@ __device__ Bound finish_small(Row<CL>& r, const Bound& within, const Measure& m,
                               u64 need) {
     Shared& sh = r.sh;
     Pub& mine = r.slot();
-    for (int64_t j = threadIdx.x; j < r.n; j += kThreads) {
-        const uint32_t k = sample_key(r.x[j]);
-        if ((k & mask) != prefix || !in_bound(within, k, (int32_t)(r.lo + j))) continue;
+    for_slice(r.x, r.n, [&](int j, float x) {
+        const uint32_t k = sample_key(x);
+        if ((k & mask) != prefix || !in_bound(within, k, (int32_t)(r.lo + j))) return;
         const int s = atomicAdd(&sh.cand_n, 1);
         if (s < kFinish) {
             mine.cand_key[s] = k;
             mine.cand_id[s] = (int32_t)(r.lo + j);
         }
-    }
+    });
     __syncthreads();
     if (threadIdx.x == 0) mine.cand_n = min(sh.cand_n, kFinish);
     r.publish();
-    const int lane = threadIdx.x % 32;
-    uint32_t key = 0;
-    int32_t id = 0;
-    int total = 0;
-    bool valid = false;
-    for (int q = 0; q < CL; ++q) {
-        const Pub& p = r.remote(q);
-        const int nq = p.cand_n;
-        if (!valid && lane >= total && lane < total + nq) {
-            key = p.cand_key[lane - total];
-            id = p.cand_id[lane - total];
-            valid = true;
+    // One warp gathers and orders the candidates (every warp doing it would queue ~200 shuffles per warp on the
+    // SM's shuffle unit); the others wait at the block barrier for its answer.
+    if (threadIdx.x < 32) {
+        // Lane q reads rank q's count; a scan over them gives every lane the rank and place of its candidate, so
+        // the remote reads are two rounds, not one per rank.
+        const int lane = threadIdx.x % 32;
+        const int nq = lane < CL ? r.remote(lane).cand_n : 0;
+        int incl = nq;
+        for (int off = 1; off < 32; off *= 2) {
+            const int y = __shfl_up_sync(~0u, incl, off);
+            if (lane >= off) incl += y;
         }
-        total += nq;
+        const int total = __shfl_sync(~0u, incl, 31);
+        int q = 0;  // the rank holding candidate `lane`: the ranks whose candidates all come before it
+#pragma unroll
+        for (int i = 0; i < CL; ++i) q += __shfl_sync(~0u, incl, i) <= lane;
+        const int incl_prev = __shfl_sync(~0u, incl, q > 0 ? q - 1 : 0);  // every lane takes part in the shuffle
+        const int before = q > 0 ? incl_prev : 0;
+        const bool valid = lane < total;
+        uint32_t key = 0;
+        int32_t id = 0;
+        if (valid) {
+            const Pub& p = r.remote(q);
+            key = p.cand_key[lane - before];
+            id = p.cand_id[lane - before];
+        }
+        int place = 0;
+        for (int i = 0; i < 32; ++i) {
+            const uint32_t ki = __shfl_sync(~0u, key, i);
+            const int32_t ii = __shfl_sync(~0u, id, i);
+            place += i < total && (ki > key || (ki == key && ii < id));
+        }
+        const u64 mv = valid ? m(key_value(key)) : 0;
+        u64 cum = 0;
+        for (int i = 0; i < 32; ++i) {
+            const u64 mi = __shfl_sync(~0u, mv, i);
+            const int pi = __shfl_sync(~0u, place, i);
+            if (i < total && pi <= place) cum += mi;
+        }
+        // The first place that reaches need (past every place, unreachable: the last).
+        const bool reach = __any_sync(~0u, valid && cum >= need);
+        int pick = reach ? (valid && cum >= need ? place : INT32_MAX) : (valid ? place : -1);
+        for (int off = 16; off > 0; off /= 2) {
+            const int o = __shfl_xor_sync(~0u, pick, off);
+            pick = reach ? min(pick, o) : max(pick, o);
+        }
+        const unsigned at = __ballot_sync(~0u, valid && place == pick);
+        const int src = at ? __ffs(at) - 1 : 0;
+        const uint32_t fk = __shfl_sync(~0u, key, src);
+        const int32_t fi = __shfl_sync(~0u, id, src);
+        if (lane == 0) sh.fin = {fk, fi};
     }
+    __syncthreads();  // sh.fin is written again only by a later selection, many barriers on
     r.done();
-    int place = 0;
-    for (int i = 0; i < 32; ++i) {
-        const uint32_t ki = __shfl_sync(~0u, key, i);
-        const int32_t ii = __shfl_sync(~0u, id, i);
-        place += i < total && (ki > key || (ki == key && ii < id));
-    }
-    const u64 mv = valid ? m(key_value(key)) : 0;
-    u64 cum = 0;
-    for (int i = 0; i < 32; ++i) {
-        const u64 mi = __shfl_sync(~0u, mv, i);
-        const int pi = __shfl_sync(~0u, place, i);
-        if (i < total && pi <= place) cum += mi;
-    }
-    // The first place that reaches need (past every place, unreachable: the last).
-    const bool reach = __any_sync(~0u, valid && cum >= need);
-    int pick = reach ? (valid && cum >= need ? place : INT32_MAX) : (valid ? place : -1);
-    for (int off = 16; off > 0; off /= 2) {
-        const int o = __shfl_xor_sync(~0u, pick, off);
-        pick = reach ? min(pick, o) : max(pick, o);
-    }
-    const unsigned at = __ballot_sync(~0u, valid && place == pick);
-    const int src = at ? __ffs(at) - 1 : 0;
-    return {__shfl_sync(~0u, key, src), __shfl_sync(~0u, id, src)};
+    return sh.fin;
 }
+
+// A thread's additions to a digit's histogram copies. A thread adds up a run of its tokens in one bin before it
+// touches shared memory: a peaked row puts most keys in a few bins, and every atomic on one address waits for
+// the one before. The halves of a run stay below 32 * 2^20 (a thread holds at most 32 tokens).
+struct HistAdd {
+    uint32_t* lo;
+    uint32_t* hi;
+    uint32_t* nt;
+    bool by_weight;
+    uint32_t cur = 0, run_lo = 0, run_hi = 0, run_n = 0;
+    __device__ HistAdd(Shared& sh, bool weighted)
+        : lo(sh.sub[0][threadIdx.x % kCopies]),
+          hi(sh.sub[1][threadIdx.x % kCopies]),
+          nt(sh.sub[2][threadIdx.x % kCopies]),
+          by_weight(weighted) {}
+    __device__ void flush() {
+        if (run_lo) atomicAdd(&lo[cur], run_lo);
+        if (run_hi) atomicAdd(&hi[cur], run_hi);
+        if (by_weight) atomicAdd(&nt[cur], run_n);  // counts: the measure is the count
+        run_lo = run_hi = run_n = 0;
+    }
+    __device__ void add(uint32_t bin, u64 w) {
+        if (bin != cur && run_n) flush();
+        cur = bin;
+        run_lo += (uint32_t)(w & ((1ull << kHalfBits) - 1));
+        run_hi += (uint32_t)(w >> kHalfBits);
+        ++run_n;
+    }
+    __device__ void finish() {
+        if (run_n) flush();
+    }
+};
+constexpr int kFirstShift = 24;  // the first digit: key bits 24..31
 
 // The shortest prefix of `within` (in key-then-id order) whose measure reaches `need` (>= 1, at most the
 // measure of `within`). On entry and on return every histogram copy is zero (cleared at the kernel's start,
 // then by the threads that read a digit's histogram, before the exchange barrier that precedes the next
 // digit's atomics). A digit whose chosen bin holds few tokens ends the selection (finish_small); a spread row
-// gets there after three digits, a row of ties goes through all four and picks the tie by count.
+// gets there after three digits, a row of ties goes through all four and picks the tie by count. first_ready:
+// the caller's pass already added every token of `within` to the first digit's copies (HistAdd, kFirstShift).
 template <int CL>
-__device__ Bound radix_select(Row<CL>& r, const Bound& within, const Measure& m, u64 need) {
+__device__ Bound radix_select(Row<CL>& r, const Bound& within, const Measure& m, u64 need, bool first_ready = false) {
     Shared& sh = r.sh;
     const int lane = threadIdx.x % 32;
     uint32_t prefix = 0, mask = 0;
-    for (int shift = 24; shift >= 0; shift -= 8) {
-        // Each thread adds up a run of its tokens in one bin before it touches shared memory: a peaked row puts
-        // most keys in a few bins, and every atomic on one address waits for the one before. The halves of a
-        // run stay below 32 * 2^20.
-        uint32_t* lo = sh.sub[0][lane % kCopies];
-        uint32_t* hi = sh.sub[1][lane % kCopies];
-        uint32_t* nt = sh.sub[2][lane % kCopies];
-        uint32_t cur = 0, run_lo = 0, run_hi = 0, run_n = 0;
-        auto flush = [&]() {
-            if (run_lo) atomicAdd(&lo[cur], run_lo);
-            if (run_hi) atomicAdd(&hi[cur], run_hi);
-            if (m.by_weight) atomicAdd(&nt[cur], run_n);  // counts: the measure is the count
-        };
-        for (int64_t j = threadIdx.x; j < r.n; j += kThreads) {
-            const float x = r.x[j];
-            const uint32_t k = sample_key(x);
-            if ((k & mask) != prefix || !in_bound(within, k, (int32_t)(r.lo + j))) continue;
-            const uint32_t bin = (k >> shift) & 255u;
-            if (bin != cur && run_n) {
-                flush();
-                run_lo = run_hi = run_n = 0;
-            }
-            cur = bin;
-            const u64 w = m(x);
-            run_lo += (uint32_t)(w & ((1ull << kHalfBits) - 1));
-            run_hi += (uint32_t)(w >> kHalfBits);
-            ++run_n;
+    for (int shift = kFirstShift; shift >= 0; shift -= 8) {
+        if (!(first_ready && shift == kFirstShift)) {
+            HistAdd h(sh, m.by_weight);
+            for_slice(r.x, r.n, [&](int j, float x) {
+                const uint32_t k = sample_key(x);
+                if ((k & mask) != prefix || !in_bound(within, k, (int32_t)(r.lo + j))) return;
+                h.add((k >> shift) & 255u, m(x));
+            });
+            h.finish();
         }
-        if (run_n) flush();
         __syncthreads();
         const int b = threadIdx.x;
         if (b < 256) {
@@ -563,37 +685,41 @@ __device__ void gather_top(Row<CL>& r, const Bound& top) {
     if (threadIdx.x == 0) sh.top_count = 0;
     __syncthreads();
     Pub& mine = r.slot();
-    for (int64_t j = threadIdx.x; j < r.n; j += kThreads)
-        if (in_bound(top, sample_key(r.x[j]), (int32_t)(r.lo + j))) {
-            const int s = atomicAdd(&sh.top_count, 1);
-            if (s < kSampleMaxTop) {
-                mine.top_ids[s] = (int32_t)(r.lo + j);
-                mine.top_l[s] = r.x[j];
-            }
+    for_slice(r.x, r.n, [&](int j, float x) {
+        if (!in_bound(top, sample_key(x), (int32_t)(r.lo + j))) return;
+        const int s = atomicAdd(&sh.top_count, 1);
+        if (s < kSampleMaxTop) {
+            mine.top_ids[s] = (int32_t)(r.lo + j);
+            mine.top_l[s] = x;
         }
+    });
     __syncthreads();
     if (threadIdx.x == 0) mine.top_n = min(sh.top_count, kSampleMaxTop);
     r.publish();
     if (r.rank == 0) {
-        // Thread t takes member t % kSampleMaxTop of rank t / kSampleMaxTop.
+        // Every member into this block's shared memory at once (thread t: member t % kSampleMaxTop of rank
+        // t / kSampleMaxTop), then each member's place among them.
+        static_assert(CL * kSampleMaxTop <= kThreads && CL <= kMaxCluster, "a thread per member");
         const int t = threadIdx.x, q = t / kSampleMaxTop, i = t % kSampleMaxTop;
-        int32_t id = -1;
-        float l = 0;
-        if (q < CL && i < r.remote(q).top_n) {
-            id = r.remote(q).top_ids[i];
-            l = r.remote(q).top_l[i];
+        constexpr int kMembers = CL * kSampleMaxTop;
+        if (t < kMembers) {
+            const Pub& p = r.remote(q);
+            const bool has = i < p.top_n;
+            sh.all_ids[t] = has ? p.top_ids[i] : -1;
+            sh.all_l[t] = has ? p.top_l[i] : 0.0f;
         }
+        __syncthreads();
+        const int32_t id = t < kMembers ? sh.all_ids[t] : -1;
+        const float l = t < kMembers ? sh.all_l[t] : 0.0f;
         int place = 0, total = 0;
         if (id >= 0) {
             const uint32_t k = sample_key(l);
-            for (int qq = 0; qq < CL; ++qq) {
-                const Pub& p = r.remote(qq);
-                const int nq = p.top_n;
-                total += nq;
-                for (int ii = 0; ii < nq; ++ii) {
-                    const uint32_t ko = sample_key(p.top_l[ii]);
-                    place += ko > k || (ko == k && p.top_ids[ii] < id);
-                }
+            for (int o = 0; o < kMembers; ++o) {
+                const int32_t io = sh.all_ids[o];
+                if (io < 0) continue;
+                ++total;
+                const uint32_t ko = sample_key(sh.all_l[o]);
+                place += ko > k || (ko == k && io < id);
             }
             if (place < kSampleMaxTop) {
                 sh.top_ids[place] = id;

@@ -31,10 +31,11 @@ constexpr int64_t kTcBlocksFasterRows = 32;
 // whole one-token decode per pair). bench_gemv --bf16 on an H100, V4-Flash's experts (IQ2_XXS gate/up, Q2_K
 // down, 256 experts, 6 used), µs per call at 16 / 32 / 64 / 128 tokens: tc_blocks 625 / 1004 / 1446 / 2128,
 // decode_xreg 459 / 932 / 1853 / 2130; bench --batch 16 / 32 / 64 streams: 500 / 695 / 982 tokens/s against
-// 595 / 734 / 801. Between 192 pairs (32 tokens, 8% slower) and 384 (64 tokens, 22% faster). Up to 1024 pairs
-// (kMoeBlocksChosenPairs): past 512 pairs the register kernels do not serve and the wgmma kernels (tc_bf16) take
-// 5357 / 5540 µs at 128 / 170 tokens, tc_blocks 2128 at 128 (an earlier form 2652 at 170); larger chunks are not
-// measured yet.
+// 595 / 734 / 801. Between 192 pairs (32 tokens, 8% slower) and 384 (64 tokens, 22% faster). Up to 8192 pairs
+// (kMoeBlocksChosenPairs): past 512 pairs the register kernels do not serve and the wgmma kernels (tc_bf16) decode
+// every expert whole, ~5.1-5.4 ms at any size; tc_blocks against tc_bf16 (same run, H100) at 256 / 512 / 1024 /
+// 2048 tokens: 2258 / 2854 / 3291 / 6203 µs against 5077 / 5146 / 5216 / 5358. They cross near 1700 tokens
+// (~10,000 pairs); 8192 pairs (1365 tokens) keeps a margin.
 constexpr int64_t kMoeBlocksMinPairs = 256;
 bool tc_blocks_faster(GgmlType t) {
     switch (t) {
