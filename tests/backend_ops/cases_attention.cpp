@@ -419,7 +419,7 @@ CaseGen compressor_rows_case(int ratio, int d, int64_t n, uint64_t seed) {
             a.d = d;
             a.overlap = overlap;
             // Repeatable for timing: the states are reset first (the op itself reads and writes them).
-            in.run = [=, &b, &dv]() {
+            in.run = [=, &b]() {
                 b.upload(skv, skv0->data(), skv0->size() * sizeof(float));
                 b.upload(ssc, ssc0->data(), ssc0->size() * sizeof(float));
                 b.compressor(a);

@@ -253,8 +253,11 @@ void add_elementwise_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
             }
 
     for (int64_t n : {1, 7, 83})
-        for (auto [heads, hd, rd] : {std::tuple{1, 64, 64}, std::tuple{3, 83, 64}, std::tuple{8, 128, 64}})
+        for (const auto& shape_t : {std::tuple{1, 64, 64}, std::tuple{3, 83, 64}, std::tuple{8, 128, 64}})
             for (bool inverse : {false, true}) {
+                // Plain locals, not structured bindings: the lambdas below capture them (C++20 allows capturing
+                // a binding, Clang 14 does not).
+                const int heads = std::get<0>(shape_t), hd = std::get<1>(shape_t), rd = std::get<2>(shape_t);
                 const int64_t stride = (int64_t)heads * hd + 7;
                 const std::string shape = dims({{"n", n}, {"heads", heads}, {"hd", hd}, {"rope", rd}, {"inverse", inverse}});
                 Rng rng(case_seed(seed, "rope" + shape));
@@ -287,7 +290,8 @@ void add_elementwise_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
             }
 
     for (int64_t n : {1, 7, 83})
-        for (auto [n_dims, block] : {std::pair{64, 64}, std::pair{448, 64}, std::pair{96, 32}}) {
+        for (const auto& dims_t : {std::pair{64, 64}, std::pair{448, 64}, std::pair{96, 32}}) {
+            const int n_dims = dims_t.first, block = dims_t.second;  // captured below: plain locals
             const int64_t stride = n_dims + 64 + 3;
             const std::string shape = dims({{"n", n}, {"dims", n_dims}, {"block", block}, {"stride", stride}});
             Rng rng(case_seed(seed, "fp8_sim" + shape));

@@ -157,9 +157,10 @@ public:
     ScopedMode& operator=(const ScopedMode&) = delete;
 
 private:
-    Backend& b_;
-    Mode restore_ = Mode::F32;
-    bool active_ = false;
+    // Read only where CUDA is built (the CPU backend has one mode).
+    [[maybe_unused]] Backend& b_;
+    [[maybe_unused]] Mode restore_ = Mode::F32;
+    [[maybe_unused]] bool active_ = false;
 };
 
 // Cases are built one at a time by generators (inputs can be large in --perf mode, so only the running
