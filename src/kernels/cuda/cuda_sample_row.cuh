@@ -338,8 +338,8 @@ __device__ __forceinline__ int warp_pick(u64 s, u64& t) {
 // The first slice index j, in id order, at which the running sum of val over the slice exceeds t, given that
 // the slice's sum does (the last index with val > 0 otherwise; -1 if none). Runs on the whole block. Lane l of
 // warp w owns the run of P = ceil(n / kThreads) indices from (w * 32 + l) * P: the warps' sums (read
-// lane-strided) pick the warp, its lanes' sums pick the lane, and that lane walks its run. Serves both the n-th
-// token of a predicate (val 0 / 1, t = n - 1) and the draw (val the kept weight, t the draw's offset).
+// lane-strided) pick the warp, its lanes' sums pick the lane, and that lane walks its run. Serves the n-th token
+// of a predicate (val 0 / 1, t = n - 1: the n-th tie); the draw has its own walk (draw_kept), which sums once.
 template <int CL, class Val>
 __device__ int32_t walk_slice(Row<CL>& r, u64 t, Val&& val) {
     Shared& sh = r.sh;
