@@ -76,7 +76,11 @@ __global__ void __launch_bounds__(kThreads)
     // That pass also adds each finite token's weight to the first digit of the top-p selection, which then runs
     // before the alternatives' selection (the two share the histograms; neither changes the row).
     const Bound all_finite{sample_key(-kInf), -1};
-    const Measure wa_raw{true, sr.max, wt.scale};
+    // The shortest prefix that reaches ceil(top_p * mass) (at least one token).
+    auto top_p_need = [&](u64 mass) {
+        const u64 need = (u64)ceil((double)a.top_p * (double)mass);
+        return need > 0 ? need : 1;
+    };
     HistAdd first(sh, true);
     u64 S1, mass_raw;
     sum_row2(
@@ -93,8 +97,7 @@ __global__ void __launch_bounds__(kThreads)
     Bound keep_p = all_finite;
     if (mass_now) {
         first.finish();
-        const u64 need = (u64)ceil((double)a.top_p * (double)mass_raw);
-        keep_p = radix_select(r, all_finite, wa_raw, need > 0 ? need : 1, true);
+        keep_p = radix_select(r, all_finite, wt, top_p_need(mass_raw), true);  // no adjustment: wt is the measure
     }
     int n_top = a.n_top < V ? a.n_top : (int)V;
     if (n_top > kSampleMaxTop) n_top = kSampleMaxTop;
@@ -137,9 +140,7 @@ __global__ void __launch_bounds__(kThreads)
         if (mass_now) {
             keep = keep_p;  // selected above
         } else if (a.top_p < 1.0f) {
-            const u64 mass = sum_within(r, keep, wa);
-            const u64 need = (u64)ceil((double)a.top_p * (double)mass);
-            keep = radix_select(r, keep, wa, need > 0 ? need : 1);
+            keep = radix_select(r, keep, wa, top_p_need(sum_within(r, keep, wa)));
         }
         auto kept_w = [&](int j) -> u64 {
             const float x = slice[j];

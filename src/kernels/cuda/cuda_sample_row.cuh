@@ -274,16 +274,6 @@ struct Measure {
     __device__ u64 operator()(float x) const { return by_weight ? (u64)sample_weight(x, max, scale) : 1ull; }
 };
 
-// Two per-thread values summed over the cluster (every thread gets both totals).
-template <int CL>
-__device__ void sum2_cluster(Row<CL>& r, u64& a, u64& b) {
-    block_sum2(a, b, r.sh);
-    Sums sa, sb;
-    cluster_sum2(r, a, b, sa, sb);
-    a = sa.total;
-    b = sb.total;
-}
-
 // Two sums over the row: f(j, x) gives slice index j's (value x's) two terms.
 template <int CL, class F>
 __device__ void sum_row2(Row<CL>& r, F&& f, u64& a, u64& b) {
@@ -295,7 +285,11 @@ __device__ void sum_row2(Row<CL>& r, F&& f, u64& a, u64& b) {
         a += ta;
         b += tb;
     });
-    sum2_cluster(r, a, b);
+    block_sum2(a, b, r.sh);
+    Sums sa, sb;
+    cluster_sum2(r, a, b, sa, sb);
+    a = sa.total;
+    b = sb.total;
 }
 
 // The measure summed over the tokens of `within`, over the row.
