@@ -7,13 +7,13 @@
 // sums stay exact in 32 bits, and the 32 lanes of a warp add to 16 copies, so a warp's atomics collide at most
 // in pairs. The last digit's histogram gives the tie counts, so a selection makes no counting pass of its own.
 // The scalars of an exchange are read by one lane per rank at once, not one rank after another; the walk to a
-// token picks its warp and lane by warp scans; the row's scan is one block reduction; the log-sum-exp and the
-// top-p mass share a pass when no adjustment separates the raw row from the adjusted one.
-// A draw runs on the 8 (or 16) SMs of one cluster, so every pass over the row is bound by those SMs' issue:
-// passes keep four tokens in flight per thread (for_slice), the row is scanned as it is loaded, the top-p
-// selection's first digit is added up in the log-sum-exp's pass, the draw sums each thread's run once and walks
-// only the chosen run, shuffle-heavy finishing work runs in one warp (the SM has one shuffle unit for all 32), and
-// the block that finds the token reports it (no exchange after the draw).
+// token (and to the n-th tie) picks its warp and lane by warp scans; the row's scan is one block reduction; the
+// log-sum-exp and the top-p mass share a pass when no adjustment separates the raw row from the adjusted one. A draw
+// runs on the 8 (or 16) SMs of one cluster, so every pass over the row is bound by those SMs' issue: passes keep four
+// tokens in flight per thread (for_slice), the row is scanned as it is loaded, the top-p selection's first digit is
+// added up in the log-sum-exp's pass, the draw sums each thread's run once and walks only the chosen run, shuffle-heavy
+// finishing work runs in one warp (the SM has one shuffle unit for all 32), and the block that finds the token reports
+// it (no exchange after the draw).
 //
 // Every decision that steers a barrier (an error, a truncation, the loop over digits) is taken on values every
 // thread of the cluster holds alike, so every block passes the same cluster barriers; work that only one block
@@ -329,67 +329,22 @@ __device__ __forceinline__ int warp_pick(u64 s, u64& t) {
     return l;
 }
 
-// The first slice index j, in id order, at which the running sum of val over the slice exceeds t, given that
-// the slice's sum does (the last index with val > 0 otherwise; -1 if none). Runs on the whole block. Lane l of
-// warp w owns the run of P = ceil(n / kThreads) indices from (w * 32 + l) * P: the warps' sums (read
-// lane-strided) pick the warp, its lanes' sums pick the lane, and that lane walks its run. Serves the n-th token
-// of a predicate (val 0 / 1, t = n - 1: the n-th tie); the draw has its own walk (draw_kept), which sums once.
-template <int CL, class Val>
-__device__ int32_t walk_slice(Row<CL>& r, u64 t, Val&& val) {
-    Shared& sh = r.sh;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t P = (r.n + kThreads - 1) / kThreads, b0 = warp * 32 * P, e0 = min(r.n, b0 + 32 * P);
-    u64 acc = 0;
-    for (int64_t j = b0 + lane; j < e0; j += 32) acc += (u64)val(j);
-    acc = warp_sum(acc);
-    if (lane == 0) sh.warp_u64[0][warp] = acc;
-    __syncthreads();
-    if (warp == 0) {
-        u64 left = t;
-        const int w = warp_pick(sh.warp_u64[0][lane], left);
-        if (lane == 0) {
-            sh.walk_warp = (uint32_t)(w < 0 ? 0 : w);
-            sh.walk_left = left;
-        }
-    }
-    __syncthreads();
-    if (warp == (int)sh.walk_warp) {
-        const int64_t rb = b0 + lane * P, re = min(r.n, rb + P);
-        u64 s = 0;
-        for (int64_t j = rb; j < re; ++j) s += (u64)val(j);
-        u64 left = sh.walk_left;
-        const int l = warp_pick(s, left);
-        if (lane == (l < 0 ? 0 : l)) {
-            int32_t found = -1;
-            u64 cum = 0;
-            for (int64_t j = l < 0 ? re : rb; j < re; ++j) {
-                const u64 v = (u64)val(j);
-                if (v == 0) continue;
-                found = (int32_t)j;
-                cum += v;
-                if (cum > left) break;
-            }
-            sh.walk_found = found;
-        }
-    }
-    __syncthreads();
-    const int32_t j = sh.walk_found;
-    __syncthreads();  // walk_* and warp_u64 are free again
-    return j;
-}
+// A block's walks by running sums (the draw, the n-th tie): thread i owns the run of P = ceil(n / kThreads)
+// slice indices from i * P (P <= 32, kMaxSlice), so runs, warps and ranks are all in id order.
+struct RunSums {
+    int P;
+    u64 mine;   // this thread's run
+    u64 warps;  // warp `lane`'s, the same in every warp
+    u64 block;
+};
 
-// The draw over the kept weights val(j): with t = min(floor(u * K), K - 1) for the cluster's total K, the first
-// token in id order whose running kept weight exceeds t (-1 if nothing is kept). No exchange follows: one block
-// learns it and sets `report` (the block whose slice holds t; rank 0 when nothing is kept). Thread i
-// owns the run of P = ceil(n / kThreads) slice indices from i * P and sums it once (from a start rotated by its
-// lane, so the lanes of a warp read different banks); the blocks' sums pick the rank, the warps' sums the warp,
-// the lanes' sums the lane, and the chosen lane's run (P <= 32) is walked by its whole warp, a token per lane.
+// Every thread's run summed once (from a start rotated by its lane, so the lanes of a warp read different banks),
+// the warps' sums and the block's. Block-wide: every thread of the block calls it.
 template <int CL, class Val>
-__device__ int32_t draw_kept(Row<CL>& r, double u, Val&& val, bool& report) {
+__device__ RunSums run_sums(Row<CL>& r, Val&& val) {
     Shared& sh = r.sh;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int n = (int)r.n, P = max(1, (n + kThreads - 1) / kThreads);
-    const int rb = threadIdx.x * P;
+    const int n = (int)r.n, P = max(1, (n + kThreads - 1) / kThreads), rb = threadIdx.x * P;
     u64 mine = 0;
     int o = lane % P;
 #pragma unroll 4
@@ -401,39 +356,53 @@ __device__ int32_t draw_kept(Row<CL>& r, double u, Val&& val, bool& report) {
     if (lane == 0) sh.warp_u64[0][warp] = wsum;
     if (threadIdx.x == 0) sh.walk_found = -1;
     __syncthreads();
-    const u64 ws = sh.warp_u64[0][lane];  // warp `lane`'s sum, the same in every warp
-    const u64 bsum = warp_sum(ws);
-    Sums ks, unused;
-    cluster_sum2(r, bsum, 0, ks, unused);
-    const u64 K = ks.total;
-    int32_t id = -1;
-    report = K == 0 && r.rank == 0;
-    if (K > 0) {
-        u64 t = (u64)(u * (double)K);
-        if (t >= K) t = K - 1;
-        if (t >= ks.before && t < ks.before + bsum) {  // block-uniform
-            report = true;
-            u64 left = t - ks.before;
-            const int w = warp_pick(ws, left);  // every warp alike
-            if (warp == w) {
-                const int l = warp_pick(mine, left);
-                const int lb = (w * 32 + (l < 0 ? 0 : l)) * P, j = lb + lane;
-                const u64 v = lane < P && j < n ? (u64)val(j) : 0;
-                const int f = warp_pick(v, left);
-                if (lane == 0) sh.walk_found = f < 0 ? -1 : (int32_t)(r.lo + lb + f);
-            }
-            __syncthreads();
-            id = sh.walk_found;
-        }
+    const u64 warps = sh.warp_u64[0][lane];
+    return {P, mine, warps, warp_sum(warps)};
+}
+
+// The first slice index, in id order, at which the running sum of val exceeds t (t below rs.block; -1 if nothing
+// has any): the warps' sums pick the warp, its lanes' sums the lane, and that lane's run is walked by its whole
+// warp, a token per lane. Block-wide; walk_found stays as written until the caller's next exchange.
+template <int CL, class Val>
+__device__ int32_t walk_runs(Row<CL>& r, const RunSums& rs, u64 t, Val&& val) {
+    Shared& sh = r.sh;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int w = warp_pick(rs.warps, t);  // every warp alike
+    if (warp == w) {
+        const int l = warp_pick(rs.mine, t);
+        const int lb = (w * 32 + (l < 0 ? 0 : l)) * rs.P, j = lb + lane;
+        const u64 v = lane < rs.P && j < (int)r.n ? (u64)val(j) : 0;
+        const int f = warp_pick(v, t);
+        if (lane == 0) sh.walk_found = f < 0 ? -1 : lb + f;
     }
-    return id;
+    __syncthreads();
+    return sh.walk_found;
+}
+
+// The draw over the kept weights val(j): with t = min(floor(u * K), K - 1) for the cluster's total K, the first
+// token in id order whose running kept weight exceeds t (-1 if nothing is kept). No exchange follows: one block
+// learns it and sets `report` (the block whose slice holds t; rank 0 when nothing is kept).
+template <int CL, class Val>
+__device__ int32_t draw_kept(Row<CL>& r, double u, Val&& val, bool& report) {
+    const RunSums rs = run_sums(r, val);
+    Sums ks, unused;
+    cluster_sum2(r, rs.block, 0, ks, unused);
+    const u64 K = ks.total;
+    report = K == 0 && r.rank == 0;
+    if (K == 0) return -1;
+    u64 t = (u64)(u * (double)K);
+    if (t >= K) t = K - 1;
+    if (t < ks.before || t >= ks.before + rs.block) return -1;  // block-uniform
+    report = true;
+    const int32_t j = walk_runs(r, rs, t - ks.before, val);
+    return j < 0 ? -1 : (int32_t)(r.lo + j);
 }
 
 // The n-th (1-based) token of `within` with key `key`, in id order over the row (the last one if fewer), given
 // every rank's count of them (lane q < CL holds rank q's in `count`; the same in every warp).
 template <int CL>
 __device__ int32_t nth_tie(Row<CL>& r, const Bound& within, uint32_t key, u64 n, u64 count) {
-    auto is_tie = [&](int64_t j) -> uint32_t {
+    auto is_tie = [&](int j) -> uint32_t {
         const uint32_t k = sample_key(r.x[j]);
         return k == key && in_bound(within, k, (int32_t)(r.lo + j));
     };
@@ -444,7 +413,7 @@ __device__ int32_t nth_tie(Row<CL>& r, const Bound& within, uint32_t key, u64 n,
     // Block-uniform: every thread holds the same counts.
     int32_t id = -1;
     if (mine > 0 && n > before && n <= before + mine) {
-        const int32_t j = walk_slice(r, n - before - 1, is_tie);
+        const int32_t j = walk_runs(r, run_sums(r, is_tie), n - before - 1, is_tie);
         id = j < 0 ? -1 : (int32_t)(r.lo + j);
     }
     return cluster_max(r, id);
