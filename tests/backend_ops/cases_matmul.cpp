@@ -194,7 +194,7 @@ void add_matmul_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     }
     // The bf16 mode's batch kernel for 16..64 rows (tc_blocks: jobs of one block format and K in one launch):
     // wo_a-like groups, jobs of different widths reading one x, a job in another format (its own launch).
-    for (int64_t n : {16, 40, 64}) {
+    for (int64_t n : {16, 24, 40, 64}) {
         const GgmlType q8 = GgmlType::Q8_0;
         std::vector<BatchJobSpec> groups;
         for (int g = 0; g < 8; ++g) groups.push_back({q8, 512, 64 + 40 * g, 512 * g, 400 * g});

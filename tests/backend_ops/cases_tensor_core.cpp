@@ -282,10 +282,13 @@ void add_tensor_core_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     }
     // 16..64 rows of a block format with K a multiple of 256: the kernel that decodes the blocks in shared memory
     // (cuda_gemm_blocks.cu) where it serves, split over K (few rows) or not (the two-slab case below); partial
-    // tiles of rows and activation rows, strided x and y, a V4-Flash width.
+    // tiles of rows and activation rows, strided x and y, a V4-Flash width; 24 rows: 64-row blocks with three
+    // activation tiles (40: 128-row blocks).
     for (GgmlType t : weight_types())
-        if (ggml_traits(t).block_elems > 1)
+        if (ggml_traits(t).block_elems > 1) {
             out.push_back(matmul_case(bf16, t, 40, 1024, 200, 1024 + 5, 200 + 3, false, o.seed));
+            out.push_back(matmul_case(bf16, t, 24, 2048, 333, 2048 + 3, 333 + 1, false, o.seed));
+        }
     out.push_back(matmul_case(bf16, GgmlType::Q8_0, 17, 4096, 1000, 4096, 1000, false, o.seed));
     out.push_back(matmul_case(bf16, GgmlType::Q8_0, 64, 4096, 515, 4096 + 4, 515, false, o.seed));
     // A weight of two decode slabs (2^25 values each): 131072 + 77 rows of 256.

@@ -3,12 +3,20 @@
 // the weight as bf16 and reads it back: ~5 bytes of traffic per Q8_0 value where the weight itself is 1.06, and
 // at these row counts the product is bound by those bytes, not by the tensor cores.
 //
-// A block of 4 warps owns 128 weight rows (2 m16 tiles per warp) and a range of K (split-K where the rows alone
-// leave SMs idle; the partial sums are added in split order by a second kernel, so results are deterministic).
-// Stages of 256 values of each row (whole blocks of every block format) stream through a 3-deep cp.async ring in
-// shared memory; each lane decodes its 8 values per 32 with the exact decoders rounded to bf16 (Bf16Run: the
-// values matmul_tc's bf16 weight holds) and multiplies them with mma.sync m16n8k16 (f32 accumulation) against
-// the activation rows, rounded to bf16 beforehand and read through L1.
+// A block of 4 warps owns 64 weight rows (one m16 tile per warp; up to 32 activation rows) or 128 (two per
+// warp, 33..64 activation rows, where each activation load then feeds twice the mma) and a range of K (split-K
+// where the rows alone leave SMs idle; the partial sums are added in split order by a second kernel, so results
+// are deterministic). Stages of 256 values of each row (whole blocks of every block format) stream through a
+// 3-deep cp.async ring in shared memory; each lane decodes its 8 values per 32 with the exact decoders rounded
+// to bf16 (Bf16Run: the values matmul_tc's bf16 weight holds) and multiplies them with mma.sync m16n8k16 (f32
+// accumulation) against the activation rows, rounded to bf16 beforehand and read through L1, each 32 values'
+// load issued one step ahead of its use.
+//
+// Why 64-row blocks and the split count below: the kernel is bound by latency, not by bytes or issue (Nsight
+// Compute, q_b at 32 rows on an H100 with 128-row blocks: 2 blocks an SM by shared memory, 12% occupancy, 5.1
+// cycles per issued instruction, mostly waiting on the activation loads; DRAM 28%). Half the rows per block
+// halve its ring, so 4 blocks fit an SM; and a split count that leaves a second wave of a few blocks doubles the
+// time (wo_b: 9 splits of 32 row blocks were 288 blocks for 264 slots).
 //
 // The k order inside each 32 values is permuted, identically for weights and activations (a dot product does
 // not depend on it): lane c of a quad holds values 8c .. 8c + 7, the first four in the first k16 tile (as its
@@ -35,12 +43,13 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-using blocks::kStageK, blocks::kStages, blocks::kThreads;
-constexpr int kMTiles = 2;                 // m16 tiles (weight rows) per warp
-constexpr int kBlockRows = blocks::kRows;  // 128
+using blocks::kStageK, blocks::kStages, blocks::kThreads, blocks::kWarps;
 
-template <GgmlType T>
-using BlocksStage = blocks::Stage<T>;
+// Weight rows per block with MT m16 tiles per warp.
+template <int MT>
+constexpr int block_rows() {
+    return kWarps * MT * 16;
+}
 
 // One product of a launch: y = x W^T, x already rounded to bf16 ([n, K], rows K apart).
 struct BlocksJob {
@@ -61,11 +70,13 @@ struct BlocksParams {
     int steps = 0, splits = 1;
 };
 
-// Grid: (row blocks of the largest job, splits, jobs). NT: 8-row tiles of activations (n <= 8 NT).
-template <GgmlType T, int NT>
-__global__ void __launch_bounds__(kThreads, 2)
+// Grid: (row blocks of the largest job, splits, jobs). NT: 8-row tiles of activations (n <= 8 NT); MT: m16
+// tiles of weight rows per warp.
+template <GgmlType T, int NT, int MT>
+__global__ void __launch_bounds__(kThreads, MT == 1 ? 4 : 2)
     gemm_blocks_kernel(const __grid_constant__ BlocksParams pp, QuantTables tb) {
-    using S = BlocksStage<T>;
+    constexpr int kBlockRows = block_rows<MT>();
+    using S = blocks::Stage<T, kBlockRows>;
     extern __shared__ uint4 blocks_smem[];
     const BlocksJob& p = pp.jobs[blockIdx.z];
     const int64_t m_block = (int64_t)blockIdx.x * kBlockRows;
@@ -82,8 +93,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         return p.w + (size_t)row * p.row_bytes + (size_t)step * S::kBytes;
     };
     auto issue = [&](int i) {
-        blocks::issue_stage<T>(blocks_smem + (i % kStages) * kBlockRows * S::kWords,
-                               [&](int r) { return stage_src(r, s0 + i); });
+        blocks::issue_stage<T, kBlockRows>(blocks_smem + (i % kStages) * kBlockRows * S::kWords,
+                                           [&](int r) { return stage_src(r, s0 + i); });
     };
 
     // Weights do not depend on the kernels before: the first stages are requested before waiting for them.
@@ -95,70 +106,81 @@ __global__ void __launch_bounds__(kThreads, 2)
     pdl_wait();
     pdl_trigger();
 
-    float acc[kMTiles][NT][4] = {};
-    // This lane's activation rows, one per 8-row tile (rows past n read row n - 1; their sums are dropped).
+    float acc[MT][NT][4] = {};
+    // This lane's activation rows, one per 8-row tile, from the split's first value (rows past n read row
+    // n - 1; their sums are dropped). Step j of the split (32 values) reads xr[nt] + 32 j.
     const bf16* xr[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
         const int64_t i = nt * 8 + g < pp.n ? nt * 8 + g : pp.n - 1;
-        xr[nt] = p.xb + i * pp.K + 8 * c;
+        xr[nt] = p.xb + i * pp.K + (int64_t)s0 * kStageK + 8 * c;
     }
+    const int last_j = n_steps * (kStageK / 32) - 1;
+    uint4 b_next[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) b_next[nt] = gemv::ld_u4(xr[nt]);
 
+    int j = 0;
     for (int i = 0; i < n_steps; ++i) {
         if (i + kStages - 1 < n_steps) issue(i + kStages - 1);
         cp_async_commit();
         cp_async_wait<kStages - 1>();
         __syncthreads();
         const uint8_t* slot = reinterpret_cast<const uint8_t*>(blocks_smem + (i % kStages) * kBlockRows * S::kWords);
-        const int64_t k0 = (int64_t)(s0 + i) * kStageK;
         // This lane's rows in the slot: g and g + 8 of each m16 tile, each at its offset in its first word.
-        const uint8_t* rows[kMTiles][2];
+        const uint8_t* rows[MT][2];
 #pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const int r = warp * kMTiles * 16 + mt * 16 + g + 8 * h;
+                const int r = warp * MT * 16 + mt * 16 + g + 8 * h;
                 const int shift = (int)(reinterpret_cast<uintptr_t>(stage_src(r, s0 + i)) & 15);
                 rows[mt][h] = slot + (size_t)r * S::kWords * 16 + shift;
             }
 #pragma unroll 2
-        for (int t = 0; t < kStageK / 32; ++t) {
+        for (int t = 0; t < kStageK / 32; ++t, ++j) {
             const int v = 32 * t + 8 * c;  // this lane's first value in the stage
-            uint32_t a[kMTiles][2][4];
+            // This step's activations, and the next step's requested (the last step re-reads its own).
+            uint4 b[NT];
+            const int jn = j < last_j ? j + 1 : j;
 #pragma unroll
-            for (int mt = 0; mt < kMTiles; ++mt)
+            for (int nt = 0; nt < NT; ++nt) {
+                b[nt] = b_next[nt];
+                b_next[nt] = gemv::ld_u4(xr[nt] + 32 * jn);
+            }
+            uint32_t a[MT][2][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                 for (int h = 0; h < 2; ++h)
                     Bf16Run<T>::template decode<8>(rows[mt][h] + (v / Dq<T>::kElems) * Dq<T>::kBytes, v % Dq<T>::kElems,
                                                    a[mt][h], tb);
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                const uint4 b = gemv::ld_u4(xr[nt] + k0 + 32 * t);
+            for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                for (int mt = 0; mt < kMTiles; ++mt) {
-                    mma_bf16(acc[mt][nt], a[mt][0][0], a[mt][1][0], a[mt][0][1], a[mt][1][1], b.x, b.y);
-                    mma_bf16(acc[mt][nt], a[mt][0][2], a[mt][1][2], a[mt][0][3], a[mt][1][3], b.z, b.w);
+                for (int mt = 0; mt < MT; ++mt) {
+                    mma_bf16(acc[mt][nt], a[mt][0][0], a[mt][1][0], a[mt][0][1], a[mt][1][1], b[nt].x, b[nt].y);
+                    mma_bf16(acc[mt][nt], a[mt][0][2], a[mt][1][2], a[mt][0][3], a[mt][1][3], b[nt].z, b[nt].w);
                 }
-            }
         }
         __syncthreads();  // every warp is done with the slot before a later issue() refills it
     }
     cp_async_wait<0>();
 
-    // acc[mt][nt]: rows g (j = 0, 1) and g + 8 (j = 2, 3) of the tile, activation rows 2c and 2c + 1.
+    // acc[mt][nt]: rows g (q = 0, 1) and g + 8 (q = 2, 3) of the tile, activation rows 2c and 2c + 1.
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const int64_t m = m_block + warp * kMTiles * 16 + mt * 16 + g + 8 * (j / 2);
-                const int64_t i = nt * 8 + 2 * c + j % 2;
+            for (int q = 0; q < 4; ++q) {
+                const int64_t m = m_block + warp * MT * 16 + mt * 16 + g + 8 * (q / 2);
+                const int64_t i = nt * 8 + 2 * c + q % 2;
                 if (m >= p.M || i >= pp.n) continue;
                 if (pp.splits == 1)
-                    p.y[i * p.y_stride + m] = acc[mt][nt][j];
+                    p.y[i * p.y_stride + m] = acc[mt][nt][q];
                 else
-                    p.part[((int64_t)split * pp.n + i) * p.M + m] = acc[mt][nt][j];
+                    p.part[((int64_t)split * pp.n + i) * p.M + m] = acc[mt][nt][q];
             }
 }
 
@@ -174,31 +196,39 @@ __global__ void blocks_reduce_kernel(const __grid_constant__ BlocksParams pp) {
     }
 }
 
-template <GgmlType T, int NT>
-void launch_blocks(const BlocksParams& p, unsigned row_blocks, int count, const QuantTables& t, cudaStream_t s) {
-    constexpr auto k = gemm_blocks_kernel<T, NT>;
-    static const bool attr = [] {
-        CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)BlocksStage<T>::kSmem));
-        return true;
-    }();
-    (void)attr;
-    gemv::prefer_shared<k>();  // two blocks' rings need most of the SM's shared memory
-    launch_pdl(k, dim3(row_blocks, (unsigned)p.splits, (unsigned)count), kThreads, BlocksStage<T>::kSmem, s, p, t);
+// The kernel of (T, NT, MT) with its shared memory set up, and how many of its blocks an SM holds.
+template <GgmlType T, int NT, int MT>
+struct BlocksKernel {
+    static constexpr auto kernel = gemm_blocks_kernel<T, NT, MT>;
+    static constexpr size_t kSmem = blocks::Stage<T, block_rows<MT>()>::kSmem;
+    static int blocks_per_sm() {
+        static const int n = [] {
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmem));
+            gemv::prefer_shared<kernel>();  // the rings need most of the SM's shared memory
+            int b = 0;
+            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kThreads, kSmem));
+            return std::max(b, 1);
+        }();
+        return n;
+    }
+};
+
+// Splits of K for `blocks` row blocks of `steps` stages on `slots` resident blocks: the fewest that reach the
+// least waves x stages per block (a last wave of a few blocks costs as much as a full one).
+int choose_splits(int64_t blocks, int steps, int64_t slots) {
+    int best = 1;
+    int64_t best_cost = INT64_MAX;
+    for (int s = 1; s <= steps; ++s) {
+        const int64_t cost = ((blocks * s + slots - 1) / slots) * ((steps + s - 1) / s);
+        if (cost < best_cost) best = s, best_cost = cost;
+    }
+    return best;
 }
 
-}  // namespace
-
-bool matmul_tc_blocks_serves(const CudaBackend& b, const MatmulParams* ps, int count) {
-    const MatmulParams& p = ps[0];
-    if (b.gemm_precision() != GemmPrecision::BF16 || p.n < kTcMinRows || p.n > kTcBlocksMaxRows) return false;
-    if (count < 1 || count > kMaxJobs || p.K % kStageK != 0) return false;
-    for (int j = 0; j < count; ++j)
-        if (ps[j].offsets || ps[j].type != p.type || ps[j].K != p.K || ps[j].n != p.n || ps[j].M <= 0) return false;
-    return blocks::stage_fits(b.props(), p.type);
-}
-
-void matmul_tc_blocks(CudaBackend& b, const MatmulParams* ps, int count) {
-    DSV4_CHECK(matmul_tc_blocks_serves(b, ps, count));
+template <GgmlType T, int NT, int MT>
+void run_blocks(CudaBackend& b, const MatmulParams* ps, int count) {
+    using Kern = BlocksKernel<T, NT, MT>;
+    constexpr int kRows = block_rows<MT>();
     const int64_t K = ps[0].K, n = ps[0].n;
     CudaBackend::Scratch s(b);
     BlocksParams p;
@@ -208,11 +238,9 @@ void matmul_tc_blocks(CudaBackend& b, const MatmulParams* ps, int count) {
     int64_t most_rows = 0, all_blocks = 0;  // of the largest job; row blocks of all jobs
     for (int j = 0; j < count; ++j) {
         most_rows = std::max(most_rows, ps[j].M);
-        all_blocks += ceil_div(ps[j].M, kBlockRows);
+        all_blocks += ceil_div(ps[j].M, kRows);
     }
-    // Split K while the row blocks alone fill less than two blocks per SM (at least one stage per split).
-    const int64_t want = 2 * (int64_t)b.props().multiProcessorCount;
-    p.splits = (int)std::clamp<int64_t>((want + all_blocks - 1) / all_blocks, 1, p.steps);
+    p.splits = choose_splits(all_blocks, p.steps, (int64_t)Kern::blocks_per_sm() * b.props().multiProcessorCount);
     for (int j = 0; j < count; ++j) {
         BlocksJob& job = p.jobs[j];
         // Jobs reading the same activation rows (a layer's projections of one input) share their bf16 copy.
@@ -232,23 +260,42 @@ void matmul_tc_blocks(CudaBackend& b, const MatmulParams* ps, int count) {
         job.y_stride = ps[j].y_stride;
         if (p.splits > 1) job.part = s.get<float>((int64_t)p.splits * n * job.M);
     }
-    dispatch_weight_type(ps[0].type, [&](auto tag) {
-        constexpr GgmlType T = decltype(tag)::type;
-        if constexpr (blocks::format<T>()) {
-            const unsigned rb = ceil_div(most_rows, kBlockRows);
-            if (n <= 16)
-                launch_blocks<T, 2>(p, rb, count, b.tables(), b.stream());
-            else if (n <= 32)
-                launch_blocks<T, 4>(p, rb, count, b.tables(), b.stream());
-            else
-                launch_blocks<T, 8>(p, rb, count, b.tables(), b.stream());
-        }
-    });
+    launch_pdl(Kern::kernel, dim3(ceil_div(most_rows, kRows), (unsigned)p.splits, (unsigned)count), kThreads,
+               Kern::kSmem, b.stream(), p, b.tables());
     CUDA_CHECK_LAUNCH();
     if (p.splits > 1) {
         launch_pdl(blocks_reduce_kernel, dim3(grid_for(n * most_rows, 256), (unsigned)count), 256, 0, b.stream(), p);
         CUDA_CHECK_LAUNCH();
     }
+}
+
+}  // namespace
+
+bool matmul_tc_blocks_serves(const CudaBackend& b, const MatmulParams* ps, int count) {
+    const MatmulParams& p = ps[0];
+    if (b.gemm_precision() != GemmPrecision::BF16 || p.n < kTcMinRows || p.n > kTcBlocksMaxRows) return false;
+    if (count < 1 || count > kMaxJobs || p.K % kStageK != 0) return false;
+    for (int j = 0; j < count; ++j)
+        if (ps[j].offsets || ps[j].type != p.type || ps[j].K != p.K || ps[j].n != p.n || ps[j].M <= 0) return false;
+    return blocks::stage_fits(b.props(), p.type);
+}
+
+// Up to 32 activation rows: 64-row blocks (4 an SM); more: 128-row blocks, where each activation load feeds two
+// m16 tiles (at 64 rows the 64-row blocks were slower: more activation loads per weight).
+void matmul_tc_blocks(CudaBackend& b, const MatmulParams* ps, int count) {
+    DSV4_CHECK(matmul_tc_blocks_serves(b, ps, count));
+    const int64_t n = ps[0].n;
+    dispatch_weight_type(ps[0].type, [&](auto tag) {
+        constexpr GgmlType T = decltype(tag)::type;
+        if constexpr (blocks::format<T>()) {
+            if (n <= 16)
+                run_blocks<T, 2, 1>(b, ps, count);
+            else if (n <= 32)
+                run_blocks<T, 4, 1>(b, ps, count);
+            else
+                run_blocks<T, 8, 2>(b, ps, count);
+        }
+    });
 }
 
 }  // namespace dsv4::cuda
