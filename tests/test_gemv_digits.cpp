@@ -44,6 +44,67 @@ TEST(GemvDigits, BlocksKeep22BitsOfTheirLargestValue) {
     }
 }
 
+// The two-plane digits of the bf16 mode's register kernels (digits2_of4): v = a0 + a1 / 2^8 rounded to nearest,
+// so each value within half a unit of the second digit (2^-9 of the scale, clamped just under 128: 2^-8) of
+// the block's largest magnitude m in [64, 128) units: 2^-15 of m relative; the same scale as the three planes.
+TEST(GemvDigits, TwoPlanesKeep15BitsOfTheirLargestValue) {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::uniform_int_distribution<int> ex(-90, 90);
+    for (int trial = 0; trial < 2000; ++trial) {
+        float x[32];
+        const float mag = std::ldexp(1.0f, ex(rng));
+        for (float& v : x) v = u(rng) * mag * (trial % 3 == 0 ? std::ldexp(1.0f, ex(rng) / 8) : 1.0f);
+        if (trial % 7 == 0) x[trial % 32] = (trial % 2 ? 1.0f : -1.0f) * 127.999f * std::ldexp(1.0f, ex(rng) / 4);
+        double m = 0;
+        for (float v : x) m = std::max(m, (double)std::fabs(v));
+        float scale, inv;
+        ASSERT_TRUE(digit_scale((float)m, scale, inv));
+        XDigits q3;
+        quantize_block(x, q3);
+        EXPECT_EQ(scale, q3.scale);
+        for (int i = 0; i < 8; ++i) {
+            const float v[4] = {x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]};
+            uint32_t w0, w1;
+            digits2_of4(v, inv, w0, w1);
+            for (int j = 0; j < 4; ++j) {
+                const int a0 = (int8_t)(w0 >> (8 * j)), a1 = (int)((w1 >> (8 * j)) & 255);
+                const double r = (double)scale * (a0 + a1 / 256.0);
+                ASSERT_LE(std::fabs(r - v[j]), m * std::ldexp(1.0, -14)) << "trial " << trial << " value " << 4 * i + j;
+                // Rounded to nearest: no other 16-bit number is closer.
+                const double units = v[j] / (double)scale * 256.0, got = a0 * 256.0 + a1;
+                if (got < 32767) EXPECT_LE(std::fabs(units - got), 0.5) << "trial " << trial;
+            }
+        }
+    }
+}
+
+TEST(GemvDigits, TwoPlaneDotIsTheDotOfTheTwoPlaneValues) {
+    // digit_dot with two planes against the exact integer dot of the reconstructed values (P = 2 skips s2).
+    std::mt19937 rng(5);
+    std::uniform_int_distribution<int> b(0, 255);
+    for (int trial = 0; trial < 200; ++trial) {
+        uint32_t w[4], a0[4], a1[4], a2[4] = {};
+        for (int i = 0; i < 4; ++i) {
+            w[i] = a0[i] = a1[i] = 0;
+            for (int j = 0; j < 4; ++j) {
+                w[i] |= (uint32_t)b(rng) << (8 * j);
+                a0[i] |= (uint32_t)b(rng) << (8 * j);
+                a1[i] |= (uint32_t)b(rng) << (8 * j);
+            }
+        }
+        DigitSums s;
+        digit_dot<true, 4, 2>(w, a0, a1, a2, s);
+        double want = 0;
+        for (int i = 0; i < 4; ++i)
+            for (int j = 0; j < 4; ++j)
+                want += (double)(int8_t)(w[i] >> (8 * j)) *
+                        ((int8_t)(a0[i] >> (8 * j)) + ((a1[i] >> (8 * j)) & 255) / 256.0);
+        EXPECT_EQ(s.s2, 0);
+        EXPECT_DOUBLE_EQ((double)s.s0 + s.s1 / 256.0, want);
+    }
+}
+
 TEST(GemvDigits, ExactValuesAndEdgeCases) {
     float x[32] = {};
     XDigits q;

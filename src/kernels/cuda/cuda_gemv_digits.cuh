@@ -98,6 +98,28 @@ DSV4_GV void digits_of4(const float (&v)[4], float inv, uint32_t& w0, uint32_t& 
     w1 = prmt(lo01, lo23, 0x7632u);
     w2 = prmt(lo01, lo23, 0x5410u);
 }
+// Two planes instead of three, for the bf16 mode's products of 16 or more rows (a prompt chunk's or a batch's
+// experts on the register kernels): v = x * 2^-e as a 16-bit fixed-point number, round(v * 2^8) kept below 2^15,
+// its bytes 1 and 0 the digits a0 (signed) and a1, so v = a0 + a1 / 2^8 to within 2^-9 (2^-8 where clamped):
+// 15 significant bits relative to the block's largest value, where the bf16 rounding of the mode's tensor-core
+// paths keeps 8 relative to each value. The third plane's dot products are skipped (a2 is zero).
+DSV4_GV int32_t fixed16(float t) {
+#if defined(__CUDA_ARCH__)
+    const int32_t q = __float2int_rn(t);
+#else
+    const int32_t q = (int32_t)std::nearbyint(t);  // the default rounding mode: ties to even
+#endif
+    return q < 32767 ? q : 32767;
+}
+DSV4_GV void digits2_of4(const float (&v)[4], float inv, uint32_t& w0, uint32_t& w1) {
+    const float k = inv * 256.0f;  // a power of two: v[i] * k = v * 2^8 exactly
+    uint32_t q[4];
+    DSV4_GV_UNROLL
+    for (int i = 0; i < 4; ++i) q[i] = (uint32_t)fixed16(v[i] * k);
+    w0 = prmt(prmt(q[0], q[1], 0x0051u), prmt(q[2], q[3], 0x0051u), 0x5410u);  // bytes 1 of each
+    w1 = prmt(prmt(q[0], q[1], 0x0040u), prmt(q[2], q[3], 0x0040u), 0x5410u);  // bytes 0
+}
+
 // The largest magnitude of a block from its lanes' maxima; a NaN counts as an infinity (fmaxf drops NaNs).
 DSV4_GV float abs_max4(const float (&v)[4]) {
     float m = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
@@ -159,18 +181,20 @@ DSV4_GV int dp4a(uint32_t a, uint32_t b, int c) {
 #endif
 }
 
-// The three digit sums of W weight words (4 bytes each, signed when SW) with W words of each digit plane.
+// The three digit sums of W weight words (4 bytes each, signed when SW) with W words of each digit plane (P = 2:
+// the first two; the activations then have no third plane, digits2_of4).
 struct DigitSums {
     int s0 = 0, s1 = 0, s2 = 0;
 };
-template <bool SW, int W>
+template <bool SW, int W, int P = 3>
 DSV4_GV void digit_dot(const uint32_t (&w)[W], const uint32_t (&a0)[W], const uint32_t (&a1)[W],
                        const uint32_t (&a2)[W], DigitSums& s) {
+    static_assert(P == 2 || P == 3);
     DSV4_GV_UNROLL
     for (int i = 0; i < W; ++i) {
         s.s0 = dp4a<SW, true>(w[i], a0[i], s.s0);
         s.s1 = dp4a<SW, false>(w[i], a1[i], s.s1);
-        s.s2 = dp4a<SW, false>(w[i], a2[i], s.s2);
+        if constexpr (P == 3) s.s2 = dp4a<SW, false>(w[i], a2[i], s.s2);
     }
 }
 // s0 + s1 / 2^8 + s2 / 2^16 (|s1|, |s2| < 2^20 for up to 32 values, so 256 s1 + s2 fits in 32 bits).

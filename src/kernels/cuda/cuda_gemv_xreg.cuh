@@ -40,9 +40,9 @@ __device__ __forceinline__ void lane_load(const float* x, float (&v)[4 * H][4]) 
 }
 
 // The digits of this lane's values v and the scale of their 32-value block (H = 1: the other half is on
-// lane ^ 1): the same digits quantize_digits_kernel writes for the block; with sum16 (not null), also the f32
-// sums of each 16 of the values, in the order of XDigits::sum16.
-template <int H>
+// lane ^ 1): the same digits quantize_digits_kernel writes for the block (P = 2: two planes, digits2_of4, and a2
+// zero); with sum16 (not null), also the f32 sums of each 16 of the values, in the order of XDigits::sum16.
+template <int H, int P = 3>
 __device__ __forceinline__ float lane_quantize(const float (&v)[4 * H][4], uint32_t (&a0)[4 * H],
                                                uint32_t (&a1)[4 * H], uint32_t (&a2)[4 * H], float* sum16 = nullptr) {
     constexpr int kW = 4 * H;
@@ -60,18 +60,22 @@ __device__ __forceinline__ float lane_quantize(const float (&v)[4 * H][4], uint3
 #pragma unroll
     for (int i = 0; i < kW; ++i) {
         a0[i] = a1[i] = a2[i] = 0;
-        if (ok) gemv::digits_of4(v[i], inv, a0[i], a1[i], a2[i]);
+        if (!ok) continue;
+        if constexpr (P == 3)
+            gemv::digits_of4(v[i], inv, a0[i], a1[i], a2[i]);
+        else
+            gemv::digits2_of4(v[i], inv, a0[i], a1[i]);
     }
     return scale;
 }
 
 // lane_load, then lane_quantize.
-template <int H>
+template <int H, int P = 3>
 __device__ __forceinline__ float lane_digits(const float* x, uint32_t (&a0)[4 * H], uint32_t (&a1)[4 * H],
                                              uint32_t (&a2)[4 * H], float* sum16 = nullptr) {
     float v[4 * H][4];
     lane_load<H>(x, v);
-    return lane_quantize<H>(v, a0, a1, a2, sum16);
+    return lane_quantize<H, P>(v, a0, a1, a2, sum16);
 }
 
 // Shared-memory loads by 32-bit shared address (the rings' slices are addressed as integers: the compiler

@@ -14,6 +14,7 @@
 
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_gemm_tc.cuh"
 #include "kernels/cuda/cuda_gemv.cuh"
 #include "kernels/cuda/cuda_gemv_stream.cuh"
 #include "kernels/cuda/cuda_moe_decode.cuh"
@@ -220,6 +221,10 @@ bool moe_decode_serves(const MoeArgs& a) {
     return ok && down_ok;
 }
 
+int moe_xreg_planes(const CudaBackend& b, const MoeArgs& a) {
+    return b.gemm_precision() == GemmPrecision::BF16 && a.n >= kTcMinRows ? 2 : 3;
+}
+
 void launch_moe_decode(CudaBackend& b, const MoeArgs& a, bool xreg) {
     DSV4_CHECK(moe_decode_serves(a));
     const int64_t D = a.gate.cols, F = a.gate.rows, P = a.n * a.k;
@@ -252,7 +257,7 @@ void launch_moe_decode(CudaBackend& b, const MoeArgs& a, bool xreg) {
     // IQ2_XXS gate/up with the token's activation in registers (it quantizes x itself), else the pipelined
     // kernel over x's digits.
     if (xreg && moe_gate_up_xreg_serves(a)) {
-        launch_moe_gate_up_xreg(a, p.h, b.tables(), b.stream());
+        launch_moe_gate_up_xreg(a, p.h, moe_xreg_planes(b, a), b.tables(), b.stream());
     } else {
         if (gate_digits) {
             XDigits* xq = s.get<XDigits>(a.n * (D / kDigitBlock));
@@ -271,7 +276,7 @@ void launch_moe_decode(CudaBackend& b, const MoeArgs& a, bool xreg) {
     CUDA_CHECK_LAUNCH();
     // Q2_K down with h in registers (it quantizes h itself), else the pipelined kernel over h's digits.
     if (xreg && moe_down_xreg_serves(a)) {
-        launch_moe_down_xreg(a, p.h, b.stream());
+        launch_moe_down_xreg(a, p.h, moe_xreg_planes(b, a), b.stream());
     } else {
         if (down_digits) {
             XDigits* hq = s.get<XDigits>(P * (F / kDigitBlock));

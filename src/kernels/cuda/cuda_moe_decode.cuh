@@ -45,16 +45,21 @@ void launch_moe_decode(CudaBackend& b, const MoeArgs& a, bool xreg);
 // token, a speculative verify step, a batch of decoding streams, a short prompt).
 constexpr int64_t kMoeDecodePairs = 512;
 
+// The activation digit planes of the register kernels below for a call: 3 (the exact digits) but in the bf16
+// mode for 16 or more tokens (a prompt chunk, a batch of streams: the mode's tensor-core rows), 2
+// (gemv::digits2_of4: 15 bits relative to each 32 values' largest, where the mode's bf16 keeps 8 of each value).
+int moe_xreg_planes(const CudaBackend& b, const MoeArgs& a);
+
 // The gate/up half with the token's activation in registers (cuda_moe_gate_up_xreg.cu): h[pair, f] =
 // SwiGLU(gate, up) * routing weight for IQ2_XXS gate and up stacks with D a multiple of 512 (at most 16384),
 // up to kMoeDecodePairs pairs.
 bool moe_gate_up_xreg_serves(const MoeArgs& a);
-void launch_moe_gate_up_xreg(const MoeArgs& a, float* h, const QuantTables& t, cudaStream_t s);
+void launch_moe_gate_up_xreg(const MoeArgs& a, float* h, int planes, const QuantTables& t, cudaStream_t s);
 
 // The down half with h (the gate/up result, [n * k, F]) in registers (cuda_moe_down_xreg.cu): out = the sum
 // over each token's slots of h W_down^T, in the CPU's order, for a Q2_K down stack with F a multiple of 512
 // and k * F / 512 <= 32, up to kMoeDecodePairs pairs.
 bool moe_down_xreg_serves(const MoeArgs& a);
-void launch_moe_down_xreg(const MoeArgs& a, const float* h, cudaStream_t s);
+void launch_moe_down_xreg(const MoeArgs& a, const float* h, int planes, cudaStream_t s);
 
 }  // namespace dsv4::cuda

@@ -56,7 +56,8 @@ struct Geom {
 template <int H>
 constexpr int kMaxThreads = H == 2 ? 24 * kWarp : kMaxWarps * kWarp;
 
-template <int H>
+// P: the activation's digit planes (3: the exact digits; 2: the bf16 mode's, gemv::digits2_of4).
+template <int H, int P>
 __global__ void __launch_bounds__(kMaxThreads<H>, 1) moe_down_xreg_kernel(const __grid_constant__ Params a) {
     using G = Geom<H>;
     extern __shared__ uint4 smem[];
@@ -99,7 +100,7 @@ __global__ void __launch_bounds__(kMaxThreads<H>, 1) moe_down_xreg_kernel(const 
     float xsum[H];
     const int vo = G::kValues * lane;  // the lane's first value in the slice
     const float sx =
-        lane_digits<H>(a.h + (int64_t)item_pair[item] * a.F + slice * G::kSliceValues + vo, a0, a1, a2, xsum);
+        lane_digits<H, P>(a.h + (int64_t)item_pair[item] * a.F + slice * G::kSliceValues + vo, a0, a1, a2, xsum);
 
     constexpr uint32_t kSlotBytes = G::kSlotWords * 16;
     RingCursor<kStages, kRows * kSlotBytes> stage(ring);
@@ -132,7 +133,7 @@ __global__ void __launch_bounds__(kMaxThreads<H>, 1) moe_down_xreg_kernel(const 
 #pragma unroll
                 for (int i = 0; i < 4; ++i) b0[i] = a0[4 * hh + i], b1[i] = a1[4 * hh + i], b2[i] = a2[4 * hh + i];
                 DigitSums ds;
-                digit_dot<false, 4>(w, b0, b1, b2, ds);
+                digit_dot<false, 4, P>(w, b0, b1, b2, ds);
                 y = fmaf(dl * sx, digit_value(ds), fmaf(-ml, xsum[hh], y));
             }
             acc[r] = y;
@@ -156,20 +157,20 @@ __global__ void __launch_bounds__(kMaxThreads<H>, 1) moe_down_xreg_kernel(const 
 }
 
 // Blocks of w warps per SM with H values per lane (0: such a block cannot run here).
-template <int H>
+template <int H, int P = 3>
 int blocks_per_sm_h(int w) {
-    return blocks_per_sm<moe_down_xreg_kernel<H>, Geom<H>>(w);
+    return blocks_per_sm<moe_down_xreg_kernel<H, P>, Geom<H>>(w);
 }
 
-template <int H>
+template <int H, int P>
 void launch_h(Params p, int64_t n, int w, cudaStream_t s) {
-    const int bps = blocks_per_sm_h<H>(w);
+    const int bps = blocks_per_sm_h<H, P>(w);
     DSV4_CHECK(bps > 0);
     const int64_t wave = (int64_t)bps * device_limits().sms;
     const int64_t per = (n * p.D + wave * kRows - 1) / (wave * kRows) * kRows;  // rows per block, whole stages
     p.rows_per_block = per;
     p.blocks_per_token = (p.D + per - 1) / per;
-    launch_pdl(moe_down_xreg_kernel<H>, (unsigned)(n * p.blocks_per_token), w * kWarp, Geom<H>::smem(w), s, p);
+    launch_pdl(moe_down_xreg_kernel<H, P>, (unsigned)(n * p.blocks_per_token), w * kWarp, Geom<H>::smem(w), s, p);
 }
 
 // The values per lane: H = 2 (a whole Q2_K sub-block run per lane) where F allows, as the gate/up kernel.
@@ -191,16 +192,17 @@ bool moe_down_xreg_serves(const MoeArgs& a) {
     return hv == 2 ? blocks_per_sm_h<2>((int)w) > 0 : blocks_per_sm_h<1>((int)w) > 0;
 }
 
-void launch_moe_down_xreg(const MoeArgs& a, const float* h, cudaStream_t s) {
+void launch_moe_down_xreg(const MoeArgs& a, const float* h, int planes, cudaStream_t s) {
+    DSV4_CHECK(planes == 2 || planes == 3);
     DSV4_CHECK(moe_down_xreg_serves(a));
     const int64_t F = a.down.cols, D = a.down.rows;
     const int hv = lane_h(F);
     const int64_t slices = F / (512 * hv), w = slices * a.k;
     const Params p{h, a.ids, a.out, a.down.data, a.down.row_bytes, D, F, a.k, (int)a.down.n_experts, (int)slices, 0, 0};
     if (hv == 2)
-        launch_h<2>(p, a.n, (int)w, s);
+        planes == 3 ? launch_h<2, 3>(p, a.n, (int)w, s) : launch_h<2, 2>(p, a.n, (int)w, s);
     else
-        launch_h<1>(p, a.n, (int)w, s);
+        planes == 3 ? launch_h<1, 3>(p, a.n, (int)w, s) : launch_h<1, 2>(p, a.n, (int)w, s);
 }
 
 }  // namespace dsv4::cuda

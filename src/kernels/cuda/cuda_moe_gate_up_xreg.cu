@@ -61,7 +61,8 @@ struct Geom {
 // Launch bounds: H = 2 blocks have at most 16 warps (D <= 16384), so the compiler may take 72 registers a
 // thread where a 1024-thread bound held it to 64 and it recomputed lane constants in every stage; at 128-thread
 // blocks the shared memory keeps 7 blocks on an SM either way.
-template <int H>
+// P: the activation's digit planes (3: the exact digits; 2: the bf16 mode's, gemv::digits2_of4).
+template <int H, int P>
 __global__ void __launch_bounds__(kMaxWarps* kWarp / H, 1)
     moe_gate_up_xreg_kernel(const __grid_constant__ Params a, QuantTables tb) {
     using G = Geom<H>;
@@ -95,7 +96,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp / H, 1)
 
     uint32_t a0[G::kWords], a1[G::kWords], a2[G::kWords];
     const int vo = G::kValues * lane;  // the lane's first value in the slice
-    const float sx = lane_digits<H>(a.x + (int64_t)(pair / a.k) * a.D + warp * G::kSliceValues + vo, a0, a1, a2);
+    const float sx = lane_digits<H, P>(a.x + (int64_t)(pair / a.k) * a.D + warp * G::kSliceValues + vo, a0, a1, a2);
     const int block_at = 66 * (vo >> 8), unit_at = block_at + 2 + 8 * ((vo & 255) >> 5);
     const int entry0 = (vo & 31) >> 3;  // the lane's first grid entry in its unit (0, or 2 for H = 1's odd lanes)
 
@@ -120,7 +121,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp / H, 1)
                 w[2 * i + 1] = prmt(Iq2::kSignedLo, Iq2::kSignedHi, sel >> 16);
             }
             DigitSums ds;
-            digit_dot<true, G::kWords>(w, a0, a1, a2, ds);
+            digit_dot<true, G::kWords, P>(w, a0, a1, a2, ds);
             acc[r] = (db * sx) * digit_value(ds);
         }
         __syncwarp();                           // every lane is done with this slot before a later issue() refills it
@@ -146,21 +147,22 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp / H, 1)
 }
 
 // Blocks of w warps per SM with H values per lane (0: such a block cannot run here).
-template <int H>
+template <int H, int P = 3>
 int blocks_per_sm_h(int w) {
-    return blocks_per_sm<moe_gate_up_xreg_kernel<H>, Geom<H>>(w);
+    return blocks_per_sm<moe_gate_up_xreg_kernel<H, P>, Geom<H>>(w);
 }
 
-template <int H>
+template <int H, int P>
 void launch_h(Params p, int64_t pairs, int w, const QuantTables& t, cudaStream_t s) {
-    const int bps = blocks_per_sm_h<H>(w);
+    const int bps = blocks_per_sm_h<H, P>(w);
     DSV4_CHECK(bps > 0);
     const int64_t wave = (int64_t)bps * device_limits().sms;
     const int64_t rows = pairs * 2 * p.F;
     const int64_t per = (rows + wave * kRows - 1) / (wave * kRows) * kRows;  // rows per block, whole stages
     p.f_per_block = (int)(per / 2);
     p.blocks_per_pair = (p.F + p.f_per_block - 1) / p.f_per_block;
-    launch_pdl(moe_gate_up_xreg_kernel<H>, (unsigned)(pairs * p.blocks_per_pair), w * kWarp, Geom<H>::smem(w), s, p, t);
+    launch_pdl(moe_gate_up_xreg_kernel<H, P>, (unsigned)(pairs * p.blocks_per_pair), w * kWarp, Geom<H>::smem(w), s, p,
+               t);
 }
 
 // H = 2 (a whole IQ2_XXS sub-block per lane) where D allows: faster than H = 1 for V4-Flash's experts.
@@ -182,15 +184,16 @@ bool moe_gate_up_xreg_serves(const MoeArgs& a) {
     return whole_blocks(D) ? blocks_per_sm_h<2>((int)(D / 1024)) > 0 : blocks_per_sm_h<1>((int)(D / 512)) > 0;
 }
 
-void launch_moe_gate_up_xreg(const MoeArgs& a, float* h, const QuantTables& t, cudaStream_t s) {
+void launch_moe_gate_up_xreg(const MoeArgs& a, float* h, int planes, const QuantTables& t, cudaStream_t s) {
+    DSV4_CHECK(planes == 2 || planes == 3);
     DSV4_CHECK(moe_gate_up_xreg_serves(a));
     const int64_t D = a.gate.cols, F = a.gate.rows, pairs = a.n * a.k;
     const Params p{a.x, a.ids, a.weights, h, a.gate.data, a.up.data, a.gate.row_bytes, D, (int)F, a.k,
                    (int)a.gate.n_experts, a.clamp, 0, 0};
     if (whole_blocks(D))
-        launch_h<2>(p, pairs, (int)(D / 1024), t, s);
+        planes == 3 ? launch_h<2, 3>(p, pairs, (int)(D / 1024), t, s) : launch_h<2, 2>(p, pairs, (int)(D / 1024), t, s);
     else
-        launch_h<1>(p, pairs, (int)(D / 512), t, s);
+        planes == 3 ? launch_h<1, 3>(p, pairs, (int)(D / 512), t, s) : launch_h<1, 2>(p, pairs, (int)(D / 512), t, s);
 }
 
 }  // namespace dsv4::cuda

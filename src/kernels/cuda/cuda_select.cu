@@ -16,16 +16,15 @@ namespace {
 // expert are few and known only on the device (plain products: up to the GEMVs' kGemvMaxRows).
 constexpr int64_t kGroupedGemvRows = 64;
 
-// Rows up to which tc_blocks is chosen over decode-then-cuBLAS (tc_bf16), for the formats whose bf16 decode is
-// cheap: where it was measured faster (bench_gemv --bf16 on an H100, V4-Flash shapes, µs per call): q_b (Q8_0
-// 32768 x 1024) 41 / 50 / 67 against 68 / 69 / 71 at 16 / 32 / 64 rows; wo_b (4096 x 8192) at 16 rows: Q8_0 51
-// against 70, MXFP4 47 / 69, Q2_K 37 / 66, Q4_K 50 / 73, Q6_K 60 / 74, IQ2_XXS 43 / 66. At 64 rows the decode and
-// the mma.sync of 8 activation tiles per k-step make it as slow or slower (wo_b Q8_0 79 against 72), and Q3_K's
-// per-value decoder is 2x slower at any count (157 against 75). A batch of products (matmul_batch's jobs, which
-// tc_bf16 runs one by one, each with its own decode launch) takes it up to its 64 rows: wo_a (8 x Q8_0 1024 x
-// 4096) 102 / 109 against 239 / 220 at 48 / 64 rows (q_b 61 / 67 against 69 / 71; the shared expert's 9 MB
-// products 23 / 24 against 21 / 22).
-constexpr int64_t kTcBlocksFasterRows = 32;
+// tc_blocks is chosen over decode-then-cuBLAS (tc_bf16) for all its rows (16..kTcBlocksMaxRows) in the formats
+// whose bf16 decode is cheap (tc_blocks_faster): where it was measured faster (bench_gemv --bf16 on an H100,
+// V4-Flash shapes, µs per call, since the 64-row blocks, the activation loads a step ahead and the wave-aware split
+// count of d98b952): q_b (Q8_0 32768 x 1024) 32.5 / 36.6 / 45.8 / 47.2 at 16 / 32 / 48 / 64 rows against tc_bf16's
+// 68 / 69 (earlier runs) / 70.5 / 71.6; wo_b (4096 x 8192) at 48 / 64 rows: Q8_0 50.3 / 52.7 against 72.5 / 74.6,
+// Q2_K 43.3 / 44.8 against 65.8 / 67.9, Q4_K 52.6 / 54.9 against 72.9 / 75.0 (at 16 rows, before d98b952: MXFP4 47
+// / 69, Q6_K 60 / 74, IQ2_XXS 43 / 66). Q3_K's per-value decoder is 2x slower at any count (157 against 75). A
+// batch of products (matmul_batch's jobs, which tc_bf16 runs one by one, each with its own decode launch) gains
+// most: wo_a (8 x Q8_0 1024 x 4096) 75.5 / 79.4 against 145.0 / 146.6 at 48 / 64 rows.
 
 // (token, slot) pairs from which the bf16 mode's experts take tc_blocks over the register kernels (which do the
 // whole one-token decode per pair). bench_gemv --bf16 on an H100, V4-Flash's experts (IQ2_XXS gate/up, Q2_K
@@ -91,8 +90,7 @@ std::optional<MatmulKernel> select_matmul(const CudaBackend& b, const MatmulCall
     if (b.force().matmul && (c.count > 1 || c.with_norm)) return std::nullopt;  // forced: one by one / unfused
     const MatmulParams& p = c.ps[0];
     auto serves = [&](MatmulKernel k) { return matmul_kernel_serves(b, k, c); };
-    const int64_t blocks_rows = c.count > 1 ? kTcBlocksMaxRows : kTcBlocksFasterRows;
-    if (p.n <= blocks_rows && tc_blocks_faster(p.type) && serves(MatmulKernel::tc_blocks))
+    if (p.n <= kTcBlocksMaxRows && tc_blocks_faster(p.type) && serves(MatmulKernel::tc_blocks))
         return MatmulKernel::tc_blocks;
     if (p.n >= kTcMinRows && serves(MatmulKernel::tc_bf16)) return MatmulKernel::tc_bf16;
     if (weight_bytes(c) >= kXregMinBytes && serves(MatmulKernel::q8_xreg)) return MatmulKernel::q8_xreg;
