@@ -73,7 +73,9 @@ TEST(GemvDigits, TwoPlanesKeep15BitsOfTheirLargestValue) {
                 ASSERT_LE(std::fabs(r - v[j]), m * std::ldexp(1.0, -14)) << "trial " << trial << " value " << 4 * i + j;
                 // Rounded to nearest: no other 16-bit number is closer.
                 const double units = v[j] / (double)scale * 256.0, got = a0 * 256.0 + a1;
-                if (got < 32767) EXPECT_LE(std::fabs(units - got), 0.5) << "trial " << trial;
+                if (got < 32767) {
+                    EXPECT_LE(std::fabs(units - got), 0.5) << "trial " << trial;
+                }
             }
         }
     }
