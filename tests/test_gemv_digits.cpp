@@ -22,19 +22,29 @@ double reconstruct(const XDigits& q, int i) {
     return (double)q.scale * ((double)q.a0[i] + q.a1[i] / 256.0 + q.a2[i] / 65536.0);
 }
 
-TEST(GemvDigits, BlocksKeep22BitsOfTheirLargestValue) {
-    std::mt19937 rng(7);
+// 32 random values in (-1, 1) times one magnitude 2^(-90 .. 90), every third trial's each also times 2^(-11 .. 11).
+void random_block(std::mt19937& rng, int trial, float (&x)[32]) {
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     std::uniform_int_distribution<int> ex(-90, 90);
+    const float mag = std::ldexp(1.0f, ex(rng));
+    for (float& v : x) v = u(rng) * mag * (trial % 3 == 0 ? std::ldexp(1.0f, ex(rng) / 8) : 1.0f);
+}
+
+double abs_max(const float (&x)[32]) {
+    double m = 0;
+    for (float v : x) m = std::max(m, (double)std::fabs(v));
+    return m;
+}
+
+TEST(GemvDigits, BlocksKeep22BitsOfTheirLargestValue) {
+    std::mt19937 rng(7);
     for (int trial = 0; trial < 2000; ++trial) {
         float x[32];
-        const float mag = std::ldexp(1.0f, ex(rng));
-        for (float& v : x) v = u(rng) * mag * (trial % 3 == 0 ? std::ldexp(1.0f, ex(rng) / 8) : 1.0f);
+        random_block(rng, trial, x);
         if (trial % 5 == 0) x[trial % 32] = -std::ldexp(1.0f, -140);  // a tiny negative next to large values
         XDigits q;
         quantize_block(x, q);
-        double m = 0;
-        for (float v : x) m = std::max(m, (double)std::fabs(v));
+        const double m = abs_max(x);
         for (int i = 0; i < 32; ++i)
             ASSERT_LE(std::fabs(reconstruct(q, i) - x[i]), m * std::ldexp(1.0, -22)) << "trial " << trial << " i " << i;
         float s0 = 0, s1 = 0;
@@ -49,15 +59,12 @@ TEST(GemvDigits, BlocksKeep22BitsOfTheirLargestValue) {
 // the block's largest magnitude m in [64, 128) units: 2^-15 of m relative; the same scale as the three planes.
 TEST(GemvDigits, TwoPlanesKeep15BitsOfTheirLargestValue) {
     std::mt19937 rng(11);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     std::uniform_int_distribution<int> ex(-90, 90);
     for (int trial = 0; trial < 2000; ++trial) {
         float x[32];
-        const float mag = std::ldexp(1.0f, ex(rng));
-        for (float& v : x) v = u(rng) * mag * (trial % 3 == 0 ? std::ldexp(1.0f, ex(rng) / 8) : 1.0f);
+        random_block(rng, trial, x);
         if (trial % 7 == 0) x[trial % 32] = (trial % 2 ? 1.0f : -1.0f) * 127.999f * std::ldexp(1.0f, ex(rng) / 4);
-        double m = 0;
-        for (float v : x) m = std::max(m, (double)std::fabs(v));
+        const double m = abs_max(x);
         float scale, inv;
         ASSERT_TRUE(digit_scale((float)m, scale, inv));
         XDigits q3;

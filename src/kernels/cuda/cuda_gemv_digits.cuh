@@ -6,7 +6,7 @@
 //
 // Numerics. A block of 32 activations with largest magnitude m gets the scale 2^e, e = exponent(m) - 6, so
 // v = x / 2^e lies in (-128, 128) exactly (a power of two); v = a0 + a1 / 2^8 + a2 / 2^16 + err, the bytes of
-// round(v * 2^16) (a0 signed, a1, a2 unsigned; fixed24) with |err| <= 2^-16, i.e. |x - digits| <= m * 2^-22:
+// round(v * 2^16) (a0 signed, a1, a2 unsigned; fixed_point<24>) with |err| <= 2^-16, i.e. |x - digits| <= m * 2^-22:
 // the activation keeps 23 of its 24 significant bits relative to its block's largest value. The products with the integer weights
 // are exact (32-bit integer sums), and a block's value is combined in f32 as scale * (s0 + (256 s1 + s2) /
 // 2^16). So the result differs from the f32 dot of the exact weights by about the rounding that dot has
@@ -72,26 +72,30 @@ DSV4_GV bool digit_scale(float m, float& scale, float& inv) {
     return true;
 }
 
-// v = x * 2^-e (|v| < 128) as a 24-bit fixed-point number, from t = v * 2^16: round(t) (to nearest, ties to
-// even), kept below 2^23 (v just under 128 rounds up to it). Its bytes 2, 1, 0 are the digits a0 (signed: the
-// number is two's complement), a1 and a2, so v = a0 + a1 / 2^8 + a2 / 2^16 to within 2^-17 (2^-16 where clamped).
-DSV4_GV int32_t fixed24(float t) {
+// v = x * 2^-e (|v| < 128) as a B-bit fixed-point number (B = 24: three digits; 16: two), from t = v * 2^(B - 8):
+// round(t) (to nearest, ties to even), kept below 2^(B - 1) (v just under 128 rounds up to it). Its bytes from the
+// top are the digits a0 (signed: the number is two's complement), a1 (and a2), so v = a0 + a1 / 2^8 (+ a2 / 2^16)
+// to within 2^-(B - 7) (2^-(B - 8) where clamped).
+template <int B>
+DSV4_GV int32_t fixed_point(float t) {
+    static_assert(B == 16 || B == 24);
+    constexpr int32_t kTop = (1 << (B - 1)) - 1;
 #if defined(__CUDA_ARCH__)
     const int32_t q = __float2int_rn(t);
 #else
     const int32_t q = (int32_t)std::nearbyint(t);  // the default rounding mode: ties to even
 #endif
-    return q < 8388607 ? q : 8388607;
+    return q < kTop ? q : kTop;
 }
 
 // The digits of lane i's four values v[0..4) = x[4i .. 4i + 4) of a block, packed one byte per value into a
-// word of each plane: the bytes of the four fixed24 numbers, gathered by byte permutes (a conversion and a
+// word of each plane: the bytes of the four fixed_point<24> numbers, gathered by byte permutes (a conversion and a
 // few integer ops per value; the quantize kernel runs this on 8 lanes per block, quantize_block on one thread).
 DSV4_GV void digits_of4(const float (&v)[4], float inv, uint32_t& w0, uint32_t& w1, uint32_t& w2) {
     const float k = inv * 65536.0f;  // a power of two: v[i] * k = v * 2^16 exactly
     uint32_t q[4];
     DSV4_GV_UNROLL
-    for (int i = 0; i < 4; ++i) q[i] = (uint32_t)fixed24(v[i] * k);
+    for (int i = 0; i < 4; ++i) q[i] = (uint32_t)fixed_point<24>(v[i] * k);
     const uint32_t lo01 = prmt(q[0], q[1], 0x5140u), lo23 = prmt(q[2], q[3], 0x5140u);  // bytes 0, 1 of each
     const uint32_t hi01 = prmt(q[0], q[1], 0x0062u), hi23 = prmt(q[2], q[3], 0x0062u);  // bytes 2
     w0 = prmt(hi01, hi23, 0x5410u);
@@ -99,23 +103,14 @@ DSV4_GV void digits_of4(const float (&v)[4], float inv, uint32_t& w0, uint32_t& 
     w2 = prmt(lo01, lo23, 0x5410u);
 }
 // Two planes instead of three, for the bf16 mode's products of 16 or more rows (a prompt chunk's or a batch's
-// experts on the register kernels): v = x * 2^-e as a 16-bit fixed-point number, round(v * 2^8) kept below 2^15,
-// its bytes 1 and 0 the digits a0 (signed) and a1, so v = a0 + a1 / 2^8 to within 2^-9 (2^-8 where clamped):
+// experts on the register kernels): the bytes 1 and 0 of fixed_point<16>, so v = a0 + a1 / 2^8 to within 2^-9:
 // 15 significant bits relative to the block's largest value, where the bf16 rounding of the mode's tensor-core
 // paths keeps 8 relative to each value. The third plane's dot products are skipped (a2 is zero).
-DSV4_GV int32_t fixed16(float t) {
-#if defined(__CUDA_ARCH__)
-    const int32_t q = __float2int_rn(t);
-#else
-    const int32_t q = (int32_t)std::nearbyint(t);  // the default rounding mode: ties to even
-#endif
-    return q < 32767 ? q : 32767;
-}
 DSV4_GV void digits2_of4(const float (&v)[4], float inv, uint32_t& w0, uint32_t& w1) {
     const float k = inv * 256.0f;  // a power of two: v[i] * k = v * 2^8 exactly
     uint32_t q[4];
     DSV4_GV_UNROLL
-    for (int i = 0; i < 4; ++i) q[i] = (uint32_t)fixed16(v[i] * k);
+    for (int i = 0; i < 4; ++i) q[i] = (uint32_t)fixed_point<16>(v[i] * k);
     w0 = prmt(prmt(q[0], q[1], 0x0051u), prmt(q[2], q[3], 0x0051u), 0x5410u);  // bytes 1 of each
     w1 = prmt(prmt(q[0], q[1], 0x0040u), prmt(q[2], q[3], 0x0040u), 0x5410u);  // bytes 0
 }

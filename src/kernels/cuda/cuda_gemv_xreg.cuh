@@ -12,7 +12,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
+#include "core/check.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_gemv_digits.cuh"
 
@@ -67,6 +69,17 @@ __device__ __forceinline__ float lane_quantize(const float (&v)[4 * H][4], uint3
             gemv::digits2_of4(v[i], inv, a0[i], a1[i]);
     }
     return scale;
+}
+
+// f(std::integral_constant<int, P>{}) for a call's activation digit planes P (3 or 2; moe_xreg_planes): the
+// kernels' template argument from the launcher's value.
+template <class F>
+void with_planes(int planes, F&& f) {
+    DSV4_CHECK(planes == 2 || planes == 3);
+    if (planes == 3)
+        f(std::integral_constant<int, 3>{});
+    else
+        f(std::integral_constant<int, 2>{});
 }
 
 // lane_load, then lane_quantize.

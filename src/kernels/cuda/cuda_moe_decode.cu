@@ -254,10 +254,11 @@ void launch_moe_decode(CudaBackend& b, const MoeArgs& a, bool xreg) {
     // between the two.
     const bool gate_digits = has_digit_codec(a.gate.type);
     const bool down_digits = has_digit_codec(a.down.type);
+    const int planes = moe_xreg_planes(b, a);  // of the register kernels
     // IQ2_XXS gate/up with the token's activation in registers (it quantizes x itself), else the pipelined
     // kernel over x's digits.
     if (xreg && moe_gate_up_xreg_serves(a)) {
-        launch_moe_gate_up_xreg(a, p.h, moe_xreg_planes(b, a), b.tables(), b.stream());
+        launch_moe_gate_up_xreg(a, p.h, planes, b.tables(), b.stream());
     } else {
         if (gate_digits) {
             XDigits* xq = s.get<XDigits>(a.n * (D / kDigitBlock));
@@ -276,7 +277,7 @@ void launch_moe_decode(CudaBackend& b, const MoeArgs& a, bool xreg) {
     CUDA_CHECK_LAUNCH();
     // Q2_K down with h in registers (it quantizes h itself), else the pipelined kernel over h's digits.
     if (xreg && moe_down_xreg_serves(a)) {
-        launch_moe_down_xreg(a, p.h, moe_xreg_planes(b, a), b.stream());
+        launch_moe_down_xreg(a, p.h, planes, b.stream());
     } else {
         if (down_digits) {
             XDigits* hq = s.get<XDigits>(P * (F / kDigitBlock));

@@ -193,16 +193,18 @@ bool moe_down_xreg_serves(const MoeArgs& a) {
 }
 
 void launch_moe_down_xreg(const MoeArgs& a, const float* h, int planes, cudaStream_t s) {
-    DSV4_CHECK(planes == 2 || planes == 3);
     DSV4_CHECK(moe_down_xreg_serves(a));
     const int64_t F = a.down.cols, D = a.down.rows;
     const int hv = lane_h(F);
     const int64_t slices = F / (512 * hv), w = slices * a.k;
     const Params p{h, a.ids, a.out, a.down.data, a.down.row_bytes, D, F, a.k, (int)a.down.n_experts, (int)slices, 0, 0};
-    if (hv == 2)
-        planes == 3 ? launch_h<2, 3>(p, a.n, (int)w, s) : launch_h<2, 2>(p, a.n, (int)w, s);
-    else
-        planes == 3 ? launch_h<1, 3>(p, a.n, (int)w, s) : launch_h<1, 2>(p, a.n, (int)w, s);
+    with_planes(planes, [&](auto pl) {
+        constexpr int P = decltype(pl)::value;
+        if (hv == 2)
+            launch_h<2, P>(p, a.n, (int)w, s);
+        else
+            launch_h<1, P>(p, a.n, (int)w, s);
+    });
 }
 
 }  // namespace dsv4::cuda

@@ -185,15 +185,17 @@ bool moe_gate_up_xreg_serves(const MoeArgs& a) {
 }
 
 void launch_moe_gate_up_xreg(const MoeArgs& a, float* h, int planes, const QuantTables& t, cudaStream_t s) {
-    DSV4_CHECK(planes == 2 || planes == 3);
     DSV4_CHECK(moe_gate_up_xreg_serves(a));
     const int64_t D = a.gate.cols, F = a.gate.rows, pairs = a.n * a.k;
     const Params p{a.x, a.ids, a.weights, h, a.gate.data, a.up.data, a.gate.row_bytes, D, (int)F, a.k,
                    (int)a.gate.n_experts, a.clamp, 0, 0};
-    if (whole_blocks(D))
-        planes == 3 ? launch_h<2, 3>(p, pairs, (int)(D / 1024), t, s) : launch_h<2, 2>(p, pairs, (int)(D / 1024), t, s);
-    else
-        planes == 3 ? launch_h<1, 3>(p, pairs, (int)(D / 512), t, s) : launch_h<1, 2>(p, pairs, (int)(D / 512), t, s);
+    with_planes(planes, [&](auto pl) {
+        constexpr int P = decltype(pl)::value;
+        if (whole_blocks(D))
+            launch_h<2, P>(p, pairs, (int)(D / 1024), t, s);
+        else
+            launch_h<1, P>(p, pairs, (int)(D / 512), t, s);
+    });
 }
 
 }  // namespace dsv4::cuda
