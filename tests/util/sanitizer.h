@@ -1,6 +1,7 @@
-// Suites that repeat one path many times for statistics run a tenth of their repetitions under a sanitizer:
-// the sanitizer pass looks for memory and undefined-behaviour errors, which the first repetitions meet as well
-// as the last, and the release pass runs them all.
+// Suites that repeat one path many times for statistics run a tenth of their repetitions under a sanitizer,
+// and suites that repeat one check over many like cases check a sample of them (one case of each kind): the
+// sanitizer pass looks for memory and undefined-behaviour errors, which the first repetitions and one case of
+// a kind meet as well as the rest, and the release pass runs them all.
 #pragma once
 
 #include <algorithm>
