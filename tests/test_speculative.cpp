@@ -228,7 +228,8 @@ void check_greedy_identity(Model& m, const Tokenizer& tok, const std::vector<std
                            int64_t n_gen, int slots) {
     const auto plain = run_engine(m, tok, engine_options(0, slots), prompts, n_gen);
     for (const auto& p : plain) ASSERT_EQ((int64_t)p.size(), n_gen);
-    for (int k = 1; k <= 3; ++k) {
+    // Draft lengths 1, 2 and 3; under a sanitizer 1 and 3 (one draft, and drafts chained on drafts).
+    for (int k : DSV4_SANITIZED ? std::vector<int>{1, 3} : std::vector<int>{1, 2, 3}) {
         SCOPED_TRACE("mtp:" + std::to_string(k));
         EngineStats own;
         EXPECT_EQ(run_engine(m, tok, engine_options(k, slots), prompts, n_gen, &own), plain) << "the MTP block's drafts";
