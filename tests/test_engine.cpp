@@ -147,7 +147,7 @@ TEST_F(EngineTest, SixtyFourConcurrentRequestsMatchSoloRuns) {
     o.n_slots = 64;
     o.step_token_budget = 64 + 48;
     // Under a sanitizer the 64 run together as always, and every fourth alone (tests/util/sanitizer.h).
-    const size_t stride = DSV4_SANITIZED ? 4 : 1;
+    const size_t stride = test::every(4);
     const Runs r = solo_and_together(prompts, 12, o, stride);
     for (size_t i = 0; i < prompts.size(); ++i) {
         if (i % stride == 0) {

@@ -117,9 +117,7 @@ TEST(Rollback, LeavesNoTraceOfRejectedTokens) {
     const auto toks = random_tokens(rng, 200, m.config().n_vocab);
     // Prefixes around ratio-4 blocks, the window's wrap (32, 64) and the ratio-128 block end (128); under a
     // sanitizer one prefix of each kind (tests/util/sanitizer.h says why fewer).
-    const std::vector<int64_t> prefixes = DSV4_SANITIZED ? std::vector<int64_t>{1, 31, 63, 127, 130}
-                                                         : std::vector<int64_t>{1, 5, 30, 31, 62, 63, 125, 126, 127, 128, 130};
-    for (int64_t P : prefixes)
+    for (int64_t P : test::cases<int64_t>({1, 5, 30, 31, 62, 63, 125, 126, 127, 128, 130}, {1, 31, 63, 127, 130}))
         for (int64_t n = 2; n <= 4; ++n)
             for (int64_t k = 1; k <= n; ++k) check_rollback(m, toks, P, n, k, true);
     check_rollback(m, toks, 126, 4, 2, false);  // exact mode
@@ -229,7 +227,7 @@ void check_greedy_identity(Model& m, const Tokenizer& tok, const std::vector<std
     const auto plain = run_engine(m, tok, engine_options(0, slots), prompts, n_gen);
     for (const auto& p : plain) ASSERT_EQ((int64_t)p.size(), n_gen);
     // Draft lengths 1, 2 and 3; under a sanitizer 1 and 3 (one draft, and drafts chained on drafts).
-    for (int k : DSV4_SANITIZED ? std::vector<int>{1, 3} : std::vector<int>{1, 2, 3}) {
+    for (int k : test::cases<int>({1, 2, 3}, {1, 3})) {
         SCOPED_TRACE("mtp:" + std::to_string(k));
         EngineStats own;
         EXPECT_EQ(run_engine(m, tok, engine_options(k, slots), prompts, n_gen, &own), plain) << "the MTP block's drafts";

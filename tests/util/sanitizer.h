@@ -5,6 +5,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
+#include <vector>
 
 #include "core/sanitizer.h"
 
@@ -13,6 +15,17 @@ namespace dsv4::test {
 // n repetitions, or a tenth of them (at least one) under a sanitizer.
 constexpr int repetitions(int n) {
     return DSV4_SANITIZED ? std::max(1, n / 10) : n;
+}
+
+// The like cases a suite checks: all of them, or under a sanitizer the given sample (one case of each kind).
+template <class T>
+std::vector<T> cases(std::vector<T> all, std::vector<T> sample) {
+    return DSV4_SANITIZED ? sample : all;
+}
+
+// The stride through a run of like cases: every case, or every n-th under a sanitizer.
+constexpr size_t every(size_t n) {
+    return DSV4_SANITIZED ? n : 1;
 }
 
 }  // namespace dsv4::test
