@@ -339,7 +339,7 @@ int main(int argc, char** argv) {
     std::printf("%-10s %-22s %-8s %2s %9s %9s %8s %7s\n", "op", "shape", "type", "n", "MB/call", "us", "GB/s",
                 "of 4TB/s");
     Bench b(*backend, cb, o);
-    // Dense V4-Flash projections in their file format (Q8_0), the router in F32 and F16.
+    // Dense V4-Flash projections in their file format (Q8_0), the router in F32 and F16, the compressors in F16.
     const GgmlType q8 = GgmlType::Q8_0;
     for (double mb : {4.5, 8.9, 17.8, 35.6, 563.0}) b.floor(mb * 1e6);
     b.dense("q_a", q8, 1024, 4096, 1);
@@ -352,6 +352,9 @@ int main(int argc, char** argv) {
     b.dense("lm_head", q8, 129280, 4096, 1);
     b.dense("router", GgmlType::F32, 256, 4096, 1);
     b.dense("router", GgmlType::F16, 256, 4096, 1);
+    // The compressors' kv and gate projections (F16, one input): the attention's and the indexer's.
+    b.dense("compressor", GgmlType::F16, 1024, 4096, 2);
+    b.dense("idx_comp", GgmlType::F16, 256, 4096, 2);
     // Every other decode format on an expert-sized and a large matrix.
     for (GgmlType t : {GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q6_K,
                        GgmlType::IQ2_XXS, GgmlType::F16, GgmlType::BF16, GgmlType::F32}) {

@@ -280,12 +280,12 @@ void add_tensor_core_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
             if ((block == 1 && run == 8) || (block > 1 && block % run == 0))
                 out.push_back(weight_bf16_case(t, run, 67, cols_for(t, 3, 96), o.seed));
     }
-    // 16..64 rows of a block format with K a multiple of 256: the kernel that decodes the blocks in shared memory
-    // (cuda_gemm_blocks.cu) where it serves, split over K (few rows) or not (the two-slab case below); partial
-    // tiles of rows and activation rows, strided x and y, a V4-Flash width; 24 rows: 64-row blocks with three
-    // activation tiles (40: 128-row blocks).
+    // 16..64 rows of a block format or a 16-bit plain type (the compressors' F16) with K a multiple of 256: the
+    // kernel that decodes the blocks in shared memory (cuda_gemm_blocks.cu) where it serves, split over K (few
+    // rows) or not (the two-slab case below); partial tiles of rows and activation rows, strided x and y, a
+    // V4-Flash width; 24 rows: 64-row blocks with three activation tiles (40: 128-row blocks).
     for (GgmlType t : weight_types())
-        if (ggml_traits(t).block_elems > 1) {
+        if (ggml_traits(t).block_elems > 1 || t == GgmlType::F16 || t == GgmlType::BF16) {
             out.push_back(matmul_case(bf16, t, 40, 1024, 200, 1024 + 5, 200 + 3, false, o.seed));
             out.push_back(matmul_case(bf16, t, 24, 2048, 333, 2048 + 3, 333 + 1, false, o.seed));
         }

@@ -34,13 +34,22 @@ constexpr bool format() {
     return Dq<T>::kElems >= 32 && kStageK % Dq<T>::kElems == 0;
 }
 
-// Whether weights of type t can stream through the ring of 128-row blocks on a device: a block format whose
-// stages fit the shared memory a block may opt into (64-row blocks need half of it).
-inline bool stage_fits(const cudaDeviceProp& props, GgmlType t) {
+// What the dense kernel streams besides the block formats: the 16-bit plain types, a run of values read as it
+// is (Bf16Run; a stage of F16 or BF16 is 512 bytes a row, twice Q8_0's).
+template <GgmlType T>
+constexpr bool dense_format() {
+    return format<T>() || T == GgmlType::F16 || T == GgmlType::BF16;
+}
+
+// Whether weights of type t can stream through the ring of 128-row blocks on a device: a block format (with
+// dense, or a 16-bit plain type) whose stages fit the shared memory a block may opt into (64-row blocks need
+// half of it).
+inline bool stage_fits(const cudaDeviceProp& props, GgmlType t, bool dense) {
     bool ok = false;
     dispatch_weight_type(t, [&](auto tag) {
         constexpr GgmlType T = decltype(tag)::type;
-        if constexpr (format<T>()) ok = Stage<T>::kSmem <= (size_t)props.sharedMemPerBlockOptin;
+        if constexpr (dense_format<T>())
+            ok = (dense || format<T>()) && Stage<T>::kSmem <= (size_t)props.sharedMemPerBlockOptin;
     });
     return ok;
 }

@@ -6,8 +6,8 @@
 // A block of 4 warps owns 64 weight rows (one m16 tile per warp; up to 32 activation rows) or 128 (two per
 // warp, 33..64 activation rows, where each activation load then feeds twice the mma) and a range of K (split-K
 // where the rows alone leave SMs idle; the partial sums are added in split order by a second kernel, so results
-// are deterministic). Stages of 256 values of each row (whole blocks of every block format) stream through a
-// 3-deep cp.async ring in shared memory; each lane decodes its 8 values per 32 with the exact decoders rounded
+// are deterministic). Stages of 256 values of each row (whole blocks of every block format; F16 and BF16 rows
+// as they are) stream through a 3-deep cp.async ring in shared memory; each lane decodes its 8 values per 32 with the exact decoders rounded
 // to bf16 (Bf16Run: the values matmul_tc's bf16 weight holds) and multiplies them with mma.sync m16n8k16 (f32
 // accumulation) against the activation rows, rounded to bf16 beforehand and read through L1, each 32 values'
 // load issued one step ahead of its use.
@@ -277,7 +277,7 @@ bool matmul_tc_blocks_serves(const CudaBackend& b, const MatmulParams* ps, int c
     if (count < 1 || count > kMaxJobs || p.K % kStageK != 0) return false;
     for (int j = 0; j < count; ++j)
         if (ps[j].offsets || ps[j].type != p.type || ps[j].K != p.K || ps[j].n != p.n || ps[j].M <= 0) return false;
-    return blocks::stage_fits(b.props(), p.type);
+    return blocks::stage_fits(b.props(), p.type, true);
 }
 
 // Up to 32 activation rows: 64-row blocks (4 an SM); more: 128-row blocks, where each activation load feeds two
@@ -287,7 +287,7 @@ void matmul_tc_blocks(CudaBackend& b, const MatmulParams* ps, int count) {
     const int64_t n = ps[0].n;
     dispatch_weight_type(ps[0].type, [&](auto tag) {
         constexpr GgmlType T = decltype(tag)::type;
-        if constexpr (blocks::format<T>()) {
+        if constexpr (blocks::dense_format<T>()) {
             if (n <= 16)
                 run_blocks<T, 2, 1>(b, ps, count);
             else if (n <= 32)

@@ -243,7 +243,7 @@ bool moe_blocks_serves(const CudaBackend& b, const MoeArgs& a) {
     if (a.down.rows != D || a.down.cols != F) return false;
     const int64_t E = a.gate.n_experts;
     if (moe_tc_max_tiles(pairs, E, 8 * groups8_per_tile(pairs, E)) > 65535) return false;  // the grid's y
-    return blocks::stage_fits(b.props(), a.gate.type) && blocks::stage_fits(b.props(), a.down.type);
+    return blocks::stage_fits(b.props(), a.gate.type, false) && blocks::stage_fits(b.props(), a.down.type, false);
 }
 
 void moe_experts_blocks(CudaBackend& b, const MoeArgs& a, const int32_t* offsets, const int32_t* x_rows,

@@ -44,6 +44,8 @@ bool tc_blocks_faster(GgmlType t) {
         case GgmlType::Q4_K:
         case GgmlType::Q6_K:
         case GgmlType::IQ2_XXS:
+        case GgmlType::F16:
+        case GgmlType::BF16:
             return true;
         default:
             return false;
