@@ -10,7 +10,7 @@
 // as they are) stream through a 3-deep cp.async ring in shared memory; each lane decodes its 8 values per 32 with the exact decoders rounded
 // to bf16 (Bf16Run: the values matmul_tc's bf16 weight holds) and multiplies them with mma.sync m16n8k16 (f32
 // accumulation) against the activation rows, rounded to bf16 beforehand and read through L1, each 32 values'
-// load issued two steps ahead of its use.
+// load issued one step ahead of its use.
 //
 // Why 64-row blocks and the split count below: the kernel is bound by latency, not by bytes or issue (Nsight
 // Compute, q_b at 32 rows on an H100 with 128-row blocks: 2 blocks an SM by shared memory, 12% occupancy, 5.1
@@ -115,16 +115,10 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 4 : 2)
         const int64_t i = nt * 8 + g < pp.n ? nt * 8 + g : pp.n - 1;
         xr[nt] = p.xb + i * pp.K + (int64_t)s0 * kStageK + 8 * c;
     }
-    // Two steps' activations in flight: b_even holds the next even step's, b_odd the next odd step's (a step's
-    // 32 values per stage are 8, so step j's parity is its t's); each is refilled two steps ahead as it is used
-    // (the last steps re-read the last one).
     const int last_j = n_steps * (kStageK / 32) - 1;
-    uint4 b_even[NT], b_odd[NT];
+    uint4 b_next[NT];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-        b_even[nt] = gemv::ld_u4(xr[nt]);
-        b_odd[nt] = gemv::ld_u4(xr[nt] + 32 * (last_j > 0 ? 1 : 0));
-    }
+    for (int nt = 0; nt < NT; ++nt) b_next[nt] = gemv::ld_u4(xr[nt]);
 
     int j = 0;
     for (int i = 0; i < n_steps; ++i) {
@@ -146,14 +140,13 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 4 : 2)
 #pragma unroll 2
         for (int t = 0; t < kStageK / 32; ++t, ++j) {
             const int v = 32 * t + 8 * c;  // this lane's first value in the stage
-            // This step's activations, and those of the step two ahead requested in their place.
+            // This step's activations, and the next step's requested (the last step re-reads its own).
             uint4 b[NT];
-            const int jn = j + 2 <= last_j ? j + 2 : last_j;
+            const int jn = j < last_j ? j + 1 : j;
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
-                uint4& ahead = t % 2 == 0 ? b_even[nt] : b_odd[nt];
-                b[nt] = ahead;
-                ahead = gemv::ld_u4(xr[nt] + 32 * jn);
+                b[nt] = b_next[nt];
+                b_next[nt] = gemv::ld_u4(xr[nt] + 32 * jn);
             }
             uint32_t a[MT][2][4];
 #pragma unroll
