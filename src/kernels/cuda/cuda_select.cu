@@ -25,6 +25,16 @@ constexpr int64_t kGroupedGemvRows = 64;
 // / 69, Q6_K 60 / 74, IQ2_XXS 43 / 66). Q3_K's per-value decoder is 2x slower at any count (157 against 75). A
 // batch of products (matmul_batch's jobs, which tc_bf16 runs one by one, each with its own decode launch) gains
 // most: wo_a (8 x Q8_0 1024 x 4096) 75.5 / 79.4 against 145.0 / 146.6 at 48 / 64 rows.
+// F16 and BF16 (read as they are, 2 bytes a value; 2026-12-06, H100, at 16 / 32 / 64 rows): the compressors'
+// kv + gate (2 x F16 1024 x 4096) 22.3 / 25.1 / 32.6 against 41.6 / 43.4 / 44.3, the indexer's (2 x 256 x 4096)
+// 15.5 / 16.3 / 23.2 against 29.5 / 29.2 / 29.1, wo_b 4096 x 8192 F16 51.7 / 58.1 / 83.5 against 84.6 / 84.8 /
+// 87.9 (BF16 the same within 3%); but a lone 256 x 4096 F16 router 12.2 / 12.7 / 19.3 against 15.6 / 15.2 /
+// 15.0: past 32 rows a plain type's 128-row blocks hold an SM's shared memory alone, and a launch of under
+// kTcBlocksPlainMinBytes leaves most SMs without a block, so those stay on tc_bf16.
+constexpr double kTcBlocksPlainMinBytes = 4e6;
+bool plain16(GgmlType t) {
+    return t == GgmlType::F16 || t == GgmlType::BF16;
+}
 
 // (token, slot) pairs from which the bf16 mode's experts take tc_blocks over the register kernels (which do the
 // whole one-token decode per pair). bench_gemv --bf16 on an H100, V4-Flash's experts (IQ2_XXS gate/up, Q2_K
@@ -92,8 +102,9 @@ std::optional<MatmulKernel> select_matmul(const CudaBackend& b, const MatmulCall
     if (b.force().matmul && (c.count > 1 || c.with_norm)) return std::nullopt;  // forced: one by one / unfused
     const MatmulParams& p = c.ps[0];
     auto serves = [&](MatmulKernel k) { return matmul_kernel_serves(b, k, c); };
-    if (p.n <= kTcBlocksMaxRows && tc_blocks_faster(p.type) && serves(MatmulKernel::tc_blocks))
-        return MatmulKernel::tc_blocks;
+    const bool blocks_faster =
+        tc_blocks_faster(p.type) && !(plain16(p.type) && p.n > 32 && weight_bytes(c) < kTcBlocksPlainMinBytes);
+    if (p.n <= kTcBlocksMaxRows && blocks_faster && serves(MatmulKernel::tc_blocks)) return MatmulKernel::tc_blocks;
     if (p.n >= kTcMinRows && serves(MatmulKernel::tc_bf16)) return MatmulKernel::tc_bf16;
     if (weight_bytes(c) >= kXregMinBytes && serves(MatmulKernel::q8_xreg)) return MatmulKernel::q8_xreg;
     if (serves(MatmulKernel::gemv_digits)) return MatmulKernel::gemv_digits;
