@@ -197,8 +197,9 @@ void add_matmul_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     // compressor's F16 pair (kv and gate of one x) beside a BF16 job.
     for (int64_t n : {16, 24, 40, 64}) {
         const GgmlType q8 = GgmlType::Q8_0, f16 = GgmlType::F16;
-        out.push_back(matmul_batch_case({{f16, 1024, 130, 0, 0}, {f16, 1024, 130, 0, 130}, {GgmlType::BF16, 1024, 40, 0, 260}},
-                                        n, 1024, 300, o.seed, false, Mode::BF16));
+        out.push_back(matmul_batch_case(
+            {{f16, 1024, 130, 0, 0}, {f16, 1024, 130, 0, 130}, {GgmlType::BF16, 1024, 40, 0, 260}}, n, 1024, 300,
+            o.seed, false, Mode::BF16));
         std::vector<BatchJobSpec> groups;
         for (int g = 0; g < 8; ++g) groups.push_back({q8, 512, 64 + 40 * g, 512 * g, 400 * g});
         out.push_back(matmul_batch_case(groups, n, 8 * 512 + 4, 8 * 400, o.seed, false, Mode::BF16));

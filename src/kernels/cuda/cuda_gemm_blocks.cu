@@ -7,10 +7,11 @@
 // warp, 33..64 activation rows, where each activation load then feeds twice the mma) and a range of K (split-K
 // where the rows alone leave SMs idle; the partial sums are added in split order by a second kernel, so results
 // are deterministic). Stages of 256 values of each row (whole blocks of every block format; F16 and BF16 rows
-// as they are) stream through a 3-deep cp.async ring in shared memory; each lane decodes its 8 values per 32 with the exact decoders rounded
-// to bf16 (Bf16Run: the values matmul_tc's bf16 weight holds) and multiplies them with mma.sync m16n8k16 (f32
-// accumulation) against the activation rows, rounded to bf16 beforehand and read through L1, each 32 values'
-// load issued one step ahead of its use.
+// as they are) stream through a 3-deep cp.async ring in shared memory; each lane decodes its 8 values per 32
+// with the exact decoders rounded to bf16 (Bf16Run: the values matmul_tc's bf16 weight holds) and multiplies
+// them with mma.sync m16n8k16 (f32 accumulation) against the activation rows, rounded to bf16 beforehand and
+// read through L1, each 32 values' load issued one step ahead of its use (two steps ahead was slower: the
+// registers are at the 64-row blocks' bound).
 //
 // Why 64-row blocks and the split count below: the kernel is bound by latency, not by bytes or issue (Nsight
 // Compute, q_b at 32 rows on an H100 with 128-row blocks: 2 blocks an SM by shared memory, 12% occupancy, 5.1
