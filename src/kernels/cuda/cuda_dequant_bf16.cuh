@@ -42,30 +42,20 @@ __device__ __forceinline__ uint32_t bf16_selectors(uint32_t kk) {
 
 // Values [v0, v0 + V) of block b as V / 2 registers of bf16 pairs (value v0 + 2i in the low half of o[i]).
 // V is a multiple of 8 and v0 a multiple of V within the block. Plain types (a value a "block"): the V values
-// from b on (v0 = 0), each pair read as one 32-bit word at any alignment.
+// from b on (v0 = 0), through decode8 as the bf16 weight decode reads them.
 template <GgmlType T>
 struct Bf16Run {
     template <int V>
     __device__ static void decode(const uint8_t* b, int v0, uint32_t (&o)[V / 2], const QuantTables& t) {
-        if constexpr (T == GgmlType::BF16) {
 #pragma unroll
-            for (int i = 0; i < V / 2; ++i) o[i] = ld_u32_any(b + 4 * i);
-        } else if constexpr (T == GgmlType::F16) {
-#pragma unroll
-            for (int i = 0; i < V / 2; ++i) {
-                const uint32_t u = ld_u32_any(b + 4 * i);
-                o[i] = pack_bf16(__half2float(__ushort_as_half((unsigned short)(u & 0xFFFFu))),
-                                 __half2float(__ushort_as_half((unsigned short)(u >> 16))));
-            }
-        } else {
-            static_assert(Dq<T>::kElems > 1, "of the plain types only F16 and BF16 have a run decoder");
-#pragma unroll
-            for (int g = 0; g < V / 8; ++g) {
-                float v[8];
+        for (int g = 0; g < V / 8; ++g) {
+            float v[8];
+            if constexpr (Dq<T>::kElems == 1)
+                decode8<T>(b, g, V, v, t);
+            else
                 Group8<T>::decode(b, v0 / 8 + g, v, t);
-                const uint4 q = pack_bf16x8(v);
-                o[4 * g] = q.x, o[4 * g + 1] = q.y, o[4 * g + 2] = q.z, o[4 * g + 3] = q.w;
-            }
+            const uint4 q = pack_bf16x8(v);
+            o[4 * g] = q.x, o[4 * g + 1] = q.y, o[4 * g + 2] = q.z, o[4 * g + 3] = q.w;
         }
     }
 };
