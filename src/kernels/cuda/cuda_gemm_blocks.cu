@@ -281,8 +281,8 @@ bool matmul_tc_blocks_serves(const CudaBackend& b, const MatmulParams* ps, int c
     return blocks::stage_fits(b.props(), p.type, true);
 }
 
-// Up to 32 activation rows: 64-row blocks (4 an SM); more: 128-row blocks, where each activation load feeds two
-// m16 tiles (at 64 rows the 64-row blocks were slower: more activation loads per weight).
+// Up to kTcBlocksSmallRows activation rows: 64-row blocks (4 an SM); more: 128-row blocks, where each
+// activation load feeds two m16 tiles (at 64 rows the 64-row blocks were slower: more activation loads per weight).
 void matmul_tc_blocks(CudaBackend& b, const MatmulParams* ps, int count) {
     DSV4_CHECK(matmul_tc_blocks_serves(b, ps, count));
     const int64_t n = ps[0].n;
@@ -291,7 +291,7 @@ void matmul_tc_blocks(CudaBackend& b, const MatmulParams* ps, int count) {
         if constexpr (blocks::dense_format<T>()) {
             if (n <= 16)
                 run_blocks<T, 2, 1>(b, ps, count);
-            else if (n <= 32)
+            else if (n <= kTcBlocksSmallRows)
                 run_blocks<T, 4, 1>(b, ps, count);
             else
                 run_blocks<T, 8, 2>(b, ps, count);

@@ -59,10 +59,12 @@ void launch_rows_to_bf16(__nv_bfloat16* out, int64_t ld, const float* x, int64_t
 
 // The same products for kTcMinRows .. kTcBlocksMaxRows rows without the bf16 copy of the weight
 // (cuda_gemm_blocks.cu): the tensor cores multiply weight blocks decoded in shared memory, 1..16 plain products
-// of one format, K and n (matmul_batch's jobs) in one launch. serves: the bf16 mode, a block format with whole
-// 256-value stages (K % 256 == 0) whose stages fit the device's shared memory. (Where it is chosen over
-// matmul_tc: cuda_select.cu.)
+// of one format, K and n (matmul_batch's jobs) in one launch. serves: the bf16 mode, a block format or F16 /
+// BF16 with whole 256-value stages (K % 256 == 0) whose stages fit the device's shared memory. (Where it is
+// chosen over matmul_tc: cuda_select.cu.) Up to kTcBlocksSmallRows rows it runs 64-row blocks, past it 128-row
+// blocks.
 constexpr int64_t kTcBlocksMaxRows = 64;
+constexpr int64_t kTcBlocksSmallRows = 32;
 bool matmul_tc_blocks_serves(const CudaBackend& b, const MatmulParams* ps, int count);
 void matmul_tc_blocks(CudaBackend& b, const MatmulParams* ps, int count);
 

@@ -29,8 +29,8 @@ constexpr int64_t kGroupedGemvRows = 64;
 // kv + gate (2 x F16 1024 x 4096) 22.3 / 25.1 / 32.6 against 41.6 / 43.4 / 44.3, the indexer's (2 x 256 x 4096)
 // 15.5 / 16.3 / 23.2 against 29.5 / 29.2 / 29.1, wo_b 4096 x 8192 F16 51.7 / 58.1 / 83.5 against 84.6 / 84.8 /
 // 87.9 (BF16 the same within 3%); but a lone 256 x 4096 F16 router 12.2 / 12.7 / 19.3 against 15.6 / 15.2 /
-// 15.0: past 32 rows a plain type's 128-row blocks hold an SM's shared memory alone, and a launch of under
-// kTcBlocksPlainMinBytes leaves most SMs without a block, so those stay on tc_bf16.
+// 15.0: past kTcBlocksSmallRows a plain type's 128-row blocks hold an SM's shared memory alone, and a launch
+// of under kTcBlocksPlainMinBytes leaves most SMs without a block, so those stay on tc_bf16.
 constexpr double kTcBlocksPlainMinBytes = 4e6;
 bool plain16(GgmlType t) {
     return t == GgmlType::F16 || t == GgmlType::BF16;
@@ -102,8 +102,9 @@ std::optional<MatmulKernel> select_matmul(const CudaBackend& b, const MatmulCall
     if (b.force().matmul && (c.count > 1 || c.with_norm)) return std::nullopt;  // forced: one by one / unfused
     const MatmulParams& p = c.ps[0];
     auto serves = [&](MatmulKernel k) { return matmul_kernel_serves(b, k, c); };
-    const bool blocks_faster =
-        tc_blocks_faster(p.type) && !(plain16(p.type) && p.n > 32 && weight_bytes(c) < kTcBlocksPlainMinBytes);
+    const bool few_plain_bytes =
+        plain16(p.type) && p.n > kTcBlocksSmallRows && weight_bytes(c) < kTcBlocksPlainMinBytes;
+    const bool blocks_faster = tc_blocks_faster(p.type) && !few_plain_bytes;
     if (p.n <= kTcBlocksMaxRows && blocks_faster && serves(MatmulKernel::tc_blocks)) return MatmulKernel::tc_blocks;
     if (p.n >= kTcMinRows && serves(MatmulKernel::tc_bf16)) return MatmulKernel::tc_bf16;
     if (weight_bytes(c) >= kXregMinBytes && serves(MatmulKernel::q8_xreg)) return MatmulKernel::q8_xreg;
