@@ -199,18 +199,66 @@ TEST_F(ModelTest, SnapshotRestoreIsExact) {
     EXPECT_LT(max_diff(fresh(a), la), 1e-5);
 }
 
+TEST_F(ModelTest, PromptOfALengthSeenBeforeReplaysTheFirstOnesRecording) {
+    // A prompt's chunk from position 0 is recorded up to kMaxGraphChunkTokens tokens, so the third prompt of a
+    // length (other tokens, the same cache) replays the recording captured by the second. On the CPU a replay runs the first
+    // recording's ops with the current step's uploads: logits equal to an unrecorded run show that nothing a
+    // prompt chunk passes to an op depends on its tokens, only on its length. Decoding after it checks the
+    // cache the replay wrote.
+    const int64_t V = model_->config().n_vocab;
+    for (const int64_t n : {int64_t{5}, int64_t{33}, kMaxGraphChunkTokens}) {
+        SCOPED_TRACE(n);
+        const auto gen = random_tokens(6, V, 20);
+        std::vector<int64_t> prompt_replays;
+        // One cache for every prompt, reset between them, as the engine's slots are (a replay writes the cache
+        // its recording wrote).
+        auto cache = model_->new_cache(n + 8, false);
+        auto answer = [&](StepRunner& runner, const std::vector<int32_t>& prompt, bool graphs) {
+            StepOptions opt;
+            opt.graphs = graphs;
+            opt.all_logits = true;
+            cache->reset();
+            std::vector<float> all, l;
+            const int64_t replays0 = runner.graph_stats() ? runner.graph_stats()->replays : 0;
+            EXPECT_TRUE(runner.step(*cache, prompt, opt, &all).ok());
+            if (graphs) prompt_replays.push_back(runner.graph_stats()->replays - replays0);
+            opt.all_logits = false;
+            for (int32_t t : gen) {
+                EXPECT_TRUE(runner.step(*cache, std::span<const int32_t>(&t, 1), opt, &l).ok());
+                all.insert(all.end(), l.begin(), l.end());
+            }
+            return all;
+        };
+        StepRunner runner(*model_);
+        for (uint32_t seed = 11; seed < 14; ++seed) {
+            const auto prompt = random_tokens(n, V, seed + 100 * (uint32_t)n);
+            const auto recorded = answer(runner, prompt, true);
+            StepRunner plain(*model_);
+            const auto want = answer(plain, prompt, false);
+            ASSERT_EQ(recorded.size(), want.size());
+            for (size_t i = 0; i < want.size(); ++i)
+                ASSERT_EQ(recorded[i], want[i]) << "prompt " << seed << " logit " << i;
+        }
+        // The prompt chunk: as issued, then captured and replayed, then replayed.
+        EXPECT_EQ(prompt_replays, (std::vector<int64_t>{0, 1, 1}));
+        const StepGraphStats* st = runner.graph_stats();
+        EXPECT_EQ(st->segments, 3 * (1 + (int64_t)gen.size()));
+        EXPECT_EQ(st->eager + st->replays, st->segments);
+    }
+}
+
 TEST_F(ModelTest, StepGraphReplaysEqualStepsRunAsIssued) {
     // Decode through the window (32) and several compressor blocks (4 and 128): with step graphs on, the CPU
     // backend replays the first recording of a step's ops (not the current ones) with the new uploads, so
     // equal logits show that a decode step's op arguments do not depend on the position.
     const int64_t V = model_->config().n_vocab;
-    const auto prompt = random_tokens(20, V, 7), gen = random_tokens(280, V, 8);
+    const auto prompt = random_tokens(kMaxGraphChunkTokens + 6, V, 7), gen = random_tokens(280, V, 8);
     auto decode = [&](bool graphs) {
         StepOptions opt;
         opt.graphs = graphs;
         auto cache = model_->new_cache(400, false);
         std::vector<float> l, all;
-        EXPECT_TRUE(runner_->step(*cache, prompt, opt, &l).ok());  // more than kMaxGraphTokens: as issued
+        EXPECT_TRUE(runner_->step(*cache, prompt, opt, &l).ok());  // more than kMaxGraphChunkTokens: as issued
         all = l;
         for (int32_t t : gen) {
             EXPECT_TRUE(runner_->step(*cache, std::span<const int32_t>(&t, 1), opt, &l).ok());

@@ -56,7 +56,7 @@ int cmd_perplexity(int argc, char** argv) {
                  "scored once, by the first window that holds it with context before it"};
     std::string model_path, text_path, tokens_path, quant_sim = "on";
     int64_t ctx = 0, stride = 0, chunk = 256;
-    bool json = false, quiet = false;
+    bool json = false, quiet = false, no_graphs = false;
     DeviceOptions dev;
     app.add_option("-m,--model", model_path, "model GGUF")->required();
     auto* f = app.add_option("-f,--file", text_path, "text file to score (tokenized with the model's tokenizer)");
@@ -73,6 +73,7 @@ int cmd_perplexity(int argc, char** argv) {
     app.add_flag("--json", json, "print the result as one JSON object");
     app.add_flag("-q,--quiet", quiet, "no progress lines");
     add_device_options(app, dev);
+    add_no_graphs_flag(app, no_graphs);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -108,6 +109,7 @@ int cmd_perplexity(int argc, char** argv) {
     po.stride = stride;
     po.chunk = chunk;
     po.step.quant_sim = quant_sim == "on";
+    po.step.graphs = !no_graphs;
     StepRunner runner(m);
     const auto t0 = std::chrono::steady_clock::now();
     auto report = [&](const PerplexityProgress& p) {

@@ -107,7 +107,8 @@ void add_kernel_options(CLI::App& app, DeviceOptions& d) {
 
 void add_no_graphs_flag(CLI::App& app, bool& no_graphs) {
     app.add_flag("--no-graphs", no_graphs,
-                 "run every op of a decode step as it is called (default: repeated steps replay as one graph)");
+                 "run every op of a small step (decode, a short prompt's chunk) as it is called (default: a step "
+                 "that repeats an earlier one replays it as one graph)");
 }
 
 Result<std::string> gemm_precision_name(const DeviceOptions& d) {

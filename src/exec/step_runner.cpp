@@ -15,11 +15,11 @@ Status StepRunner::step(KvCache& cache, std::span<const int32_t> tokens, const S
     return step_batch(std::span<Model::BatchItem>(&item, 1), opt);
 }
 
-bool StepRunner::records(int64_t n, bool single_tokens, const StepOptions& opt) {
+bool StepRunner::records(int64_t n, int64_t sequences, bool single_tokens, const StepOptions& opt) {
     // A trace reads intermediates while the step runs: only an eager step has them then. An empty step is
     // refused by the model before it issues anything.
     Backend& b = model_.backend();
-    const int64_t most = single_tokens ? kMaxGraphDecodeRows : kMaxGraphTokens;
+    const int64_t most = single_tokens ? kMaxGraphDecodeRows : sequences == 1 ? kMaxGraphChunkTokens : kMaxGraphTokens;
     if (!opt.graphs || opt.trace || n == 0 || n > most || !b.graph_support()) return false;
     if (!graphs_) graphs_ = std::make_unique<StepGraphs>(b, *b.graph_support());
     return true;
@@ -43,13 +43,13 @@ Status StepRunner::step_batch(std::span<Model::BatchItem> items, const StepOptio
         n += (int64_t)it.tokens.size();
         single_tokens &= it.tokens.size() == 1;
     }
-    if (!records(n, single_tokens, opt)) return model_.step_batch(items, opt);
+    if (!records(n, (int64_t)items.size(), single_tokens, opt)) return model_.step_batch(items, opt);
     RecordingScope scope{*graphs_};
     return model_.step_batch(items, opt, graphs_->begin(opt.defer_branches));
 }
 
 Status StepRunner::mtp_step(const Model::MtpItem& item, const StepOptions& opt) {
-    if (!records((int64_t)item.next_tokens.size(), false, opt)) return model_.mtp_step(item, opt);
+    if (!records((int64_t)item.next_tokens.size(), 1, false, opt)) return model_.mtp_step(item, opt);
     RecordingScope scope{*graphs_};
     return model_.mtp_step(item, opt, graphs_->begin(opt.defer_branches));
 }

@@ -1,6 +1,6 @@
 // Runs a Model's steps, through step graphs where they pay off: Model::step_batch is the forward pass only,
 // and this is the one place that decides whether a step is recorded (StepOptions::graphs, trace,
-// kMaxGraphTokens, the backend's GraphSupport) and that owns the graph cache of that model.
+// the step sizes of exec/step_graphs.h, the backend's GraphSupport) and that owns the graph cache of that model.
 #pragma once
 
 #include <cstdint>
@@ -22,9 +22,10 @@ public:
 
     Model& model() { return model_; }
 
-    // Model::step and Model::step_batch with the same results; a step of at most kMaxGraphTokens tokens (or
-    // kMaxGraphDecodeRows single-token sequences) is recorded and replayed as one unit when it repeats an earlier one (unless opt.graphs is off, opt has a
-    // trace, or the backend cannot replay).
+    // Model::step and Model::step_batch with the same results; a step of at most kMaxGraphTokens tokens (one
+    // sequence: kMaxGraphChunkTokens; single-token sequences: kMaxGraphDecodeRows) is recorded and replayed as
+    // one unit when it repeats an earlier one (unless opt.graphs is off, opt has a trace, or the backend cannot
+    // replay).
     Status step(KvCache& cache, std::span<const int32_t> tokens, const StepOptions& opt, std::vector<float>* logits,
                 std::vector<float>* hidden = nullptr);
     Status step_batch(std::span<Model::BatchItem> items, const StepOptions& opt);
@@ -36,8 +37,8 @@ public:
     const StepGraphStats* graph_stats() const { return graphs_ ? &graphs_->stats() : nullptr; }
 
 private:
-    // Whether a step of n tokens (single_tokens: one per sequence) is recorded (see step()).
-    bool records(int64_t n, bool single_tokens, const StepOptions& opt);
+    // Whether a step of n tokens of `sequences` sequences (single_tokens: one each) is recorded (see step()).
+    bool records(int64_t n, int64_t sequences, bool single_tokens, const StepOptions& opt);
     Model& model_;
     std::unique_ptr<StepGraphs> graphs_;  // created at the first step recorded
 };

@@ -29,10 +29,10 @@ struct StepOptions {
     // [n, hc, D] streams after block `layer`; reported once they are written, which is by the next block's
     // first op, its hc_pre with this block's last hc_post fused in).
     std::function<void(const char* name, int layer, const float* data, int64_t count)> trace;
-    // Read by whoever runs the steps (exec/step_runner.h; Model itself runs every op as it is called): steps
-    // of at most kMaxGraphTokens tokens are recorded and a step that repeats an earlier one's ops (decode)
-    // replays them as one unit where the backend supports it (CUDA graphs; exec/step_graphs.h). Off: every op
-    // runs as it is called. Steps with a trace always run that way.
+    // Read by whoever runs the steps (exec/step_runner.h; Model itself runs every op as it is called): small
+    // steps (the sizes in exec/step_graphs.h) are recorded, and a step that repeats an earlier one's ops (decode,
+    // a prompt of a length seen before) replays them as one unit where the backend supports it (CUDA graphs).
+    // Off: every op runs as it is called. Steps with a trace always run that way.
     bool graphs = true;
     // Tests: in recorded steps, run each branch's ops (Backend::branch) at its join instead of where they were
     // issued, so a dependency between a branch and the ops beside it that the model does not declare shows up
@@ -165,7 +165,7 @@ private:
     std::unique_ptr<GgufFile> mtp_file_;    // the MTP sidecar, when the block comes from one
     ModelConfig cfg_;
     ModelWeights w_;
-    const float* rope_freqs_window_ = nullptr;      // backend memory, rope_dim/2
+    const float* rope_freqs_window_ = nullptr;  // backend memory, rope_dim/2
     const float* rope_freqs_compressed_ = nullptr;
     std::vector<void*> owned_;
 };

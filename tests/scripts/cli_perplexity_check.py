@@ -6,6 +6,8 @@ usage: cli_perplexity_check.py DSV4_BIN SHARED_DIR WORK_DIR
   golden README's max |dlogit| <= 2e-3 implies (a token's logprob moves by at most twice that);
 - a text file on a tiny synthetic model with the real vocabulary scores every token after the BOS once
   (the count `dsv4 tokenize --bos` gives, minus one), in one window or several;
+- windows of one length (each a prompt chunk from position 0, replayed as a step graph from the third on) give
+  the numbers of a run with --no-graphs, bit for bit;
 - bad input is a clear error with exit code 1, never a crash.
 """
 import array, json, math, os, subprocess, sys
@@ -68,6 +70,15 @@ lines = r.stdout.splitlines()
 expect(r.returncode == 0 and len(lines) == 3 and lines[0].startswith("perplexity: ") and
        abs(math.log(float(lines[0].split()[1])) - ref_mean) <= tol and "tokens scored: %d" % (P + D - 1) in lines[2],
        "plain output: perplexity, mean NLL, token count: %r" % lines)
+
+# Windows of one length each prefill one chunk from position 0: from the third on they replay the recording
+# captured by the second (step graphs), with the numbers of a run without them, bit for bit.
+same = ["perplexity", "-m", model, "--tokens", toks, "--ctx", "48", "--stride", "24", "--prefill-chunk", "48", "--json",
+        "-q", "--device", "cpu"]
+r, r_plain = run(same), run(same + ["--no-graphs"])
+expect(r.returncode == 0 and r_plain.returncode == 0 and json.loads(r.stdout)["windows"] > 3 and
+       json.loads(r.stdout) == json.loads(r_plain.stdout),
+       "windows replayed as step graphs equal windows run as issued: %s / %s" % (r.stdout.strip(), r_plain.stdout.strip()))
 
 # A text file on a model with a tokenizer.
 tiny = os.path.join(work, "tiny.gguf")
