@@ -555,15 +555,17 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
                                     std::tuple{4, 64, 300, 5}, std::tuple{128, 64, 300, 1}, std::tuple{128, 83, 127, 2},
                                     std::tuple{8, 64, 5, 20}})
         out.push_back(compressor_case(ratio, d, n1, n2, s));
-    // The CUDA kernel's parallel path (calls of 64 tokens or more; entries pooled at once, then the state
+    // The CUDA kernel's parallel path (calls of 16 tokens or more; entries pooled at once, then the state
     // rewritten): both calls parallel, the second starting mid-block so its first entry reads the old state
     // (with overlap, the previous block too) and ending mid-block with stale rows left; exactly 64 tokens on
     // block boundaries; a V4-size prefill chunk then a serial decode call; a serial call then a parallel one;
-    // a parallel call completing no block (ratio 128).
+    // a parallel call completing no block (ratio 128); a short prompt's chunk at V4 size (16 and 32 tokens)
+    // then decode, and two just past the threshold, the second starting mid-block.
     for (auto [ratio, d, n1, n2] :
          {std::tuple{4, 83, 301, 203}, std::tuple{4, 64, 64, 64}, std::tuple{128, 64, 300, 300},
           std::tuple{128, 83, 1000, 130}, std::tuple{8, 64, 70, 200}, std::tuple{4, 512, 4093, 7},
-          std::tuple{4, 83, 13, 150}, std::tuple{128, 64, 130, 100}})
+          std::tuple{4, 83, 13, 150}, std::tuple{128, 64, 130, 100}, std::tuple{4, 512, 32, 1},
+          std::tuple{128, 512, 16, 3}, std::tuple{4, 83, 17, 19}})
         out.push_back(compressor_case(ratio, d, n1, n2, s));
     // Queries of different sequences (batched decode): per-query sources through the tables, one query (the
     // split shape), a few (still one query's shape), many (one block per head group); the indexer likewise,

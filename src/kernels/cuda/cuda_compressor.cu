@@ -16,11 +16,12 @@ namespace dsv4::cuda {
 
 namespace {
 
-// Calls of fewer tokens take the serial path: for decode (1..8 tokens) and short chunks its n steps per
-// thread are few and it is one launch, where the parallel path always pays two. From 64 tokens on, a call
-// completes at least 16 entries at ratio 4 (16 x d threads) while the serial loop grows with n. 64 is a
-// judgment between those, not a measured crossover (the serial loop took 7 ms at n = 4096, d = 512).
-constexpr int64_t kParallelMinTokens = 64;
+// Calls of fewer tokens take the serial path: for decode and verify steps (1..8 tokens) its n steps per thread
+// are few and it is one launch, where the parallel path always pays two. Each step of the serial loop is a
+// chain of dependent global accesses on only d / 128 blocks (~1.3 us a token: a 32-token chunk's call took
+// 50.5 us on an H100, the loop 7 ms at n = 4096, d = 512), while the parallel path's two launches of at least
+// d / 128 blocks each take a few microseconds whatever n is; 16 lies between, not a measured crossover.
+constexpr int64_t kParallelMinTokens = 16;
 
 // One pooled entry of channel c: the max score over the slots, then exp(score - max) and the weighted
 // values summed in slot order. Slots: with overlap, [0, r) is the previous block read at column c and
