@@ -8,6 +8,7 @@
 
 #include "exec/step_runner.h"
 #include "model/deepseek4.h"
+#include "ops/graph_support.h"
 
 using namespace dsv4;
 
@@ -200,9 +201,9 @@ TEST_F(ModelTest, SnapshotRestoreIsExact) {
 }
 
 TEST_F(ModelTest, PromptOfALengthSeenBeforeReplaysTheFirstOnesRecording) {
-    // A prompt's chunk from position 0 is recorded up to kMaxGraphChunkTokens tokens, so the third prompt of a
-    // length (other tokens, the same cache) replays the recording captured by the second. On the CPU a replay runs the first
-    // recording's ops with the current step's uploads: logits equal to an unrecorded run show that nothing a
+    // A prompt's chunk from position 0 is recorded up to kMaxGraphChunkTokens tokens, so once a length's prompts
+    // (other tokens, the same cache) have captured its graph, the next ones replay it. On the CPU a replay runs the
+    // first recording's ops with the current step's uploads: logits equal to an unrecorded run show that nothing a
     // prompt chunk passes to an op depends on its tokens, only on its length. Decoding after it checks the
     // cache the replay wrote.
     const int64_t V = model_->config().n_vocab;
@@ -229,8 +230,10 @@ TEST_F(ModelTest, PromptOfALengthSeenBeforeReplaysTheFirstOnesRecording) {
             }
             return all;
         };
+        // A chunk of more than kMaxGraphTokens tokens runs as issued kEagerRunsChunk times before its capture.
+        const int64_t eager = n > kMaxGraphTokens ? kEagerRunsChunk : kEagerRunsDecode;
         StepRunner runner(*model_);
-        for (uint32_t seed = 11; seed < 14; ++seed) {
+        for (uint32_t seed = 11; seed < 13 + (uint32_t)eager; ++seed) {
             const auto prompt = random_tokens(n, V, seed + 100 * (uint32_t)n);
             const auto recorded = answer(runner, prompt, true);
             StepRunner plain(*model_);
@@ -239,12 +242,91 @@ TEST_F(ModelTest, PromptOfALengthSeenBeforeReplaysTheFirstOnesRecording) {
             for (size_t i = 0; i < want.size(); ++i)
                 ASSERT_EQ(recorded[i], want[i]) << "prompt " << seed << " logit " << i;
         }
-        // The prompt chunk: as issued, then captured and replayed, then replayed.
-        EXPECT_EQ(prompt_replays, (std::vector<int64_t>{0, 1, 1}));
+        // The prompt chunk: as issued `eager` times, then captured and replayed, then replayed.
+        std::vector<int64_t> want_replays((size_t)eager, 0);
+        want_replays.insert(want_replays.end(), {1, 1});
+        EXPECT_EQ(prompt_replays, want_replays);
         const StepGraphStats* st = runner.graph_stats();
-        EXPECT_EQ(st->segments, 3 * (1 + (int64_t)gen.size()));
+        EXPECT_EQ(st->segments, (eager + 2) * (1 + (int64_t)gen.size()));
         EXPECT_EQ(st->eager + st->replays, st->segments);
     }
+}
+
+// The CPU backend with the routed experts' op first waiting for the device, as a CUDA kernel path does that
+// reads device data (per-expert row counts) to plan its launches; its waits are counted for the step graphs.
+class WaitingBackend final : public Backend, public GraphSupport {
+public:
+    WaitingBackend() : b_(make_cpu_backend(2)) {}
+    const char* name() const override { return "cpu-waiting"; }
+    bool is_host() const override { return true; }
+    const uint8_t* weight_data(const uint8_t* host_bytes, size_t n_bytes) override {
+        return b_->weight_data(host_bytes, n_bytes);
+    }
+    void* alloc(size_t bytes) override { return b_->alloc(bytes); }
+    void free(void* p) override { b_->free(p); }
+    void upload(void* dst, const void* src, size_t bytes) override { b_->upload(dst, src, bytes); }
+    void download(void* dst, const void* src, size_t bytes) override {
+        ++waits_;
+        b_->download(dst, src, bytes);
+    }
+    void copy(void* dst, const void* src, size_t bytes) override { b_->copy(dst, src, bytes); }
+    void fill(float* dst, float value, int64_t n) override { b_->fill(dst, value, n); }
+    void synchronize() override {
+        ++waits_;
+        b_->synchronize();
+    }
+    GraphSupport* graph_support() override { return this; }
+    void* alloc_staging(size_t bytes) override { return stored_.alloc_staging(bytes); }
+    void free_staging(void* p) override { stored_.free_staging(p); }
+    void* capture(const std::function<void()>& issue) override { return stored_.capture(issue); }
+    void launch(void* graph) override { stored_.launch(graph); }
+    void destroy(void* graph) override { stored_.destroy(graph); }
+    int64_t host_waits() const override { return waits_; }
+#define DSV4_OP(name, params, args, rec) \
+    void name params override {          \
+        before(#name);                   \
+        b_->name args;                   \
+    }
+#define DSV4_FUSED_OP(name, params, args, rec)
+#include "ops/op_list.h"
+
+private:
+    void before(const char* op) {
+        if (std::string(op) == "moe_experts") synchronize();
+    }
+    std::unique_ptr<Backend> b_;
+    StoredOpsSupport stored_;
+    int64_t waits_ = 0;
+};
+
+TEST(StepGraphs, AStepWhoseOpsWaitForTheDeviceIsNeverCaptured) {
+    // A capture does not run the ops, so one that waits inside it would wait on nothing (CUDA refuses: the
+    // stream is capturing). Such a step keeps running as issued, with the logits of a run without graphs.
+    WaitingBackend backend;
+    auto m = Model::load(kModel, backend);
+    ASSERT_TRUE(m.ok()) << m.error();
+    Model& model = **m;
+    const int64_t V = model.config().n_vocab;
+    auto cache = model.new_cache(64, false);
+    auto answer = [&](StepRunner& runner, const std::vector<int32_t>& prompt, bool graphs) {
+        StepOptions opt;
+        opt.graphs = graphs;
+        cache->reset();
+        std::vector<float> l;
+        EXPECT_TRUE(runner.step(*cache, prompt, opt, &l).ok());
+        return l;
+    };
+    StepRunner runner(model), plain(model);
+    for (uint32_t seed = 0; seed < 4; ++seed) {
+        const auto prompt = random_tokens(5, V, 40 + seed);
+        const auto recorded = answer(runner, prompt, true);
+        ASSERT_EQ(recorded, answer(plain, prompt, false)) << "prompt " << seed;
+    }
+    const StepGraphStats* st = runner.graph_stats();
+    ASSERT_NE(st, nullptr);
+    EXPECT_EQ(st->segments, 4);
+    EXPECT_EQ(st->captures, 0);
+    EXPECT_EQ(st->eager, 4);
 }
 
 TEST_F(ModelTest, StepGraphReplaysEqualStepsRunAsIssued) {

@@ -34,9 +34,9 @@ Result<nlohmann::ordered_json> bench_row(Engine& engine, int64_t n_vocab, int64_
     std::vector<double> ttft, tps;
     double first_ttft = 0;
     int64_t parsed = 0;
-    // One request first, out of the median: its steps are recorded (their step graphs captured from the next
-    // request on; a prompt chunk of up to kMaxGraphChunkTokens tokens too, so a prompt of a length not seen
-    // before takes this request's first-token time, reported beside the median).
+    // One request first, out of the median: its steps are recorded, and their step graphs captured from the next
+    // request on (a prompt chunk of more than 8 tokens from its length's ninth request on: exec/step_graphs.h),
+    // so its first-token time, reported beside the median, is a prompt's whose length has not been seen before.
     for (int64_t rep = -1; rep < b.repeat; ++rep) {
         GenerationRequest req;
         req.prompt.resize((size_t)n_prompt);

@@ -24,7 +24,7 @@ StepGraphs::~StepGraphs() {
     if (staging_) support_.free_staging(staging_);
 }
 
-Backend& StepGraphs::begin(bool defer_branches) {
+Backend& StepGraphs::begin(int64_t eager_runs, bool defer_branches) {
     DSV4_CHECK_MSG(!active_, "StepGraphs::begin: a step is already being recorded");
     // The staging buffer is about to be rewritten: every earlier run must have read it.
     target_.synchronize();
@@ -41,6 +41,7 @@ Backend& StepGraphs::begin(bool defer_branches) {
         staging_cap_ = staging_want_;
     }
     recorder_->reset(arena_, arena_cap_, staging_, staging_cap_, defer_branches);
+    eager_runs_ = eager_runs;
     active_ = true;
     return *recorder_;
 }
@@ -74,16 +75,23 @@ void StepGraphs::flush() {
     }
     auto it = entries_.find(key);
     if (it == entries_.end()) {
-        // First sighting: run as issued; a graph pays off only for a step that comes back.
         if (entries_.size() >= kMaxEntries) evict_one();
-        entries_.emplace(std::move(key), Entry{nullptr, true, ++clock_});
-        issue();
-        ++stats_.eager;
-        return;
+        it = entries_.emplace(std::move(key), Entry{}).first;
     }
     Entry& e = it->second;
     e.last_use = ++clock_;
-    if (!e.graph && e.capturable) {
+    if (!e.graph && (!e.capturable || e.runs < eager_runs_)) {
+        // A graph pays off only for a step that comes back (and a chunk's only for one that comes back often).
+        // Ops that wait for the device inside themselves (reading device data to plan their launches) would
+        // wait on work a capture does not run: such a step always runs as issued.
+        const int64_t waits = support_.host_waits();
+        issue();
+        if (support_.host_waits() != waits) e.capturable = false;
+        ++e.runs;
+        ++stats_.eager;
+        return;
+    }
+    if (!e.graph) {
         e.graph = support_.capture(issue);
         if (e.graph)
             ++stats_.captures;

@@ -22,11 +22,16 @@ namespace dsv4 {
 // ones run as issued ...
 constexpr int64_t kMaxGraphTokens = 8;
 // ... except a step of one sequence (a short prompt, or a long one's last chunk), recorded up to this many
-// tokens: a fresh prompt's chunk starts at position 0, so a prompt of a length seen before replays the
-// recording of the first one (a 32-token prompt's first token 38.0 -> 35.5 ms on an H100 at 30 layers). Steps
-// of several sequences rarely repeat past a few tokens, and each recording captured once and never replayed
-// costs a capture.
+// tokens: a fresh prompt's chunk starts at position 0 of a slot's cache, so prompts of one length repeat one
+// key. Steps of several sequences rarely repeat past a few tokens.
 constexpr int64_t kMaxGraphChunkTokens = 64;
+// Times a key runs as issued before it is captured: a decode step's key repeats every few tokens, so the
+// second sighting captures it; a prompt chunk's repeats only as often as prompts of its length come, and its
+// capture costs about what 8 replays save (H100, 30 layers, a 32-token chunk: 38.2 ms as issued, ~34 ms
+// replayed, ~69 ms for the run that captures), so it is captured at its 9th sighting: whatever the lengths
+// users send, the chunks cost at most twice what the best choice in hindsight would have.
+constexpr int64_t kEagerRunsDecode = 1;
+constexpr int64_t kEagerRunsChunk = 8;
 // ... except a step of single-token sequences only (batched decode, whose attention runs once for all of them:
 // its ops do not depend on the sequences' positions), recorded up to this many sequences.
 constexpr int64_t kMaxGraphDecodeRows = 256;
@@ -48,9 +53,11 @@ public:
     StepGraphs& operator=(const StepGraphs&) = delete;
 
     // Start a step: ops issued through the returned backend are recorded; a download or synchronize through
-    // it runs what was recorded so far, end() runs the rest. Scratch it allocates lives until end().
+    // it runs what was recorded so far, end() runs the rest. Scratch it allocates lives until end(). A key is
+    // run as issued `eager_runs` times before it is captured (kEagerRunsDecode, kEagerRunsChunk); one whose ops
+    // wait for the device inside themselves (GraphSupport::host_waits) is never captured.
     // defer_branches: see StepRecorder::reset (tests).
-    Backend& begin(bool defer_branches = false);
+    Backend& begin(int64_t eager_runs = kEagerRunsDecode, bool defer_branches = false);
     void end();
     const StepGraphStats& stats() const { return stats_; }
 
@@ -60,6 +67,7 @@ private:
         void* graph = nullptr;
         bool capturable = true;
         int64_t last_use = 0;
+        int64_t runs = 0;  // as issued
     };
     void flush();  // run the ops recorded so far
     void drop_graphs();
@@ -71,6 +79,7 @@ private:
     std::unordered_map<std::string, Entry> entries_;
     StepGraphStats stats_;
     bool active_ = false;
+    int64_t eager_runs_ = kEagerRunsDecode;  // of the step being recorded
     int64_t clock_ = 0;
     // Device scratch of the recorded steps (a stack, so a step's addresses repeat) and host staging.
     uint8_t* arena_ = nullptr;

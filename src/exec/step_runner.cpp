@@ -45,13 +45,14 @@ Status StepRunner::step_batch(std::span<Model::BatchItem> items, const StepOptio
     }
     if (!records(n, (int64_t)items.size(), single_tokens, opt)) return model_.step_batch(items, opt);
     RecordingScope scope{*graphs_};
-    return model_.step_batch(items, opt, graphs_->begin(opt.defer_branches));
+    const int64_t eager_runs = single_tokens || n <= kMaxGraphTokens ? kEagerRunsDecode : kEagerRunsChunk;
+    return model_.step_batch(items, opt, graphs_->begin(eager_runs, opt.defer_branches));
 }
 
 Status StepRunner::mtp_step(const Model::MtpItem& item, const StepOptions& opt) {
     if (!records((int64_t)item.next_tokens.size(), 1, false, opt)) return model_.mtp_step(item, opt);
     RecordingScope scope{*graphs_};
-    return model_.mtp_step(item, opt, graphs_->begin(opt.defer_branches));
+    return model_.mtp_step(item, opt, graphs_->begin(kEagerRunsDecode, opt.defer_branches));
 }
 
 }  // namespace dsv4

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 
 namespace dsv4 {
@@ -18,6 +19,9 @@ public:
     virtual void* capture(const std::function<void()>& issue) = 0;
     virtual void launch(void* graph) = 0;
     virtual void destroy(void* graph) = 0;  // only when no launch of it is in flight
+    // How often the backend has waited for the device (download, synchronize) so far. A step whose ops change
+    // it while they run (they read device data to plan their launches) is never captured.
+    virtual int64_t host_waits() const { return 0; }
 };
 
 // A GraphSupport for host backends: a "graph" is the recorded op list itself, replayed call by call. It

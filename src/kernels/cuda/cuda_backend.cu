@@ -200,6 +200,7 @@ void CudaBackend::upload(void* dst, const void* src, size_t bytes) {
 }
 
 void CudaBackend::download(void* dst, const void* src, size_t bytes) {
+    ++host_waits_;
     if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -208,7 +209,10 @@ void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
     if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
 }
 
-void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void CudaBackend::synchronize() {
+    ++host_waits_;
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
 
 const uint8_t* CudaBackend::weight_data(const uint8_t* host_bytes, size_t n_bytes) {
     void* p = nullptr;

@@ -61,6 +61,7 @@ public:
     void* capture(const std::function<void()>& issue) override;
     void launch(void* graph) override;
     void destroy(void* graph) override;
+    int64_t host_waits() const override { return host_waits_; }
 
     // The stream an op issues its work to: the main stream, or a side stream inside a captured branch.
     cudaStream_t stream() const { return stream_; }
@@ -157,6 +158,7 @@ private:
     // few chunks: a larger start would keep graphs off a device the caches fill on purpose).
     size_t capture_reserve_ = size_t(64) << 20;
     bool told_no_capture_ = false;  // the note that steps run without graphs was printed
+    int64_t host_waits_ = 0;        // download() and synchronize() calls (GraphSupport::host_waits)
     cudaStream_t stream_ = nullptr;        // the current stream (see stream())
     cudaStream_t main_stream_ = nullptr;
     // Side streams of captured branches, each with its fork and join events; created with the backend.
