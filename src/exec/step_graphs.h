@@ -25,16 +25,16 @@ constexpr int64_t kMaxGraphTokens = 8;
 // tokens: a fresh prompt's chunk starts at position 0 of a slot's cache, so prompts of one length repeat one
 // key. Steps of several sequences rarely repeat past a few tokens.
 constexpr int64_t kMaxGraphChunkTokens = 64;
-// Times a key runs as issued before it is captured: a decode step's key repeats every few tokens, so the
-// second sighting captures it; a prompt chunk's repeats only as often as prompts of its length come, and its
-// capture costs about what 8 replays save (H100, 30 layers, a 32-token chunk: 38.2 ms as issued, ~34 ms
-// replayed, ~69 ms for the run that captures), so it is captured at its 9th sighting: whatever the lengths
-// users send, the chunks cost at most twice what the best choice in hindsight would have.
-constexpr int64_t kEagerRunsDecode = 1;
-constexpr int64_t kEagerRunsChunk = 8;
 // ... except a step of single-token sequences only (batched decode, whose attention runs once for all of them:
 // its ops do not depend on the sequences' positions), recorded up to this many sequences.
 constexpr int64_t kMaxGraphDecodeRows = 256;
+// Times a key runs as issued before it is captured: a decode step's key repeats every few tokens, so the second
+// sighting captures it; a chunk's of more than kMaxGraphTokens tokens repeats only as often as prompts of its
+// length come, and its capture costs about what 8 replays save (H100, 30 layers, a 32-token chunk: 38.2 ms as
+// issued, ~34 ms replayed, ~69 ms for the run that captures), so it is captured at its 9th sighting: whatever
+// the lengths users send, the chunks cost at most twice what the best choice in hindsight would have.
+constexpr int64_t kEagerRunsDecode = 1;
+constexpr int64_t kEagerRunsChunk = 8;
 
 struct StepGraphStats {
     int64_t segments = 0;  // recorded runs (a step is one, or more when it downloads in the middle)

@@ -25,6 +25,10 @@ bool StepRunner::records(int64_t n, int64_t sequences, bool single_tokens, const
     return true;
 }
 
+int64_t StepRunner::eager_runs(int64_t n, bool single_tokens) {
+    return single_tokens || n <= kMaxGraphTokens ? kEagerRunsDecode : kEagerRunsChunk;
+}
+
 namespace {
 
 // The recording ends (its last ops run) after the step's scratch went back to the recorder, which is when
@@ -45,14 +49,14 @@ Status StepRunner::step_batch(std::span<Model::BatchItem> items, const StepOptio
     }
     if (!records(n, (int64_t)items.size(), single_tokens, opt)) return model_.step_batch(items, opt);
     RecordingScope scope{*graphs_};
-    const int64_t eager_runs = single_tokens || n <= kMaxGraphTokens ? kEagerRunsDecode : kEagerRunsChunk;
-    return model_.step_batch(items, opt, graphs_->begin(eager_runs, opt.defer_branches));
+    return model_.step_batch(items, opt, graphs_->begin(eager_runs(n, single_tokens), opt.defer_branches));
 }
 
 Status StepRunner::mtp_step(const Model::MtpItem& item, const StepOptions& opt) {
-    if (!records((int64_t)item.next_tokens.size(), 1, false, opt)) return model_.mtp_step(item, opt);
+    const int64_t n = (int64_t)item.next_tokens.size();
+    if (!records(n, 1, false, opt)) return model_.mtp_step(item, opt);
     RecordingScope scope{*graphs_};
-    return model_.mtp_step(item, opt, graphs_->begin(kEagerRunsDecode, opt.defer_branches));
+    return model_.mtp_step(item, opt, graphs_->begin(eager_runs(n, false), opt.defer_branches));
 }
 
 }  // namespace dsv4

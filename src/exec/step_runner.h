@@ -39,6 +39,8 @@ public:
 private:
     // Whether a step of n tokens of `sequences` sequences (single_tokens: one each) is recorded (see step()).
     bool records(int64_t n, int64_t sequences, bool single_tokens, const StepOptions& opt);
+    // How often a recorded step of n tokens runs as issued before its capture (exec/step_graphs.h).
+    static int64_t eager_runs(int64_t n, bool single_tokens);
     Model& model_;
     std::unique_ptr<StepGraphs> graphs_;  // created at the first step recorded
 };
