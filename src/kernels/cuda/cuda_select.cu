@@ -32,9 +32,6 @@ constexpr int64_t kGroupedGemvRows = 64;
 // 15.0: past kTcBlocksSmallRows a plain type's 128-row blocks hold an SM's shared memory alone, and a launch
 // of under kTcBlocksPlainMinBytes leaves most SMs without a block, so those stay on tc_bf16.
 constexpr double kTcBlocksPlainMinBytes = 4e6;
-bool plain16(GgmlType t) {
-    return t == GgmlType::F16 || t == GgmlType::BF16;
-}
 
 // (token, slot) pairs from which the bf16 mode's experts take tc_blocks over the register kernels (which do the
 // whole one-token decode per pair). bench_gemv --bf16 on an H100, V4-Flash's experts (IQ2_XXS gate/up, Q2_K
@@ -46,21 +43,6 @@ bool plain16(GgmlType t) {
 // 2048 tokens: 2258 / 2854 / 3291 / 6203 µs against 5077 / 5146 / 5216 / 5358. They cross near 1700 tokens
 // (~10,000 pairs); 8192 pairs (1365 tokens) keeps a margin.
 constexpr int64_t kMoeBlocksMinPairs = 256;
-bool tc_blocks_faster(GgmlType t) {
-    switch (t) {
-        case GgmlType::Q8_0:
-        case GgmlType::MXFP4:
-        case GgmlType::Q2_K:
-        case GgmlType::Q4_K:
-        case GgmlType::Q6_K:
-        case GgmlType::IQ2_XXS:
-        case GgmlType::F16:
-        case GgmlType::BF16:
-            return true;
-        default:
-            return false;
-    }
-}
 
 // The least weight bytes of a launch the register GEMV takes. Smaller launches stay on the pipelined GEMV:
 // its many small blocks leave room for the kernels of the step's other branch, where the register GEMV's one
@@ -72,6 +54,25 @@ double weight_bytes(const MatmulCall& c) {
     double bytes = 0;
     for (int j = 0; j < c.count; ++j) bytes += (double)c.ps[j].M * (double)c.ps[j].row_bytes;
     return bytes;
+}
+
+// Whether tc_blocks was measured faster than tc_bf16 for this call (the measurements above).
+bool tc_blocks_faster(const MatmulCall& c) {
+    const MatmulParams& p = c.ps[0];
+    switch (p.type) {
+        case GgmlType::Q8_0:
+        case GgmlType::MXFP4:
+        case GgmlType::Q2_K:
+        case GgmlType::Q4_K:
+        case GgmlType::Q6_K:
+        case GgmlType::IQ2_XXS:
+            return true;
+        case GgmlType::F16:
+        case GgmlType::BF16:
+            return p.n <= kTcBlocksSmallRows || weight_bytes(c) >= kTcBlocksPlainMinBytes;
+        default:
+            return false;
+    }
 }
 
 }  // namespace
@@ -102,10 +103,8 @@ std::optional<MatmulKernel> select_matmul(const CudaBackend& b, const MatmulCall
     if (b.force().matmul && (c.count > 1 || c.with_norm)) return std::nullopt;  // forced: one by one / unfused
     const MatmulParams& p = c.ps[0];
     auto serves = [&](MatmulKernel k) { return matmul_kernel_serves(b, k, c); };
-    const bool few_plain_bytes =
-        plain16(p.type) && p.n > kTcBlocksSmallRows && weight_bytes(c) < kTcBlocksPlainMinBytes;
-    const bool blocks_faster = tc_blocks_faster(p.type) && !few_plain_bytes;
-    if (p.n <= kTcBlocksMaxRows && blocks_faster && serves(MatmulKernel::tc_blocks)) return MatmulKernel::tc_blocks;
+    if (p.n <= kTcBlocksMaxRows && tc_blocks_faster(c) && serves(MatmulKernel::tc_blocks))
+        return MatmulKernel::tc_blocks;
     if (p.n >= kTcMinRows && serves(MatmulKernel::tc_bf16)) return MatmulKernel::tc_bf16;
     if (weight_bytes(c) >= kXregMinBytes && serves(MatmulKernel::q8_xreg)) return MatmulKernel::q8_xreg;
     if (serves(MatmulKernel::gemv_digits)) return MatmulKernel::gemv_digits;
