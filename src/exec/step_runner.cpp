@@ -15,18 +15,15 @@ Status StepRunner::step(KvCache& cache, std::span<const int32_t> tokens, const S
     return step_batch(std::span<Model::BatchItem>(&item, 1), opt);
 }
 
-bool StepRunner::records(int64_t n, int64_t sequences, bool single_tokens, const StepOptions& opt) {
+Backend* StepRunner::begin_recording(int64_t n, int64_t sequences, bool single_tokens, const StepOptions& opt) {
     // A trace reads intermediates while the step runs: only an eager step has them then. An empty step is
     // refused by the model before it issues anything.
     Backend& b = model_.backend();
     const int64_t most = single_tokens ? kMaxGraphDecodeRows : sequences == 1 ? kMaxGraphChunkTokens : kMaxGraphTokens;
-    if (!opt.graphs || opt.trace || n == 0 || n > most || !b.graph_support()) return false;
+    if (!opt.graphs || opt.trace || n == 0 || n > most || !b.graph_support()) return nullptr;
     if (!graphs_) graphs_ = std::make_unique<StepGraphs>(b, *b.graph_support());
-    return true;
-}
-
-int64_t StepRunner::eager_runs(int64_t n, bool single_tokens) {
-    return single_tokens || n <= kMaxGraphTokens ? kEagerRunsDecode : kEagerRunsChunk;
+    const int64_t eager_runs = single_tokens || n <= kMaxGraphTokens ? kEagerRunsDecode : kEagerRunsChunk;
+    return &graphs_->begin(eager_runs, opt.defer_branches);
 }
 
 namespace {
@@ -47,16 +44,17 @@ Status StepRunner::step_batch(std::span<Model::BatchItem> items, const StepOptio
         n += (int64_t)it.tokens.size();
         single_tokens &= it.tokens.size() == 1;
     }
-    if (!records(n, (int64_t)items.size(), single_tokens, opt)) return model_.step_batch(items, opt);
+    Backend* recorder = begin_recording(n, (int64_t)items.size(), single_tokens, opt);
+    if (!recorder) return model_.step_batch(items, opt);
     RecordingScope scope{*graphs_};
-    return model_.step_batch(items, opt, graphs_->begin(eager_runs(n, single_tokens), opt.defer_branches));
+    return model_.step_batch(items, opt, *recorder);
 }
 
 Status StepRunner::mtp_step(const Model::MtpItem& item, const StepOptions& opt) {
-    const int64_t n = (int64_t)item.next_tokens.size();
-    if (!records(n, 1, false, opt)) return model_.mtp_step(item, opt);
+    Backend* recorder = begin_recording((int64_t)item.next_tokens.size(), 1, false, opt);
+    if (!recorder) return model_.mtp_step(item, opt);
     RecordingScope scope{*graphs_};
-    return model_.mtp_step(item, opt, graphs_->begin(eager_runs(n, false), opt.defer_branches));
+    return model_.mtp_step(item, opt, *recorder);
 }
 
 }  // namespace dsv4

@@ -37,10 +37,10 @@ public:
     const StepGraphStats* graph_stats() const { return graphs_ ? &graphs_->stats() : nullptr; }
 
 private:
-    // Whether a step of n tokens of `sequences` sequences (single_tokens: one each) is recorded (see step()).
-    bool records(int64_t n, int64_t sequences, bool single_tokens, const StepOptions& opt);
-    // How often a recorded step of n tokens runs as issued before its capture (exec/step_graphs.h).
-    static int64_t eager_runs(int64_t n, bool single_tokens);
+    // A step of n tokens of `sequences` sequences (single_tokens: one each) that is recorded (see step()) starts
+    // its recording, with the capture rule of its size (exec/step_graphs.h), and gets the recorder to issue to;
+    // null: it runs as issued.
+    Backend* begin_recording(int64_t n, int64_t sequences, bool single_tokens, const StepOptions& opt);
     Model& model_;
     std::unique_ptr<StepGraphs> graphs_;  // created at the first step recorded
 };
