@@ -9,6 +9,7 @@
 #include "exec/step_runner.h"
 #include "model/deepseek4.h"
 #include "ops/graph_support.h"
+#include "util/forwarding_backend.h"
 
 using namespace dsv4;
 
@@ -254,26 +255,17 @@ TEST_F(ModelTest, PromptOfALengthSeenBeforeReplaysTheFirstOnesRecording) {
 
 // The CPU backend with the routed experts' op first waiting for the device, as a CUDA kernel path does that
 // reads device data (per-expert row counts) to plan its launches; its waits are counted for the step graphs.
-class WaitingBackend final : public Backend, public GraphSupport {
+class WaitingBackend final : public test::ForwardingBackend, public GraphSupport {
 public:
-    WaitingBackend() : b_(make_cpu_backend(2)) {}
+    WaitingBackend() : ForwardingBackend(2) {}
     const char* name() const override { return "cpu-waiting"; }
-    bool is_host() const override { return true; }
-    const uint8_t* weight_data(const uint8_t* host_bytes, size_t n_bytes) override {
-        return b_->weight_data(host_bytes, n_bytes);
-    }
-    void* alloc(size_t bytes) override { return b_->alloc(bytes); }
-    void free(void* p) override { b_->free(p); }
-    void upload(void* dst, const void* src, size_t bytes) override { b_->upload(dst, src, bytes); }
     void download(void* dst, const void* src, size_t bytes) override {
         ++waits_;
-        b_->download(dst, src, bytes);
+        ForwardingBackend::download(dst, src, bytes);
     }
-    void copy(void* dst, const void* src, size_t bytes) override { b_->copy(dst, src, bytes); }
-    void fill(float* dst, float value, int64_t n) override { b_->fill(dst, value, n); }
     void synchronize() override {
         ++waits_;
-        b_->synchronize();
+        ForwardingBackend::synchronize();
     }
     GraphSupport* graph_support() override { return this; }
     void* alloc_staging(size_t bytes) override { return stored_.alloc_staging(bytes); }
@@ -282,19 +274,11 @@ public:
     void launch(void* graph) override { stored_.launch(graph); }
     void destroy(void* graph) override { stored_.destroy(graph); }
     int64_t host_waits() const override { return waits_; }
-#define DSV4_OP(name, params, args, rec) \
-    void name params override {          \
-        before(#name);                   \
-        b_->name args;                   \
-    }
-#define DSV4_FUSED_OP(name, params, args, rec)
-#include "ops/op_list.h"
 
 private:
-    void before(const char* op) {
+    void before_op(const char* op) override {
         if (std::string(op) == "moe_experts") synchronize();
     }
-    std::unique_ptr<Backend> b_;
     StoredOpsSupport stored_;
     int64_t waits_ = 0;
 };

@@ -20,6 +20,7 @@
 #include "exec/step_runner.h"
 #include "model/deepseek4.h"
 #include "model/synth.h"
+#include "util/forwarding_backend.h"
 
 namespace dsv4 {
 namespace {
@@ -53,9 +54,9 @@ void write_tiny(const std::string& path, uint64_t seed) {
 
 // A CPU backend that makes weights resident the way a GPU backend does: it copies the bytes in weight_data
 // and says it is not host memory, so the loader hands it transient bytes from the staging buffer.
-class CopyingBackend final : public Backend {
+class CopyingBackend final : public test::ForwardingBackend {
 public:
-    explicit CopyingBackend(int threads) : b_(make_cpu_backend(threads)) {}
+    explicit CopyingBackend(int threads) : ForwardingBackend(threads) {}
     ~CopyingBackend() override {
         for (uint8_t* p : copies_) ::operator delete[](p, std::align_val_t{64});
     }
@@ -68,21 +69,7 @@ public:
         return p;
     }
 
-    void* alloc(size_t bytes) override { return b_->alloc(bytes); }
-    void free(void* p) override { b_->free(p); }
-    void upload(void* dst, const void* src, size_t bytes) override { b_->upload(dst, src, bytes); }
-    void download(void* dst, const void* src, size_t bytes) override { b_->download(dst, src, bytes); }
-    void copy(void* dst, const void* src, size_t bytes) override { b_->copy(dst, src, bytes); }
-    void fill(float* dst, float value, int64_t n) override { b_->fill(dst, value, n); }
-    void synchronize() override { b_->synchronize(); }
-    // Every op passed on; the fused ones run as the ops they fuse (Backend's defaults), as on the CPU.
-#define DSV4_OP(name, params, args, rec) \
-    void name params override { b_->name args; }
-#define DSV4_FUSED_OP(name, params, args, rec)
-#include "ops/op_list.h"
-
 private:
-    std::unique_ptr<Backend> b_;
     std::vector<uint8_t*> copies_;
 };
 
