@@ -12,8 +12,12 @@
 // `floor` rows time a plain read of the same bytes (read_floor_kernel): the least a call of that size takes.
 // --no-rotate keeps one copy of each weight, so calls smaller than L2 read it from there (A/B of DRAM).
 // --bf16 runs the backend in the bf16 GEMM mode, where calls of 16 rows or more take the tensor-core kernels.
+// --every-type times every block type the decode kernels read (the expert shapes, wo_b and an LM-head-sized
+// matrix, whose 100-600 MB show each codec's streaming rate apart from a call's fixed cost) and the routed
+// experts with all three stacks in each type.
 //
-// usage: bench_gemv [--n 1,2,4,8] [--reps N] [--only NAME] [--quick] [--no-rotate] [--bf16] [--force OP=KERNEL ...]
+// usage: bench_gemv [--n 1,2,4,8] [--reps N] [--only NAME] [--quick] [--no-rotate] [--bf16] [--every-type]
+//                   [--force OP=KERNEL ...]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -85,6 +89,7 @@ struct Options {
     std::string only;  // run only cases whose name contains this
     bool quick = false;
     bool no_rotate = false;  // one weight copy: calls under the 50 MB L2 then read it from L2
+    bool every_type = false;  // every decode block type, not only V4-Flash's usual ones
 };
 
 class Bench {
@@ -307,6 +312,8 @@ int main(int argc, char** argv) {
             cuda_options.gemm = GemmPrecision::BF16;
         else if (a == "--no-rotate")
             o.no_rotate = true;
+        else if (a == "--every-type")
+            o.every_type = true;
         else if (a == "--force" && i + 1 < argc) {
             const std::string f = argv[++i];
             if (!set_kernel_force(cuda_options.force, f)) {
@@ -317,7 +324,7 @@ int main(int argc, char** argv) {
         } else {
             std::fprintf(stderr,
                          "usage: bench_gemv [--n 1,2,4,8] [--reps N] [--only NAME] [--quick] [--no-rotate] [--bf16] "
-                         "[--force OP=KERNEL ...]\n");
+                         "[--every-type] [--force OP=KERNEL ...]\n");
             return a == "--help" || a == "-h" ? 0 : 2;
         }
     }
@@ -355,14 +362,27 @@ int main(int argc, char** argv) {
     // The compressors' kv and gate projections (F16, one input): the attention's and the indexer's.
     b.dense("compressor", GgmlType::F16, 1024, 4096, 2);
     b.dense("idx_comp", GgmlType::F16, 256, 4096, 2);
-    // Every other decode format on an expert-sized and a large matrix.
-    for (GgmlType t : {GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q6_K,
-                       GgmlType::IQ2_XXS, GgmlType::F16, GgmlType::BF16, GgmlType::F32}) {
+    // Every other decode format on an expert-sized and a large matrix (with --every-type, every block type the
+    // decode kernels read, and an LM-head-sized matrix too).
+    std::vector<GgmlType> types = {GgmlType::MXFP4, GgmlType::Q2_K,    GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q6_K,
+                                   GgmlType::IQ2_XXS, GgmlType::F16, GgmlType::BF16, GgmlType::F32};
+    if (o.every_type)
+        types = {GgmlType::Q8_0,   GgmlType::Q6_K,   GgmlType::Q5_K,    GgmlType::Q5_1,  GgmlType::Q5_0,
+                 GgmlType::Q4_K,   GgmlType::Q4_1,   GgmlType::Q4_0,    GgmlType::IQ4_XS, GgmlType::IQ4_NL,
+                 GgmlType::MXFP4,  GgmlType::Q3_K,   GgmlType::IQ3_S,   GgmlType::IQ3_XXS, GgmlType::Q2_K,
+                 GgmlType::IQ2_S,  GgmlType::IQ2_XS, GgmlType::IQ2_XXS, GgmlType::IQ1_M, GgmlType::IQ1_S,
+                 GgmlType::F16,    GgmlType::BF16,   GgmlType::F32};
+    for (GgmlType t : types) {
         b.dense("expert_gu", t, 2048, 4096, 1);
         b.dense("expert_dn", t, 4096, 2048, 1);
         b.dense("wo_b", t, 4096, 8192, 1);
+        if (o.every_type) b.dense("lm_head", t, 129280, 4096, 1);
     }
     // Routed experts: 256, 6 per token, gate/up IQ2_XXS [2048, 4096], down Q2_K [4096, 2048].
     for (int64_t n : o.ns) b.experts(GgmlType::IQ2_XXS, GgmlType::Q2_K, n, 256, 6, 4096, 2048);
+    // With --every-type, the same with all three stacks in each block type (the first n only).
+    if (o.every_type)
+        for (GgmlType t : types)
+            if (!o.ns.empty()) b.experts(t, t, o.ns.front(), 256, 6, 4096, 2048);
     return 0;
 }
