@@ -37,6 +37,11 @@ __global__ void __launch_bounds__(kThreads)
     // The histograms start at zero (radix_select leaves them so).
     uint4* z = reinterpret_cast<uint4*>(&sh.sub[0][0][0]);
     for (int i = threadIdx.x; i < (int)(sizeof(sh.sub) / sizeof(uint4)); i += kThreads) z[i] = make_uint4(0, 0, 0, 0);
+    if (threadIdx.x == 0) {  // the digits' key ranges start empty (radix_select leaves them so), no cut
+        sh.kmin = UINT32_MAX;
+        sh.kmax = 0;
+        sh.cut.active = false;
+    }
     // The slice into shared memory, eight loads in flight per thread, scanned on the way (each thread's ids
     // ascending, as scan_add needs). The scan's exchange is the barrier before any thread reads the slice.
     Scan own = kScanEmpty;
@@ -90,14 +95,17 @@ __global__ void __launch_bounds__(kThreads)
             tb = 0;
             if (mass_now) {
                 tb = wt(x);
-                if (x > -kInf) first.add(sample_key(x) >> kFirstShift, tb);
+                if (x > -kInf) {
+                    const uint32_t k = sample_key(x);
+                    first.add(k, k >> kFirstShift, tb);
+                }
             }
         },
         S1, mass_raw);
     Bound keep_p = all_finite;
-    if (mass_now) {
+    if (mass_now) {  // a cut inside a tie stays unresolved until the draw (sh.cut, draw_cut)
         first.finish();
-        keep_p = radix_select(r, all_finite, wt, top_p_need(mass_raw), true);  // no adjustment: wt is the measure
+        keep_p = radix_select(r, all_finite, wt, top_p_need(mass_raw), &first, &sh.cut);  // no adjustment: wt is the measure
     }
     int n_top = a.n_top < V ? a.n_top : (int)V;
     if (n_top > kSampleMaxTop) n_top = kSampleMaxTop;
@@ -135,21 +143,28 @@ __global__ void __launch_bounds__(kThreads)
     int32_t token = s.first_max;
     if (drawn) {
         const Measure wa{true, s.max, wt.scale};
+        // The last selection's cut may stay inside a tie (sh.cut); a top-k cut that top-p then selects within
+        // is resolved. At most one selection gets the cut: top-p with the log-sum-exp's pass excludes top-k.
         Bound keep = all_finite;
-        if (a.top_k > 0 && a.top_k < s.n_finite) keep = radix_select(r, all_finite, Measure{false, 0, 0}, (u64)a.top_k);
+        const bool top_p_after = !mass_now && a.top_p < 1.0f;
+        if (a.top_k > 0 && a.top_k < s.n_finite)
+            keep = radix_select(r, all_finite, Measure{false, 0, 0}, (u64)a.top_k, nullptr,
+                                top_p_after ? nullptr : &sh.cut);
         if (mass_now) {
             keep = keep_p;  // selected above
-        } else if (a.top_p < 1.0f) {
-            keep = radix_select(r, keep, wa, top_p_need(sum_within(r, keep, wa)));
+        } else if (top_p_after) {
+            keep = radix_select(r, keep, wa, top_p_need(sum_within(r, keep, wa)), nullptr, &sh.cut);
         }
-        auto kept_w = [&](int j) -> u64 {
-            const float x = slice[j];
-            if (!in_bound(keep, sample_key(x), (int32_t)(lo + j))) return 0;
+        auto weight = [&](float x) -> u64 {
             const u64 w = sample_weight(x, s.max, wa.scale);
             return w >= a.min_p_fixed ? w : 0;
         };
+        auto kept_w = [&](int j) -> u64 {
+            const float x = slice[j];
+            return in_bound(keep, sample_key(x), (int32_t)(lo + j)) ? weight(x) : 0;
+        };
         bool report = false;
-        token = draw_kept(r, a.u, kept_w, report);
+        token = sh.cut.active ? draw_cut(r, a.u, sh.cut, weight, report) : draw_kept(r, a.u, kept_w, report);
         if (report && threadIdx.x == 0) put_token(token);  // one block of the cluster
     }
 

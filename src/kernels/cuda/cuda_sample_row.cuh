@@ -13,7 +13,9 @@
 // tokens in flight per thread (for_slice), the row is scanned as it is loaded, the top-p selection's first digit is
 // added up in the log-sum-exp's pass, the draw sums each thread's run once and walks only the chosen run, shuffle-heavy
 // finishing work runs in one warp (the SM has one shuffle unit for all 32), and the block that finds the token reports
-// it (no exchange after the draw).
+// it (no exchange after the draw). Rows of few values: a selection stops at the digit whose tokens all hold one key
+// (each pass finds the range of the keys it counts), and a draw whose cut falls inside a tie places the ties in
+// its own pass (draw_cut) instead of walking to the cut's last tie first.
 //
 // Every decision that steers a barrier (an error, a truncation, the loop over digits) is taken on values every
 // thread of the cluster holds alike, so every block passes the same cluster barriers; work that only one block
@@ -56,6 +58,15 @@ __device__ __forceinline__ bool in_bound(const Bound& b, uint32_t k, int32_t i) 
     return k > b.key || (k == b.key && i <= b.last);
 }
 
+// A prefix that ends inside a tie, left unresolved for the draw (draw_cut): every token with a key above `key`,
+// then the first m tokens of `within` with key `key`, in id order.
+struct TieCut {
+    bool active = false;
+    uint32_t key = 0;
+    unsigned long long m = 0;
+    Bound within{0u, -1};
+};
+
 // What a block publishes to the cluster in one exchange.
 constexpr int kFinish = 32;  // a selection whose chosen bin holds at most this many tokens finishes in one warp
 
@@ -70,6 +81,7 @@ struct Pub {
     int32_t top_ids[kSampleMaxTop];
     float top_l[kSampleMaxTop];
     int32_t top_n;
+    uint32_t kmin, kmax;  // the range of the keys a digit's pass counted (kmin > kmax: none)
 };
 
 struct Scan {
@@ -91,6 +103,8 @@ struct alignas(16) Shared {                // 16: the histograms are cleared wit
     int32_t walk_found;
     uint32_t sel_bin;
     u64 sel_need;
+    uint32_t kmin, kmax;  // the block's key range of the current digit (UINT32_MAX, 0 between digits)
+    TieCut cut;           // a selection's unresolved tie (radix_select's cut), inactive from the kernel's start
     int32_t cand_n;
     int32_t top_count;
     Bound fin;                       // finish_small's answer
@@ -398,6 +412,107 @@ __device__ int32_t draw_kept(Row<CL>& r, double u, Val&& val, bool& report) {
     return j < 0 ? -1 : (int32_t)(r.lo + j);
 }
 
+// The float of an order-preserving key (sample_key's inverse).
+__device__ __forceinline__ float key_value(uint32_t k) {
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+// draw_kept's draw when the kept prefix ends inside a tie (cut): weight(x) is a kept token's weight (zero where
+// min-p drops it); the tokens above cut.key weigh weight(x), the first cut.m ties in id order the tie value's
+// weight, the other ties nothing. One pass sums each thread's run above the key and counts its ties; scans over
+// the lanes, the warps and the ranks give every run its ties' places, so no earlier pass has to find the m-th
+// tie (nth_tie's pass, walk and exchange). Same token as nth_tie followed by draw_kept.
+template <int CL, class Weight>
+__device__ int32_t draw_cut(Row<CL>& r, double u, const TieCut& cut, Weight&& weight, bool& report) {
+    Shared& sh = r.sh;
+    const TieCut c = cut;  // out of shared memory once
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int n = (int)r.n, P = max(1, (n + kThreads - 1) / kThreads), rb = threadIdx.x * P;
+    auto is_tie = [&](int j, uint32_t k) { return k == c.key && in_bound(c.within, k, (int32_t)(r.lo + j)); };
+    auto umin = [](u64 a, u64 b) { return a < b ? a : b; };
+    // This thread's run (from a start rotated by its lane, as run_sums): the weight above the key, the ties.
+    u64 above = 0;
+    uint32_t ties = 0;
+    int o = lane % P;
+#pragma unroll 4
+    for (int i = 0; i < P; ++i) {
+        const int j = rb + o;
+        if (j < n) {
+            const float x = r.x[j];
+            const uint32_t k = sample_key(x);
+            if (k > c.key)
+                above += (u64)weight(x);
+            else
+                ties += is_tie(j, k);
+        }
+        o = o + 1 == P ? 0 : o + 1;
+    }
+    // The ties before this thread's run in the block: a scan over the lanes, then one over the warps.
+    uint32_t incl = ties;
+    for (int off = 1; off < 32; off *= 2) {
+        const uint32_t y = __shfl_up_sync(~0u, incl, off);
+        if (lane >= off) incl += y;
+    }
+    const u64 above_warp = warp_sum(above);
+    if (lane == 31) sh.warp_i[0][warp] = (int32_t)incl;
+    if (lane == 0) sh.warp_u64[0][warp] = above_warp;
+    __syncthreads();
+    const uint32_t wt = (uint32_t)sh.warp_i[0][lane];  // warp `lane`'s ties
+    uint32_t wincl = wt;
+    for (int off = 1; off < 32; off *= 2) {
+        const uint32_t y = __shfl_up_sync(~0u, wincl, off);
+        if (lane >= off) wincl += y;
+    }
+    const uint32_t block_ties = __shfl_sync(~0u, wincl, 31);
+    const uint32_t warp_before = __shfl_sync(~0u, wincl - wt, warp);
+    const u64 block_above = warp_sum(sh.warp_u64[0][lane]);
+    Sums sa, st;
+    cluster_sum2(r, block_above, block_ties, sa, st);
+    const u64 m = umin(c.m, st.total);
+    const u64 w_tie = (u64)weight(key_value(c.key));
+    auto kept_ties = [&](u64 first, u64 count) { return umin(m, first + count) - umin(m, first); };
+    const u64 K = sa.total + w_tie * m;
+    report = K == 0 && r.rank == 0;
+    if (K == 0) return -1;
+    u64 t = (u64)(u * (double)K);
+    if (t >= K) t = K - 1;
+    const u64 before = sa.before + w_tie * umin(m, st.before);
+    const u64 block = block_above + w_tie * kept_ties(st.before, block_ties);
+    if (t < before || t >= before + block) return -1;  // block-uniform
+    report = true;
+    t -= before;
+    // The walk of walk_runs over the kept weights: warp, lane, then the lane's run a token per lane, each tie's
+    // place counted by a ballot over the run.
+    const u64 first_tie = st.before + warp_before + (incl - ties);  // the place of this run's first tie
+    const u64 mine = above + w_tie * kept_ties(first_tie, ties);
+    const u64 mine_warp = warp_sum(mine);
+    if (lane == 0) sh.warp_u64[1][warp] = mine_warp;
+    if (threadIdx.x == 0) sh.walk_found = -1;
+    __syncthreads();
+    const int w = warp_pick(sh.warp_u64[1][lane], t);  // every warp alike
+    if (warp == w) {
+        const int l = warp_pick(mine, t);
+        const int src = l < 0 ? 0 : l;
+        const u64 run_first_tie = __shfl_sync(~0u, first_tie, src);
+        const int lb = (w * 32 + src) * P, j = lb + lane;
+        const bool in = lane < P && j < n;
+        const float x = in ? r.x[j] : 0.0f;
+        const uint32_t k = sample_key(x);
+        const bool tie = in && is_tie(j, k);
+        const u64 place = run_first_tie + __popc(__ballot_sync(~0u, tie) & ((1u << lane) - 1u));
+        u64 v = 0;
+        if (in && k > c.key)
+            v = (u64)weight(x);
+        else if (tie && place < m)
+            v = w_tie;
+        const int f = warp_pick(v, t);
+        if (lane == 0) sh.walk_found = f < 0 ? -1 : lb + f;
+    }
+    __syncthreads();
+    const int32_t jf = sh.walk_found;
+    return jf < 0 ? -1 : (int32_t)(r.lo + jf);
+}
+
 // The n-th (1-based) token of `within` with key `key`, in id order over the row (the last one if fewer), given
 // every rank's count of them (lane q < CL holds rank q's in `count`; the same in every warp).
 template <int CL>
@@ -417,11 +532,6 @@ __device__ int32_t nth_tie(Row<CL>& r, const Bound& within, uint32_t key, u64 n,
         id = j < 0 ? -1 : (int32_t)(r.lo + j);
     }
     return cluster_max(r, id);
-}
-
-// The float of an order-preserving key (sample_key's inverse).
-__device__ __forceinline__ float key_value(uint32_t k) {
-    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
 // The end of the shortest prefix of `within` that reaches `need` when what is left to decide is the order of
@@ -512,6 +622,7 @@ struct HistAdd {
     uint32_t* nt;
     bool by_weight;
     uint32_t cur = 0, run_lo = 0, run_hi = 0, run_n = 0;
+    uint32_t kmin = UINT32_MAX, kmax = 0;  // the range of the keys added
     __device__ HistAdd(Shared& sh, bool weighted)
         : lo(sh.sub[0][threadIdx.x % kCopies]),
           hi(sh.sub[1][threadIdx.x % kCopies]),
@@ -523,7 +634,9 @@ struct HistAdd {
         if (by_weight) atomicAdd(&nt[cur], run_n);  // counts: the measure is the count
         run_lo = run_hi = run_n = 0;
     }
-    __device__ void add(uint32_t bin, u64 w) {
+    __device__ void add(uint32_t key, uint32_t bin, u64 w) {
+        kmin = min(kmin, key);
+        kmax = max(kmax, key);
         if (bin != cur && run_n) flush();
         cur = bin;
         run_lo += (uint32_t)(w & ((1ull << kHalfBits) - 1));
@@ -540,25 +653,50 @@ constexpr int kFirstShift = 24;  // the first digit: key bits 24..31
 // measure of `within`). On entry and on return every histogram copy is zero (cleared at the kernel's start,
 // then by the threads that read a digit's histogram, before the exchange barrier that precedes the next
 // digit's atomics). A digit whose chosen bin holds few tokens ends the selection (finish_small); a spread row
-// gets there after three digits, a row of ties goes through all four and picks the tie by count. first_ready:
-// the caller's pass already added every token of `within` to the first digit's copies (HistAdd, kFirstShift).
+// gets there after three digits, a row of ties picks the tie by count: after the last digit, or as soon as the
+// tokens a digit counted all hold one key (each pass also finds the range of the keys it counts, so an all-equal
+// row goes to its tie after the first digit and a row of few values one digit after the values separate).
+// first: the caller's pass already added every token of `within` to the first digit's copies (HistAdd,
+// kFirstShift), and this thread's range of their keys is first->kmin..kmax. cut: a selection that ends inside
+// a tie of more than kFinish tokens is returned there unresolved (for draw_cut, which finds the tie in the
+// draw's own pass) and the Bound is then only its key. `cut` is in shared memory (sh.cut): the block's threads
+// share one copy, and it holds no registers while other work runs.
 template <int CL>
-__device__ Bound radix_select(Row<CL>& r, const Bound& within, const Measure& m, u64 need, bool first_ready = false) {
+__device__ Bound radix_select(Row<CL>& r, const Bound& within, const Measure& m, u64 need,
+                              const HistAdd* first = nullptr, TieCut* cut = nullptr) {
     Shared& sh = r.sh;
     const int lane = threadIdx.x % 32;
     uint32_t prefix = 0, mask = 0;
     for (int shift = kFirstShift; shift >= 0; shift -= 8) {
-        if (!(first_ready && shift == kFirstShift)) {
+        uint32_t kmin, kmax;
+        if (first && shift == kFirstShift) {
+            kmin = first->kmin;
+            kmax = first->kmax;
+        } else {
             HistAdd h(sh, m.by_weight);
             for_slice(r.x, r.n, [&](int j, float x) {
                 const uint32_t k = sample_key(x);
                 if ((k & mask) != prefix || !in_bound(within, k, (int32_t)(r.lo + j))) return;
-                h.add((k >> shift) & 255u, m(x));
+                h.add(k, (k >> shift) & 255u, m(x));
             });
             h.finish();
+            kmin = h.kmin;
+            kmax = h.kmax;
+        }
+        kmin = __reduce_min_sync(~0u, kmin);
+        kmax = __reduce_max_sync(~0u, kmax);
+        if (lane == 0) {
+            atomicMin(&sh.kmin, kmin);
+            atomicMax(&sh.kmax, kmax);
         }
         __syncthreads();
         const int b = threadIdx.x;
+        if (b == 0) {  // the block's range out, and reset for the next digit (its atomics follow the exchange)
+            r.slot().kmin = sh.kmin;
+            r.slot().kmax = sh.kmax;
+            sh.kmin = UINT32_MAX;
+            sh.kmax = 0;
+        }
         if (b < 256) {
             u64 t = 0;
             uint32_t c = 0;
@@ -622,18 +760,28 @@ __device__ Bound radix_select(Row<CL>& r, const Bound& within, const Measure& m,
         // Every rank's tokens in the chosen bin (lane q < CL: rank q's; the same in every warp). The slots stay
         // unwritten until two exchanges on.
         const u64 count_q = lane < CL ? r.remote(lane).cnt[bin] : 0;
+        const uint32_t kmin_q = lane < CL ? r.remote(lane).kmin : UINT32_MAX;
+        const uint32_t kmax_q = lane < CL ? r.remote(lane).kmax : 0;
         r.done();
         const u64 count = warp_sum(count_q);
         if (count <= kFinish) return finish_small(r, within, m, prefix, mask, need);
-        // The last digit's bins are whole keys: ties of key `prefix`, each of the same weight w (positive,
-        // since their bin's measure is). The tie that reaches need, found by count.
-        if (shift == 0) {
+        // The last digit's bins are whole keys; and when every token this digit counted holds one key, the
+        // chosen bin holds them all. Either way ties of one key, each of the same weight w (positive, since
+        // their bin's measure is): the tie that reaches need, found by count.
+        const uint32_t lo_key = __reduce_min_sync(~0u, kmin_q), hi_key = __reduce_max_sync(~0u, kmax_q);
+        if (shift == 0 || lo_key == hi_key) {
+            const uint32_t key = shift == 0 ? prefix : lo_key;
             u64 w = 1;
             if (m.by_weight) {
-                w = m(key_value(prefix));
+                w = m(key_value(key));
                 if (w == 0) w = 1;  // unreachable (a chosen bin has positive measure); keeps the division defined
             }
-            return {prefix, nth_tie(r, within, prefix, (need + w - 1) / w, count_q)};
+            if (cut) {
+                if (threadIdx.x == 0) *cut = TieCut{true, key, (need + w - 1) / w, within};
+                __syncthreads();  // every thread reads it from here on
+                return {key, -1};
+            }
+            return {key, nth_tie(r, within, key, (need + w - 1) / w, count_q)};
         }
     }
     return {prefix, -1};  // not reached: the last digit returns
