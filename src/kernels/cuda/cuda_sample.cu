@@ -6,12 +6,13 @@
 // weights (top-p), so every sum is exact and the result is the CPU oracle's bit for bit; the draw walks the
 // kept set in id order.
 //
-// The pieces (the exchanges, the selections) are in cuda_sample_row.cuh; here the kernel that strings them
+// The pieces are in cuda_sample_row.cuh (the exchanges, scans and sums), cuda_sample_walk.cuh (the draw's walks)
+// and cuda_sample_select.cuh (the selections); here the kernel that strings them
 // together, its launch and the device facts the kernel choice reads.
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
-#include "kernels/cuda/cuda_sample_row.cuh"
+#include "kernels/cuda/cuda_sample_select.cuh"
 #include "kernels/cuda/cuda_select.cuh"
 
 namespace dsv4::cuda {
