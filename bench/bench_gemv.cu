@@ -381,8 +381,7 @@ int main(int argc, char** argv) {
     // Routed experts: 256, 6 per token, gate/up IQ2_XXS [2048, 4096], down Q2_K [4096, 2048].
     for (int64_t n : o.ns) b.experts(GgmlType::IQ2_XXS, GgmlType::Q2_K, n, 256, 6, 4096, 2048);
     // With --every-type, the same with all three stacks in each block type (the first n only).
-    if (o.every_type)
-        for (GgmlType t : types)
-            if (!o.ns.empty()) b.experts(t, t, o.ns.front(), 256, 6, 4096, 2048);
+    if (o.every_type && !o.ns.empty())
+        for (GgmlType t : types) b.experts(t, t, o.ns.front(), 256, 6, 4096, 2048);
     return 0;
 }
