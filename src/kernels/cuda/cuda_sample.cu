@@ -38,11 +38,7 @@ __global__ void __launch_bounds__(kThreads)
     // The histograms start at zero (radix_select leaves them so).
     uint4* z = reinterpret_cast<uint4*>(&sh.sub[0][0][0]);
     for (int i = threadIdx.x; i < (int)(sizeof(sh.sub) / sizeof(uint4)); i += kThreads) z[i] = make_uint4(0, 0, 0, 0);
-    if (threadIdx.x == 0) {  // the digits' key ranges start empty (radix_select leaves them so), no cut
-        sh.kmin = UINT32_MAX;
-        sh.kmax = 0;
-        sh.cut.active = false;
-    }
+    if (threadIdx.x == 0) sh.cut.active = false;  // no selection has left a cut
     // The slice into shared memory, eight loads in flight per thread, scanned on the way (each thread's ids
     // ascending, as scan_add needs). The scan's exchange is the barrier before any thread reads the slice.
     Scan own = kScanEmpty;

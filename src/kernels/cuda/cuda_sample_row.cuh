@@ -37,6 +37,7 @@ namespace cg = cooperative_groups;
 constexpr int kThreads = 1024;
 constexpr int kMaxCluster = 16;  // blocks per row at most (select_sample)
 constexpr int kWarps = kThreads / 32;
+static_assert(kWarps == 32, "a warp's lanes cover the block's warps (scans over warps, radix_select's key range)");
 // Radix histograms per block: lane l adds to copy l % 16, padded to 257 bins so that lanes adding to one bin
 // hit different banks (bank = copy + bin mod 32): when a whole warp adds to one bin, its atomics take two
 // rounds, not 32. (One copy per lane would take one, but a digit's combine reads every copy: 16 halve that.)
@@ -109,7 +110,7 @@ struct alignas(16) Shared {                // 16: the histograms are cleared wit
     int32_t walk_found;
     uint32_t sel_bin;
     u64 sel_need;
-    uint32_t kmin, kmax;  // the block's key range of the current digit (UINT32_MAX, 0 between digits)
+    uint32_t warp_kmin[kWarps], warp_kmax[kWarps];  // the warps' key ranges of the current digit
     TieCut cut;           // a selection's unresolved tie (radix_select's cut), inactive from the kernel's start
     int32_t cand_n;
     int32_t top_count;

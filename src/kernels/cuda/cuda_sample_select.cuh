@@ -159,16 +159,18 @@ __device__ Bound radix_select(Row<CL>& r, const Bound& within, const Measure& m,
         kmin = __reduce_min_sync(~0u, kmin);
         kmax = __reduce_max_sync(~0u, kmax);
         if (lane == 0) {
-            atomicMin(&sh.kmin, kmin);
-            atomicMax(&sh.kmax, kmax);
+            sh.warp_kmin[threadIdx.x / 32] = kmin;
+            sh.warp_kmax[threadIdx.x / 32] = kmax;
         }
         __syncthreads();
         const int b = threadIdx.x;
-        if (b == 0) {  // the block's range out, and reset for the next digit (its atomics follow the exchange)
-            r.slot().kmin = sh.kmin;
-            r.slot().kmax = sh.kmax;
-            sh.kmin = UINT32_MAX;
-            sh.kmax = 0;
+        if (b >= 256 && b < 256 + 32) {  // a warp the histograms' combine below leaves idle: the block's range out
+            const uint32_t lo = __reduce_min_sync(~0u, sh.warp_kmin[lane]);
+            const uint32_t hi = __reduce_max_sync(~0u, sh.warp_kmax[lane]);
+            if (lane == 0) {
+                r.slot().kmin = lo;
+                r.slot().kmax = hi;
+            }
         }
         if (b < 256) {
             u64 t = 0;
