@@ -154,18 +154,24 @@ std::vector<float> activations(int64_t K, std::mt19937& rng) {
 }
 
 // A row of K weights of type T: the CPU quantizer's blocks of random values, or (a type without a quantizer:
-// IQ1_M) random bytes with a moderate f16 super-scale in each block.
+// IQ1_M, IQ3_XXS) random bytes with a moderate f16 scale in each block.
 template <GgmlType T>
 std::vector<uint8_t> weight_row(int64_t K, std::mt19937& rng) {
     std::vector<uint8_t> w(ggml_row_bytes(ggml_traits(T), K) + 16);
-    if constexpr (T == GgmlType::IQ1_M) {
+    if constexpr (T == GgmlType::IQ1_M || T == GgmlType::IQ3_XXS) {
         std::uniform_int_distribution<int> byte(0, 255);
         std::uniform_real_distribution<float> u(0.01f, 0.1f);
         for (uint8_t& v : w) v = (uint8_t)byte(rng);
+        const size_t bytes = ggml_traits(T).block_bytes;
         for (int64_t b = 0; b < K / 256; ++b) {
-            uint8_t* blk = w.data() + b * 56;
+            uint8_t* blk = w.data() + b * bytes;
             const uint16_t d16 = f32_to_f16(u(rng));
-            for (int k = 0; k < 4; ++k) blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 0x0F) | ((d16 >> (4 * k)) & 15) << 4);
+            if constexpr (T == GgmlType::IQ1_M) {  // d in the top nibbles of the four scale words
+                for (int k = 0; k < 4; ++k)
+                    blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 0x0F) | ((d16 >> (4 * k)) & 15) << 4);
+            } else {
+                std::memcpy(blk, &d16, 2);
+            }
         }
     } else {
         std::vector<float> wf = activations(K, rng);
@@ -199,8 +205,10 @@ void check_codec(int64_t K, uint32_t seed) {
         }
     }
     float acc[1][1] = {{0.0f}};
-    Lut lut;
-    lut.grid64 = quant::kIq1sGrid;  // the IQ1 codecs' grid (the others read no table)
+    Lut lut;  // the tables the codecs read (Q8_0 and Q2_K none)
+    lut.grid64 = quant::kIq1sGrid;
+    lut.grid32 = quant::kIq3xxsGrid;
+    lut.signs = quant::kSigns.v;
     for (int64_t b = 0; b < K / C::kElems; ++b) {
         const uint8_t* blk[1] = {w.data() + b * C::kBytes};
         const XDigits* xb[1] = {xq.data() + b * C::kXPerBlock};
@@ -237,6 +245,25 @@ TEST(GemvDigits, Iq1_SDotMatchesTheF32Dot) {
 
 TEST(GemvDigits, Iq1_MDotMatchesTheF32Dot) {
     for (uint32_t seed = 1; seed <= 20; ++seed) check_codec<GgmlType::IQ1_M>(2048, seed);
+}
+
+// Every IQ3_XXS grid entry (bytes 1..127, so a negated byte never carries) under every sign nibble.
+TEST(GemvDigits, SignedGridBytesAreTheGridTimesItsSigns) {
+    for (int e = 0; e < 256; ++e) {
+        const uint32_t g = quant::kIq3xxsGrid[e];
+        for (uint32_t s = 0; s < 16; ++s) {
+            const uint32_t w = signed_bytes(g, s);
+            for (int j = 0; j < 4; ++j) {
+                const int gj = (int)((g >> (8 * j)) & 255);
+                ASSERT_TRUE(gj >= 1 && gj < 128) << "entry " << e;
+                ASSERT_EQ((int)(int8_t)(w >> (8 * j)), (s >> j) & 1 ? -gj : gj) << "entry " << e << " signs " << s;
+            }
+        }
+    }
+}
+
+TEST(GemvDigits, Iq3_XXSDotMatchesTheF32Dot) {
+    for (uint32_t seed = 1; seed <= 20; ++seed) check_codec<GgmlType::IQ3_XXS>(2048, seed);
 }
 
 }  // namespace

@@ -476,10 +476,63 @@ struct DigitCodec<GgmlType::IQ1_M> {
     }
 };
 
+// Four unsigned grid bytes g (1..127) with four sign bits s (bit j: byte j negative) as int8 weights: byte j is
+// (g ^ 0xFF) + 1 = -g where its bit is set. The bits go to bit 0 of their bytes by one multiply (s * 0x00204081
+// puts bit j at 8 j, and the other products land on bits the mask clears, without carries), 0xFF per set byte
+// by a second; no byte carries into the next, as g >= 1.
+DSV4_GV uint32_t signed_bytes(uint32_t g, uint32_t s) {
+    const uint32_t one = ((s & 15) * 0x00204081u) & 0x01010101u;
+    return (g ^ (one * 0xFFu)) + one;
+}
+
+// IQ3_XXS: d qs[64] aux[8](u32: 4 x 7 sign bits, 4-bit scale): unit u = sub-block ib = u, 32 values of one scale
+// db = d (0.5 + (aux >> 28)) 0.5; group l's two 4-value grid entries qs[8 ib + 2 l], qs[8 ib + 2 l + 1] and sign
+// byte signs[(aux >> 7 l) & 127] (its low nibble for the first entry) as 8 words of int8 weights, one whole
+// digit block.
+template <>
+struct DigitCodec<GgmlType::IQ3_XXS> {
+    using X = XDigits;
+    static constexpr int kElems = 256, kBytes = 98, kUnits = 8, kAlign = 2, kStageBlocks = 8, kXPerBlock = 8;
+    template <int R, int NT>
+    DSV4_GV static void dot(const uint8_t* const (&b)[R], int u, const XDigits* const (&x)[NT], int nt,
+                            float (&acc)[R][NT], const Lut& lut) {
+        uint32_t w[R][8];
+        float db[R];
+        DSV4_GV_UNROLL
+        for (int r = 0; r < R; ++r) {
+            const uint32_t aux = ld32_any(b[r] + 66 + 4 * u);
+            db[r] = mul_rn(mul_rn(half_bits(ld16(b[r])), 0.5f + small_to_float(aux >> 28)), 0.5f);
+            uint32_t qs[2];
+            ld_words_any(b[r] + 2 + 8 * u, qs);  // the sub-block's 8 grid indices
+            DSV4_GV_UNROLL
+            for (int l = 0; l < 4; ++l) {
+                const uint32_t sg = ld_table(lut.signs, (aux >> (7 * l)) & 127);
+                const uint32_t i2 = qs[l >> 1] >> (16 * (l & 1));
+                w[r][2 * l] = signed_bytes(ld_table(lut.grid32, i2 & 255), sg);
+                w[r][2 * l + 1] = signed_bytes(ld_table(lut.grid32, (i2 >> 8) & 255), sg >> 4);
+            }
+        }
+        DSV4_GV_UNROLL
+        for (int t = 0; t < NT; ++t) {
+            if (t < nt) {
+                const XDigits* xb = x[t] + u;
+                int s0[R] = {}, s1[R] = {}, s2[R] = {};
+                plane_dot<true>(w, xb->a0, s0);
+                plane_dot<false>(w, xb->a1, s1);
+                plane_dot<false>(w, xb->a2, s2);
+                const float sx = ld_x1(&xb->scale);
+                DSV4_GV_UNROLL
+                for (int r = 0; r < R; ++r)
+                    acc[r][t] = fmaf(db[r] * sx, digit_value(DigitSums{s0[r], s1[r], s2[r]}), acc[r][t]);
+            }
+        }
+    }
+};
+
 // Whether format T has a digit codec (the GEMV then quantizes its activations first).
 constexpr bool has_digit_codec(GgmlType t) {
     return t == GgmlType::Q8_0 || t == GgmlType::IQ2_XXS || t == GgmlType::Q2_K || t == GgmlType::IQ1_S ||
-           t == GgmlType::IQ1_M;
+           t == GgmlType::IQ1_M || t == GgmlType::IQ3_XXS;
 }
 
 // Calls go(DigitCodec<T>{}) when `digits` and T has a digit codec, else go(Codec<T>{}).
