@@ -1,6 +1,6 @@
 // The activation digits of the CUDA decode GEMV (src/kernels/cuda/cuda_gemv_digits.cuh), run on the host:
-// the representation error bound the file claims, its edge cases, and the integer dot products of the Q8_0,
-// Q2_K, IQ1_S and IQ1_M digit codecs against f32 dots of the CPU-dequantized weights. (The GPU kernels themselves are
+// the representation error bound the file claims, its edge cases, and the integer dot products of the digit
+// codecs (Q8_0, Q2_K, IQ1_S, IQ1_M, IQ3_XXS, IQ2_XS) against f32 dots of the CPU-dequantized weights. (The GPU kernels themselves are
 // checked against the CPU backend by test-backend-ops on a CUDA machine.)
 #include <gtest/gtest.h>
 
@@ -206,7 +206,7 @@ void check_codec(int64_t K, uint32_t seed) {
     }
     float acc[1][1] = {{0.0f}};
     Lut lut;  // the tables the codecs read (Q8_0 and Q2_K none)
-    lut.grid64 = quant::kIq1sGrid;
+    lut.grid64 = T == GgmlType::IQ2_XS ? quant::kIq2xsGrid : quant::kIq1sGrid;
     lut.grid32 = quant::kIq3xxsGrid;
     lut.signs = quant::kSigns.v;
     for (int64_t b = 0; b < K / C::kElems; ++b) {
@@ -264,6 +264,10 @@ TEST(GemvDigits, SignedGridBytesAreTheGridTimesItsSigns) {
 
 TEST(GemvDigits, Iq3_XXSDotMatchesTheF32Dot) {
     for (uint32_t seed = 1; seed <= 20; ++seed) check_codec<GgmlType::IQ3_XXS>(2048, seed);
+}
+
+TEST(GemvDigits, Iq2_XSDotMatchesTheF32Dot) {
+    for (uint32_t seed = 1; seed <= 20; ++seed) check_codec<GgmlType::IQ2_XS>(2048, seed);
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include <cmath>
 
 #include "kernels/cuda/cuda_gemv_codecs.cuh"
+#include "kernels/cuda/cuda_gemv_codecs_grid.cuh"  // iq2_scale
 #include "ops/numerics.h"
 
 namespace dsv4::cuda::gemv {
@@ -529,10 +530,62 @@ struct DigitCodec<GgmlType::IQ3_XXS> {
     }
 };
 
+// IQ2_XS: d qs[32](u16: 9-bit grid index, 7-bit sign index) scales[8]: unit u = sub-block ib = u; its halves h
+// (values 16 h .. 16 h + 15: groups 2 h, 2 h + 1) have their own scale db = iq2_scale(d, nibble h of scales[ib]);
+// each group's grid entry (8 unsigned bytes 8, 25 or 43) with its sign byte as two words of int8 weights. A half's
+// 4 weight words against the digit block's half.
+template <>
+struct DigitCodec<GgmlType::IQ2_XS> {
+    using X = XDigits;
+    static constexpr int kElems = 256, kBytes = 74, kUnits = 8, kAlign = 2, kStageBlocks = 16, kXPerBlock = 8;
+    template <int R, int NT>
+    DSV4_GV static void dot(const uint8_t* const (&b)[R], int u, const XDigits* const (&x)[NT], int nt,
+                            float (&acc)[R][NT], const Lut& lut) {
+        uint32_t w[R][2][4];
+        float db[R][2];
+        DSV4_GV_UNROLL
+        for (int r = 0; r < R; ++r) {
+            const float d = half_bits(ld16(b[r]));
+            const uint32_t sc = b[r][66 + u];
+            uint32_t q[2];
+            ld_words_any(b[r] + 2 + 8 * u, q);  // the sub-block's 4 u16 indices
+            DSV4_GV_UNROLL
+            for (int h = 0; h < 2; ++h) {
+                db[r][h] = iq2_scale(d, (sc >> (4 * h)) & 15);
+                DSV4_GV_UNROLL
+                for (int i = 0; i < 2; ++i) {
+                    const uint32_t qi = (q[h] >> (16 * i)) & 0xFFFFu;  // group 2 h + i
+                    const uint64_t e = ld_table(lut.grid64, qi & 511);
+                    const uint32_t sg = ld_table(lut.signs, qi >> 9);
+                    w[r][h][2 * i] = signed_bytes((uint32_t)e, sg);
+                    w[r][h][2 * i + 1] = signed_bytes((uint32_t)(e >> 32), sg >> 4);
+                }
+            }
+        }
+        DSV4_GV_UNROLL
+        for (int t = 0; t < NT; ++t) {
+            if (t < nt) {
+                const XDigits* xb = x[t] + u;
+                const float sx = ld_x1(&xb->scale);
+                DSV4_GV_UNROLL
+                for (int h = 0; h < 2; ++h) {
+                    const XHalf xh = load_half(xb, h);
+                    DSV4_GV_UNROLL
+                    for (int r = 0; r < R; ++r) {
+                        DigitSums s;
+                        digit_dot<true, 4>(w[r][h], xh.a0, xh.a1, xh.a2, s);
+                        acc[r][t] = fmaf(db[r][h] * sx, digit_value(s), acc[r][t]);
+                    }
+                }
+            }
+        }
+    }
+};
+
 // Whether format T has a digit codec (the GEMV then quantizes its activations first).
 constexpr bool has_digit_codec(GgmlType t) {
     return t == GgmlType::Q8_0 || t == GgmlType::IQ2_XXS || t == GgmlType::Q2_K || t == GgmlType::IQ1_S ||
-           t == GgmlType::IQ1_M || t == GgmlType::IQ3_XXS;
+           t == GgmlType::IQ1_M || t == GgmlType::IQ3_XXS || t == GgmlType::IQ2_XS;
 }
 
 // Calls go(DigitCodec<T>{}) when `digits` and T has a digit codec, else go(Codec<T>{}).
