@@ -1,6 +1,6 @@
 // The activation digits of the CUDA decode GEMV (src/kernels/cuda/cuda_gemv_digits.cuh), run on the host:
-// the representation error bound the file claims, its edge cases, and the integer dot products of the Q8_0
-// and Q2_K digit codecs against f32 dots of the CPU-dequantized weights. (The GPU kernels themselves are
+// the representation error bound the file claims, its edge cases, and the integer dot products of the digit
+// codecs (Q8_0, Q2_K, IQ1_S, IQ1_M, IQ3_XXS, IQ2_XS) against f32 dots of the CPU-dequantized weights. (The GPU kernels themselves are
 // checked against the CPU backend by test-backend-ops on a CUDA machine.)
 #include <gtest/gtest.h>
 
@@ -11,8 +11,10 @@
 #include <random>
 #include <vector>
 
+#include "core/fp16.h"
 #include "format/ggml_type.h"
 #include "format/quant.h"
+#include "format/quant_codecs.h"
 #include "kernels/cuda/cuda_gemv_digits.cuh"
 
 namespace dsv4::cuda::gemv {
@@ -151,16 +153,41 @@ std::vector<float> activations(int64_t K, std::mt19937& rng) {
     return x;
 }
 
-// One row of K weights of type T (random blocks from the CPU quantizer) times x, through DigitCodec<T>::dot
-// over every unit, against the f32 dot of the CPU-dequantized row. The bound: per value, the activation
-// error (m * 2^-22 of its block) times |w|, plus f32 rounding of the sums.
+// A row of K weights of type T: the CPU quantizer's blocks of random values, or (a type without a quantizer:
+// IQ1_M, IQ3_XXS) random bytes with a moderate f16 scale in each block.
+template <GgmlType T>
+std::vector<uint8_t> weight_row(int64_t K, std::mt19937& rng) {
+    std::vector<uint8_t> w(ggml_row_bytes(ggml_traits(T), K) + 16);
+    if constexpr (T == GgmlType::IQ1_M || T == GgmlType::IQ3_XXS) {
+        std::uniform_int_distribution<int> byte(0, 255);
+        std::uniform_real_distribution<float> u(0.01f, 0.1f);
+        for (uint8_t& v : w) v = (uint8_t)byte(rng);
+        const size_t bytes = ggml_traits(T).block_bytes;
+        for (int64_t b = 0; b < K / 256; ++b) {
+            uint8_t* blk = w.data() + b * bytes;
+            const uint16_t d16 = f32_to_f16(u(rng));
+            if constexpr (T == GgmlType::IQ1_M) {  // d in the top nibbles of the four scale words
+                for (int k = 0; k < 4; ++k)
+                    blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 0x0F) | ((d16 >> (4 * k)) & 15) << 4);
+            } else {
+                std::memcpy(blk, &d16, 2);
+            }
+        }
+    } else {
+        std::vector<float> wf = activations(K, rng);
+        quantize_row(T, wf.data(), w.data(), K);
+    }
+    return w;
+}
+
+// One row of K weights of type T (weight_row) times x, through DigitCodec<T>::dot over every unit, against the
+// f32 dot of the CPU-dequantized row. The bound: per value, the activation error (m * 2^-22 of its block)
+// times |w|, plus f32 rounding of the sums.
 template <GgmlType T>
 void check_codec(int64_t K, uint32_t seed) {
     using C = DigitCodec<T>;
     std::mt19937 rng(seed);
-    std::vector<float> wf = activations(K, rng);
-    std::vector<uint8_t> w(ggml_row_bytes(ggml_traits(T), K) + 16);
-    quantize_row(T, wf.data(), w.data(), K);
+    const std::vector<uint8_t> w = weight_row<T>(K, rng);
     std::vector<float> deq((size_t)K);
     dequantize_row(T, w.data(), deq.data(), K);
     const std::vector<float> x = activations(K, rng);
@@ -178,7 +205,10 @@ void check_codec(int64_t K, uint32_t seed) {
         }
     }
     float acc[1][1] = {{0.0f}};
-    const Lut lut;
+    Lut lut;  // the tables the codecs read (Q8_0 and Q2_K none)
+    lut.grid64 = T == GgmlType::IQ2_XS ? quant::kIq2xsGrid : quant::kIq1sGrid;
+    lut.grid32 = quant::kIq3xxsGrid;
+    lut.signs = quant::kSigns.v;
     for (int64_t b = 0; b < K / C::kElems; ++b) {
         const uint8_t* blk[1] = {w.data() + b * C::kBytes};
         const XDigits* xb[1] = {xq.data() + b * C::kXPerBlock};
@@ -194,6 +224,50 @@ TEST(GemvDigits, Q8_0DotMatchesTheF32Dot) {
 
 TEST(GemvDigits, Q2_KDotMatchesTheF32Dot) {
     for (uint32_t seed = 1; seed <= 20; ++seed) check_codec<GgmlType::Q2_K>(2048, seed);
+}
+
+// The IQ1 weight bytes 8 g +- 1 of every grid word, against the CPU's g +- 1/8 times 8.
+TEST(GemvDigits, Iq1WeightBytesAreEightTimesTheShiftedGrid) {
+    for (int e = 0; e < 2048; ++e)
+        for (int half = 0; half < 2; ++half)
+            for (bool neg : {false, true}) {
+                const uint32_t g = (uint32_t)(quant::kIq1sGrid[e] >> (32 * half));
+                const uint32_t q = iq1_weights(g, neg);
+                for (int j = 0; j < 4; ++j)
+                    ASSERT_EQ((int)(int8_t)(q >> (8 * j)), 8 * (int)(int8_t)(g >> (8 * j)) + (neg ? -1 : 1))
+                        << "entry " << e << " byte " << 4 * half + j;
+            }
+}
+
+TEST(GemvDigits, Iq1_SDotMatchesTheF32Dot) {
+    for (uint32_t seed = 1; seed <= 20; ++seed) check_codec<GgmlType::IQ1_S>(2048, seed);
+}
+
+TEST(GemvDigits, Iq1_MDotMatchesTheF32Dot) {
+    for (uint32_t seed = 1; seed <= 20; ++seed) check_codec<GgmlType::IQ1_M>(2048, seed);
+}
+
+// Every IQ3_XXS grid entry (bytes 1..127, so a negated byte never carries) under every sign nibble.
+TEST(GemvDigits, SignedGridBytesAreTheGridTimesItsSigns) {
+    for (int e = 0; e < 256; ++e) {
+        const uint32_t g = quant::kIq3xxsGrid[e];
+        for (uint32_t s = 0; s < 16; ++s) {
+            const uint32_t w = signed_bytes(g, s);
+            for (int j = 0; j < 4; ++j) {
+                const int gj = (int)((g >> (8 * j)) & 255);
+                ASSERT_TRUE(gj >= 1 && gj < 128) << "entry " << e;
+                ASSERT_EQ((int)(int8_t)(w >> (8 * j)), (s >> j) & 1 ? -gj : gj) << "entry " << e << " signs " << s;
+            }
+        }
+    }
+}
+
+TEST(GemvDigits, Iq3_XXSDotMatchesTheF32Dot) {
+    for (uint32_t seed = 1; seed <= 20; ++seed) check_codec<GgmlType::IQ3_XXS>(2048, seed);
+}
+
+TEST(GemvDigits, Iq2_XSDotMatchesTheF32Dot) {
+    for (uint32_t seed = 1; seed <= 20; ++seed) check_codec<GgmlType::IQ2_XS>(2048, seed);
 }
 
 }  // namespace
