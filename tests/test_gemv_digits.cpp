@@ -1,7 +1,7 @@
 // The activation digits of the CUDA decode GEMV (src/kernels/cuda/cuda_gemv_digits.cuh), run on the host:
 // the representation error bound the file claims, its edge cases, and the integer dot products of the digit
-// codecs (Q8_0, Q2_K, IQ1_S, IQ1_M, IQ3_XXS, IQ2_XS) against f32 dots of the CPU-dequantized weights. (The GPU kernels themselves are
-// checked against the CPU backend by test-backend-ops on a CUDA machine.)
+// codecs (Q8_0, Q2_K, IQ1_S, IQ1_M, IQ3_XXS, IQ2_XS, IQ2_S, IQ3_S) against f32 dots of the CPU-dequantized
+// weights. (The GPU kernels themselves are checked against the CPU backend by test-backend-ops on a CUDA machine.)
 #include <gtest/gtest.h>
 
 #if defined(DSV4_HAVE_CUDA)
@@ -154,11 +154,11 @@ std::vector<float> activations(int64_t K, std::mt19937& rng) {
 }
 
 // A row of K weights of type T: the CPU quantizer's blocks of random values, or (a type without a quantizer:
-// IQ1_M, IQ3_XXS) random bytes with a moderate f16 scale in each block.
+// IQ1_M, IQ3_XXS, IQ2_S, IQ3_S) random bytes with a moderate f16 scale in each block.
 template <GgmlType T>
 std::vector<uint8_t> weight_row(int64_t K, std::mt19937& rng) {
     std::vector<uint8_t> w(ggml_row_bytes(ggml_traits(T), K) + 16);
-    if constexpr (T == GgmlType::IQ1_M || T == GgmlType::IQ3_XXS) {
+    if constexpr (T == GgmlType::IQ1_M || T == GgmlType::IQ3_XXS || T == GgmlType::IQ2_S || T == GgmlType::IQ3_S) {
         std::uniform_int_distribution<int> byte(0, 255);
         std::uniform_real_distribution<float> u(0.01f, 0.1f);
         for (uint8_t& v : w) v = (uint8_t)byte(rng);
@@ -206,8 +206,8 @@ void check_codec(int64_t K, uint32_t seed) {
     }
     float acc[1][1] = {{0.0f}};
     Lut lut;  // the tables the codecs read (Q8_0 and Q2_K none)
-    lut.grid64 = T == GgmlType::IQ2_XS ? quant::kIq2xsGrid : quant::kIq1sGrid;
-    lut.grid32 = quant::kIq3xxsGrid;
+    lut.grid64 = T == GgmlType::IQ2_XS ? quant::kIq2xsGrid : T == GgmlType::IQ2_S ? quant::kIq2sGrid : quant::kIq1sGrid;
+    lut.grid32 = T == GgmlType::IQ3_S ? quant::kIq3sGrid : quant::kIq3xxsGrid;
     lut.signs = quant::kSigns.v;
     for (int64_t b = 0; b < K / C::kElems; ++b) {
         const uint8_t* blk[1] = {w.data() + b * C::kBytes};
@@ -247,19 +247,31 @@ TEST(GemvDigits, Iq1_MDotMatchesTheF32Dot) {
     for (uint32_t seed = 1; seed <= 20; ++seed) check_codec<GgmlType::IQ1_M>(2048, seed);
 }
 
-// Every IQ3_XXS grid entry (bytes 1..127, so a negated byte never carries) under every sign nibble.
-TEST(GemvDigits, SignedGridBytesAreTheGridTimesItsSigns) {
-    for (int e = 0; e < 256; ++e) {
-        const uint32_t g = quant::kIq3xxsGrid[e];
-        for (uint32_t s = 0; s < 16; ++s) {
-            const uint32_t w = signed_bytes(g, s);
-            for (int j = 0; j < 4; ++j) {
-                const int gj = (int)((g >> (8 * j)) & 255);
-                ASSERT_TRUE(gj >= 1 && gj < 128) << "entry " << e;
-                ASSERT_EQ((int)(int8_t)(w >> (8 * j)), (s >> j) & 1 ? -gj : gj) << "entry " << e << " signs " << s;
+// Every 4-byte word of a grid's n entries (E: u32, or u64 as two words) under every sign nibble, through
+// signed_bytes: the bytes must be 1..127, so a negated byte never carries.
+template <class E>
+void check_signed_grid(const char* name, const E* grid, int n) {
+    for (int e = 0; e < n; ++e)
+        for (int half = 0; half < (int)sizeof(E) / 4; ++half) {
+            const uint32_t g = (uint32_t)((uint64_t)grid[e] >> (32 * half));
+            for (uint32_t s = 0; s < 16; ++s) {
+                const uint32_t w = signed_bytes(g, s);
+                for (int j = 0; j < 4; ++j) {
+                    const int gj = (int)((g >> (8 * j)) & 255);
+                    ASSERT_TRUE(gj >= 1 && gj < 128) << name << " entry " << e;
+                    ASSERT_EQ((int)(int8_t)(w >> (8 * j)), (s >> j) & 1 ? -gj : gj)
+                        << name << " entry " << e << " word " << half << " signs " << s;
+                }
             }
         }
-    }
+}
+
+// The grids of the codecs that sign their bytes with signed_bytes.
+TEST(GemvDigits, SignedGridBytesAreTheGridTimesItsSigns) {
+    check_signed_grid("IQ3_XXS", quant::kIq3xxsGrid, 256);
+    check_signed_grid("IQ3_S", quant::kIq3sGrid, 512);
+    check_signed_grid("IQ2_XS", quant::kIq2xsGrid, 512);
+    check_signed_grid("IQ2_S", quant::kIq2sGrid, 1024);
 }
 
 TEST(GemvDigits, Iq3_XXSDotMatchesTheF32Dot) {
@@ -268,6 +280,14 @@ TEST(GemvDigits, Iq3_XXSDotMatchesTheF32Dot) {
 
 TEST(GemvDigits, Iq2_XSDotMatchesTheF32Dot) {
     for (uint32_t seed = 1; seed <= 20; ++seed) check_codec<GgmlType::IQ2_XS>(2048, seed);
+}
+
+TEST(GemvDigits, Iq2_SDotMatchesTheF32Dot) {
+    for (uint32_t seed = 1; seed <= 20; ++seed) check_codec<GgmlType::IQ2_S>(2048, seed);
+}
+
+TEST(GemvDigits, Iq3_SDotMatchesTheF32Dot) {
+    for (uint32_t seed = 1; seed <= 20; ++seed) check_codec<GgmlType::IQ3_S>(2048, seed);
 }
 
 }  // namespace

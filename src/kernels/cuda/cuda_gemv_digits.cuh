@@ -1,8 +1,8 @@
 // Integer inner loops of the decode GEMV for the formats whose weights are small integers times a block
-// scale (Q8_0, Q2_K, IQ2_XXS): the activations are written once per call as three 8-bit digits of a 24-bit
-// fixed-point number per 32-value block (XDigits), so a lane multiplies four weights by four digits in one
-// dp4a instead of converting every weight to a float (cuda_gemv_codecs.cuh spends ~3 instructions per value
-// on that, and the decode GEMV was bound by instruction issue, not by memory).
+// scale (Q8_0, Q2_K and the grid formats IQ1_S .. IQ3_S): the activations are written once per call as three
+// 8-bit digits of a 24-bit fixed-point number per 32-value block (XDigits), so a lane multiplies four weights
+// by four digits in one dp4a instead of converting every weight to a float (cuda_gemv_codecs.cuh spends ~3
+// instructions per value on that, and the decode GEMV was bound by instruction issue, not by memory).
 //
 // Numerics. A block of 32 activations with largest magnitude m gets the scale 2^e, e = exponent(m) - 6, so
 // v = x / 2^e lies in (-128, 128) exactly (a power of two); v = a0 + a1 / 2^8 + a2 / 2^16 + err, the bytes of
@@ -582,10 +582,110 @@ struct DigitCodec<GgmlType::IQ2_XS> {
     }
 };
 
+// IQ2_S: d qs[32] signs[32] qh[8] scales[8]: unit u = sub-block ib = u; its halves h (groups 2 h, 2 h + 1) have
+// their own scale db = iq2_scale(d, nibble h of scales[ib]), as IQ2_XS; group l's grid entry qs[4 ib + l] | bits
+// 2 l, 2 l + 1 of qh[ib] as bits 8, 9 (8 unsigned bytes 8, 25 or 43) with its explicit sign byte signs[4 ib + l]
+// as two words of int8 weights (signed_bytes). A half's 4 weight words against the digit block's half.
+template <>
+struct DigitCodec<GgmlType::IQ2_S> {
+    using X = XDigits;
+    static constexpr int kElems = 256, kBytes = 82, kUnits = 8, kAlign = 2, kStageBlocks = 16, kXPerBlock = 8;
+    template <int R, int NT>
+    DSV4_GV static void dot(const uint8_t* const (&b)[R], int u, const XDigits* const (&x)[NT], int nt,
+                            float (&acc)[R][NT], const Lut& lut) {
+        uint32_t w[R][2][4];
+        float db[R][2];
+        DSV4_GV_UNROLL
+        for (int r = 0; r < R; ++r) {
+            const float d = half_bits(ld16(b[r]));
+            const uint32_t qs = ld32_any(b[r] + 2 + 4 * u), sg = ld32_any(b[r] + 34 + 4 * u);  // 4 indices, 4 signs
+            const uint32_t qh = b[r][66 + u], sc = b[r][74 + u];
+            DSV4_GV_UNROLL
+            for (int h = 0; h < 2; ++h) {
+                db[r][h] = iq2_scale(d, (sc >> (4 * h)) & 15);
+                DSV4_GV_UNROLL
+                for (int i = 0; i < 2; ++i) {
+                    const int l = 2 * h + i;
+                    const uint32_t idx = ((qs >> (8 * l)) & 255) | ((qh << (8 - 2 * l)) & 0x300u);
+                    const uint64_t e = ld_table(lut.grid64, idx);
+                    const uint32_t s = sg >> (8 * l);
+                    w[r][h][2 * i] = signed_bytes((uint32_t)e, s);
+                    w[r][h][2 * i + 1] = signed_bytes((uint32_t)(e >> 32), s >> 4);
+                }
+            }
+        }
+        DSV4_GV_UNROLL
+        for (int t = 0; t < NT; ++t) {
+            if (t < nt) {
+                const XDigits* xb = x[t] + u;
+                const float sx = ld_x1(&xb->scale);
+                DSV4_GV_UNROLL
+                for (int h = 0; h < 2; ++h) {
+                    const XHalf xh = load_half(xb, h);
+                    DSV4_GV_UNROLL
+                    for (int r = 0; r < R; ++r) {
+                        DigitSums s;
+                        digit_dot<true, 4>(w[r][h], xh.a0, xh.a1, xh.a2, s);
+                        acc[r][t] = fmaf(db[r][h] * sx, digit_value(s), acc[r][t]);
+                    }
+                }
+            }
+        }
+    }
+};
+
+// IQ3_S: d qs[64] qh[8] signs[32] scales[4]: unit u = sub-block ib = u, 32 values of one scale db = d (1 + 2 s), s
+// nibble ib % 2 of scales[ib / 2] (exact: 11 + 4 bits); group l's two 4-value grid entries (odd bytes 1..15)
+// qs[8 ib + 2 l], qs[8 ib + 2 l + 1] with bits 2 l, 2 l + 1 of qh[ib] as their 9th bits, and its explicit sign
+// byte signs[4 ib + l] (the low nibble for the first entry) as 8 words of int8 weights, one whole digit block.
+template <>
+struct DigitCodec<GgmlType::IQ3_S> {
+    using X = XDigits;
+    static constexpr int kElems = 256, kBytes = 110, kUnits = 8, kAlign = 2, kStageBlocks = 8, kXPerBlock = 8;
+    template <int R, int NT>
+    DSV4_GV static void dot(const uint8_t* const (&b)[R], int u, const XDigits* const (&x)[NT], int nt,
+                            float (&acc)[R][NT], const Lut& lut) {
+        uint32_t w[R][8];
+        float db[R];
+        DSV4_GV_UNROLL
+        for (int r = 0; r < R; ++r) {
+            const uint32_t qh = b[r][66 + u], sc = b[r][106 + u / 2];
+            db[r] = mul_rn(half_bits(ld16(b[r])), small_to_float(1 + 2 * ((sc >> (4 * (u & 1))) & 15)));
+            uint32_t qs[2];
+            ld_words_any(b[r] + 2 + 8 * u, qs);                 // the sub-block's 8 index bytes
+            const uint32_t sg = ld32_any(b[r] + 74 + 4 * u);  // its 4 sign bytes
+            DSV4_GV_UNROLL
+            for (int l = 0; l < 4; ++l) {
+                const uint32_t i12 = qs[l >> 1] >> (16 * (l & 1));
+                const uint32_t i1 = (i12 & 255) | ((qh << (8 - 2 * l)) & 256);
+                const uint32_t i2 = ((i12 >> 8) & 255) | ((qh << (7 - 2 * l)) & 256);
+                const uint32_t s = sg >> (8 * l);
+                w[r][2 * l] = signed_bytes(ld_table(lut.grid32, i1), s);
+                w[r][2 * l + 1] = signed_bytes(ld_table(lut.grid32, i2), s >> 4);
+            }
+        }
+        DSV4_GV_UNROLL
+        for (int t = 0; t < NT; ++t) {
+            if (t < nt) {
+                const XDigits* xb = x[t] + u;
+                int s0[R] = {}, s1[R] = {}, s2[R] = {};
+                plane_dot<true>(w, xb->a0, s0);
+                plane_dot<false>(w, xb->a1, s1);
+                plane_dot<false>(w, xb->a2, s2);
+                const float sx = ld_x1(&xb->scale);
+                DSV4_GV_UNROLL
+                for (int r = 0; r < R; ++r)
+                    acc[r][t] = fmaf(db[r] * sx, digit_value(DigitSums{s0[r], s1[r], s2[r]}), acc[r][t]);
+            }
+        }
+    }
+};
+
 // Whether format T has a digit codec (the GEMV then quantizes its activations first).
 constexpr bool has_digit_codec(GgmlType t) {
     return t == GgmlType::Q8_0 || t == GgmlType::IQ2_XXS || t == GgmlType::Q2_K || t == GgmlType::IQ1_S ||
-           t == GgmlType::IQ1_M || t == GgmlType::IQ3_XXS || t == GgmlType::IQ2_XS;
+           t == GgmlType::IQ1_M || t == GgmlType::IQ3_XXS || t == GgmlType::IQ2_XS || t == GgmlType::IQ2_S ||
+           t == GgmlType::IQ3_S;
 }
 
 // Calls go(DigitCodec<T>{}) when `digits` and T has a digit codec, else go(Codec<T>{}).
