@@ -1,6 +1,6 @@
 // The activation digits of the CUDA decode GEMV (src/kernels/cuda/cuda_gemv_digits.cuh), run on the host:
 // the representation error bound the file claims, its edge cases, and the integer dot products of the digit
-// codecs (Q8_0, Q2_K, IQ1_S, IQ1_M, IQ3_XXS, IQ2_XS, IQ2_S, IQ3_S) against f32 dots of the CPU-dequantized
+// codecs (Q8_0, Q2_K, IQ3_XXS, IQ2_XS, IQ2_S, IQ3_S) against f32 dots of the CPU-dequantized
 // weights. (The GPU kernels themselves are checked against the CPU backend by test-backend-ops on a CUDA machine.)
 #include <gtest/gtest.h>
 
@@ -154,11 +154,11 @@ std::vector<float> activations(int64_t K, std::mt19937& rng) {
 }
 
 // A row of K weights of type T: the CPU quantizer's blocks of random values, or (a type without a quantizer:
-// IQ1_M, IQ3_XXS, IQ2_S, IQ3_S) random bytes with a moderate f16 scale in each block.
+// IQ3_XXS, IQ2_S, IQ3_S) random bytes with a moderate f16 scale in each block.
 template <GgmlType T>
 std::vector<uint8_t> weight_row(int64_t K, std::mt19937& rng) {
     std::vector<uint8_t> w(ggml_row_bytes(ggml_traits(T), K) + 16);
-    if constexpr (T == GgmlType::IQ1_M || T == GgmlType::IQ3_XXS || T == GgmlType::IQ2_S || T == GgmlType::IQ3_S) {
+    if constexpr (T == GgmlType::IQ3_XXS || T == GgmlType::IQ2_S || T == GgmlType::IQ3_S) {
         std::uniform_int_distribution<int> byte(0, 255);
         std::uniform_real_distribution<float> u(0.01f, 0.1f);
         for (uint8_t& v : w) v = (uint8_t)byte(rng);
@@ -166,12 +166,7 @@ std::vector<uint8_t> weight_row(int64_t K, std::mt19937& rng) {
         for (int64_t b = 0; b < K / 256; ++b) {
             uint8_t* blk = w.data() + b * bytes;
             const uint16_t d16 = f32_to_f16(u(rng));
-            if constexpr (T == GgmlType::IQ1_M) {  // d in the top nibbles of the four scale words
-                for (int k = 0; k < 4; ++k)
-                    blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 0x0F) | ((d16 >> (4 * k)) & 15) << 4);
-            } else {
-                std::memcpy(blk, &d16, 2);
-            }
+            std::memcpy(blk, &d16, 2);
         }
     } else {
         std::vector<float> wf = activations(K, rng);
@@ -206,7 +201,7 @@ void check_codec(int64_t K, uint32_t seed) {
     }
     float acc[1][1] = {{0.0f}};
     Lut lut;  // the tables the codecs read (Q8_0 and Q2_K none)
-    lut.grid64 = T == GgmlType::IQ2_XS ? quant::kIq2xsGrid : T == GgmlType::IQ2_S ? quant::kIq2sGrid : quant::kIq1sGrid;
+    lut.grid64 = T == GgmlType::IQ2_XS ? quant::kIq2xsGrid : quant::kIq2sGrid;
     lut.grid32 = T == GgmlType::IQ3_S ? quant::kIq3sGrid : quant::kIq3xxsGrid;
     lut.signs = quant::kSigns.v;
     for (int64_t b = 0; b < K / C::kElems; ++b) {
@@ -224,27 +219,6 @@ TEST(GemvDigits, Q8_0DotMatchesTheF32Dot) {
 
 TEST(GemvDigits, Q2_KDotMatchesTheF32Dot) {
     for (uint32_t seed = 1; seed <= 20; ++seed) check_codec<GgmlType::Q2_K>(2048, seed);
-}
-
-// The IQ1 weight bytes 8 g +- 1 of every grid word, against the CPU's g +- 1/8 times 8.
-TEST(GemvDigits, Iq1WeightBytesAreEightTimesTheShiftedGrid) {
-    for (int e = 0; e < 2048; ++e)
-        for (int half = 0; half < 2; ++half)
-            for (bool neg : {false, true}) {
-                const uint32_t g = (uint32_t)(quant::kIq1sGrid[e] >> (32 * half));
-                const uint32_t q = iq1_weights(g, neg);
-                for (int j = 0; j < 4; ++j)
-                    ASSERT_EQ((int)(int8_t)(q >> (8 * j)), 8 * (int)(int8_t)(g >> (8 * j)) + (neg ? -1 : 1))
-                        << "entry " << e << " byte " << 4 * half + j;
-            }
-}
-
-TEST(GemvDigits, Iq1_SDotMatchesTheF32Dot) {
-    for (uint32_t seed = 1; seed <= 20; ++seed) check_codec<GgmlType::IQ1_S>(2048, seed);
-}
-
-TEST(GemvDigits, Iq1_MDotMatchesTheF32Dot) {
-    for (uint32_t seed = 1; seed <= 20; ++seed) check_codec<GgmlType::IQ1_M>(2048, seed);
 }
 
 // Every 4-byte word of a grid's n entries (E: u32, or u64 as two words) under every sign nibble, through

@@ -1,8 +1,9 @@
 // Integer inner loops of the decode GEMV for the formats whose weights are small integers times a block
-// scale (Q8_0, Q2_K and the grid formats IQ1_S .. IQ3_S): the activations are written once per call as three
-// 8-bit digits of a 24-bit fixed-point number per 32-value block (XDigits), so a lane multiplies four weights
-// by four digits in one dp4a instead of converting every weight to a float (cuda_gemv_codecs.cuh spends ~3
-// instructions per value on that, and the decode GEMV was bound by instruction issue, not by memory).
+// scale (Q8_0, Q2_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S; the IQ1 formats keep their float codecs: as digits
+// their dense GEMV measured slower): the activations are written once per call as three 8-bit digits of a
+// 24-bit fixed-point number per 32-value block (XDigits), so a lane multiplies four weights by four digits in
+// one dp4a instead of converting every weight to a float (cuda_gemv_codecs.cuh spends ~3 instructions per value
+// on that, and the decode GEMV was bound by instruction issue, not by memory).
 //
 // Numerics. A block of 32 activations with largest magnitude m gets the scale 2^e, e = exponent(m) - 6, so
 // v = x / 2^e lies in (-128, 128) exactly (a power of two); v = a0 + a1 / 2^8 + a2 / 2^16 + err, the bytes of
@@ -371,112 +372,6 @@ struct DigitCodec<GgmlType::Q2_K> {
     }
 };
 
-// IQ1: a grid word (four int8 grid values g in {-1, 0, 1}) as the bytes 8 g + 1 (shift +1/8) or 8 g - 1 (-1/8), so
-// w = dl (g + delta) = (dl / 8) (8 g + 1 or 8 g - 1): small integers times dl / 8, exact (dl is an f16 times an
-// odd 3-bit integer, and / 8 is a power of two). 8 g per byte is (g << 3) with each byte's low three bits cleared
-// (no byte carries into the next); for 8 g - 1 = 8 (g - 1) + 7, g - 1 is taken per byte on g + 128 (never below
-// 1, so no byte borrows).
-DSV4_GV uint32_t iq1_weights(uint32_t g, bool neg) {
-    const uint32_t v = neg ? ((g ^ 0x80808080u) - 0x01010101u) ^ 0x80808080u : g;
-    return ((v << 3) & 0xF8F8F8F8u) | (neg ? 0x07070707u : 0x01010101u);
-}
-
-// IQ1_S: d qs[32] qh[8](u16: four 3-bit index tops, a 3-bit scale s, the shift's sign): unit u = sub-block ib = u,
-// 32 values of one scale dl = d (2 s + 1) and one shift; its 4 grid entries qs[4 ib + l] | ((qh >> 3 l) & 7) << 8
-// as 8 words of weights (iq1_weights), one whole digit block.
-template <>
-struct DigitCodec<GgmlType::IQ1_S> {
-    using X = XDigits;
-    static constexpr int kElems = 256, kBytes = 50, kUnits = 8, kAlign = 2, kStageBlocks = 16, kXPerBlock = 8;
-    template <int R, int NT>
-    DSV4_GV static void dot(const uint8_t* const (&b)[R], int u, const XDigits* const (&x)[NT], int nt,
-                            float (&acc)[R][NT], const Lut& lut) {
-        uint32_t w[R][8];
-        float dl[R];
-        DSV4_GV_UNROLL
-        for (int r = 0; r < R; ++r) {
-            const uint32_t qh = ld16(b[r] + 34 + 2 * u);
-            dl[r] = mul_rn(mul_rn(half_bits(ld16(b[r])), small_to_float(2 * ((qh >> 12) & 7) + 1)), 0.125f);
-            const bool neg = (qh & 0x8000u) != 0;
-            DSV4_GV_UNROLL
-            for (int l = 0; l < 4; ++l) {
-                const uint64_t e = ld_table(lut.grid64, b[r][2 + 4 * u + l] | (((qh >> (3 * l)) & 7) << 8));
-                w[r][2 * l] = iq1_weights((uint32_t)e, neg);
-                w[r][2 * l + 1] = iq1_weights((uint32_t)(e >> 32), neg);
-            }
-        }
-        DSV4_GV_UNROLL
-        for (int t = 0; t < NT; ++t) {
-            if (t < nt) {
-                const XDigits* xb = x[t] + u;
-                int s0[R] = {}, s1[R] = {}, s2[R] = {};
-                plane_dot<true>(w, xb->a0, s0);
-                plane_dot<false>(w, xb->a1, s1);
-                plane_dot<false>(w, xb->a2, s2);
-                const float sx = ld_x1(&xb->scale);
-                DSV4_GV_UNROLL
-                for (int r = 0; r < R; ++r)
-                    acc[r][t] = fmaf(dl[r] * sx, digit_value(DigitSums{s0[r], s1[r], s2[r]}), acc[r][t]);
-            }
-        }
-    }
-};
-
-// IQ1_M: qs[32] qh[16] scales[8] (four u16 words: 3-bit scales, and one nibble of the f16 super-scale d in the top
-// of each word): unit u = sub-block ib = u; its halves h (values 16 h .. 16 h + 15) have their own scale dl = d
-// (2 s + 1), and each group l of 8 values its own index top and shift sign (nibble l % 2 of qh[2 ib + l / 2]).
-// A half's 4 weight words against the digit block's half.
-template <>
-struct DigitCodec<GgmlType::IQ1_M> {
-    using X = XDigits;
-    static constexpr int kElems = 256, kBytes = 56, kUnits = 8, kAlign = 4, kStageBlocks = 16, kXPerBlock = 8;
-    template <int R, int NT>
-    DSV4_GV static void dot(const uint8_t* const (&b)[R], int u, const XDigits* const (&x)[NT], int nt,
-                            float (&acc)[R][NT], const Lut& lut) {
-        uint32_t w[R][2][4];
-        float dl[R][2];
-        DSV4_GV_UNROLL
-        for (int r = 0; r < R; ++r) {
-            uint32_t sw[2];
-            ld64_a4(b[r] + 48, sw);
-            const uint32_t d16 = ((sw[0] >> 12) & 0x000Fu) | ((sw[0] >> 24) & 0x00F0u) | ((sw[1] >> 4) & 0x0F00u) |
-                                 ((sw[1] >> 16) & 0xF000u);
-            const float d = half_bits(d16);
-            const uint32_t sc = sw[u >> 2] >> (16 * ((u >> 1) & 1) + 6 * (u & 1));  // the sub-block's two scales
-            const uint32_t qh = ld16(b[r] + 32 + 2 * u);                          // its four nibbles
-            DSV4_GV_UNROLL
-            for (int h = 0; h < 2; ++h) {
-                dl[r][h] = mul_rn(mul_rn(d, small_to_float(2 * ((sc >> (3 * h)) & 7) + 1)), 0.125f);
-                DSV4_GV_UNROLL
-                for (int i = 0; i < 2; ++i) {
-                    const int l = 2 * h + i;
-                    const uint32_t nib = (qh >> (4 * l)) & 15;
-                    const uint64_t e = ld_table(lut.grid64, b[r][4 * u + l] | ((nib & 7) << 8));
-                    w[r][h][2 * i] = iq1_weights((uint32_t)e, (nib & 8) != 0);
-                    w[r][h][2 * i + 1] = iq1_weights((uint32_t)(e >> 32), (nib & 8) != 0);
-                }
-            }
-        }
-        DSV4_GV_UNROLL
-        for (int t = 0; t < NT; ++t) {
-            if (t < nt) {
-                const XDigits* xb = x[t] + u;
-                const float sx = ld_x1(&xb->scale);
-                DSV4_GV_UNROLL
-                for (int h = 0; h < 2; ++h) {
-                    const XHalf xh = load_half(xb, h);
-                    DSV4_GV_UNROLL
-                    for (int r = 0; r < R; ++r) {
-                        DigitSums s;
-                        digit_dot<true, 4>(w[r][h], xh.a0, xh.a1, xh.a2, s);
-                        acc[r][t] = fmaf(dl[r][h] * sx, digit_value(s), acc[r][t]);
-                    }
-                }
-            }
-        }
-    }
-};
-
 // Four unsigned grid bytes g (1..127) with four sign bits s (bit j: byte j negative) as int8 weights: byte j is
 // (g ^ 0xFF) + 1 = -g where its bit is set. The bits go to bit 0 of their bytes by one multiply (s * 0x00204081
 // puts bit j at 8 j, and the other products land on bits the mask clears, without carries), 0xFF per set byte
@@ -683,9 +578,8 @@ struct DigitCodec<GgmlType::IQ3_S> {
 
 // Whether format T has a digit codec (the GEMV then quantizes its activations first).
 constexpr bool has_digit_codec(GgmlType t) {
-    return t == GgmlType::Q8_0 || t == GgmlType::IQ2_XXS || t == GgmlType::Q2_K || t == GgmlType::IQ1_S ||
-           t == GgmlType::IQ1_M || t == GgmlType::IQ3_XXS || t == GgmlType::IQ2_XS || t == GgmlType::IQ2_S ||
-           t == GgmlType::IQ3_S;
+    return t == GgmlType::Q8_0 || t == GgmlType::IQ2_XXS || t == GgmlType::Q2_K || t == GgmlType::IQ3_XXS ||
+           t == GgmlType::IQ2_XS || t == GgmlType::IQ2_S || t == GgmlType::IQ3_S;
 }
 
 // Calls go(DigitCodec<T>{}) when `digits` and T has a digit codec, else go(Codec<T>{}).
