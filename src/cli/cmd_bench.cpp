@@ -155,7 +155,8 @@ int cmd_bench(int argc, char** argv) {
     const auto& cfg = m.config();
     const int64_t max_depth = *std::max_element(depths.begin(), depths.end());
     // --profile decodes n_gen more tokens after the last depth's measurement.
-    auto cache = m.new_cache(std::max(max_depth, n_prompt) + n_gen * (repeat + (profile ? 1 : 0)) + 1, false);
+    auto cache = m.new_cache(std::max(max_depth, n_prompt) + n_gen * (repeat + (profile ? 1 : 0)) + 1, false,
+                             kv_store_for(!exact));
     std::mt19937 rng(1);
     auto random_tokens = [&](int64_t n) {
         std::vector<int32_t> t(n);

@@ -32,6 +32,7 @@
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_indexer_fp4.cuh"
 
 namespace dsv4::cuda {
 
@@ -281,7 +282,13 @@ struct ScoreArgs {
     int buf_cap;  // candidate buffer entries: >= the power of two >= top_k, and >= top_k + kMaxTile
     int splits;
     bool vec;  // q and keys 16-byte aligned with head_dim % 4 == 0: cp.async staging
+    // Packed FP4 keys (cuda_indexer_fp4.cuh): rows of rb bytes, staged kFp4Keys at a time in stage_bytes.
+    bool fp4;
+    int rb, stage_bytes;
 };
+
+constexpr int kFp4Keys = kWarps * fp4_index::kTileKeys;  // keys per tile of the FP4 scoring
+constexpr int kFp4Stages = 3;
 
 // q in shared memory: per group of kHeadsPerWarp heads, per 4 dims, the group's heads' 4 dims in a row, so
 // a warp's loads of its heads are one run at fixed offsets (all lanes read the same address: a broadcast).
@@ -292,6 +299,8 @@ __device__ __forceinline__ int q_offset(int h, int d, int hd_pad) {
 // Shared memory of the scoring kernel: q[H_pad][hd_pad] (laid out by q_offset), w[H_pad], two key slices
 // [kMaxTile][kSliceStride], the warps' partial scores [kWarps][kMaxTile], the candidate buffer [buf_cap] and
 // the histogram [kBins].
+// With FP4 keys: the queries' int8 rows [H_pad][q8_stride] and block scales [H_pad][hd / 32], w[H_pad], the
+// staged key bytes [kFp4Stages][stage_bytes], the tile's scores [kFp4Keys], the buffer and the histogram.
 struct ScoreSmem {
     float* q;
     float* w;
@@ -299,10 +308,32 @@ struct ScoreSmem {
     float* red;
     uint64_t* buf;
     int* hist;
+    int8_t* q8;
+    float* qscale;
+    uint8_t* kbytes;
 };
 
+__host__ __device__ constexpr size_t fp4_q_bytes(int H_pad, int hd) {
+    return ((size_t)H_pad * fp4_index::q8_stride(hd) + 15) / 16 * 16;
+}
+
+template <bool kFp4>
 __device__ ScoreSmem score_smem(unsigned char* base, const ScoreArgs& a) {
     ScoreSmem s;
+    if constexpr (kFp4) {
+        s.q8 = reinterpret_cast<int8_t*>(base);
+        s.kbytes = base + fp4_q_bytes(a.H_pad, a.hd);
+        s.qscale = reinterpret_cast<float*>(s.kbytes + (size_t)kFp4Stages * a.stage_bytes);
+        s.w = s.qscale + (size_t)a.H_pad * (a.hd / kFp4Block);
+        s.red = s.w + a.H_pad;
+        s.buf = reinterpret_cast<uint64_t*>(s.red + kFp4Keys);  // 8-byte aligned: H_pad and kFp4Keys are even
+        s.hist = reinterpret_cast<int*>(s.buf + a.buf_cap);
+        s.q = s.kt = nullptr;
+        return s;
+    }
+    s.q8 = nullptr;
+    s.qscale = nullptr;
+    s.kbytes = nullptr;
     s.q = reinterpret_cast<float*>(base);
     s.w = s.q + (size_t)a.H_pad * a.hd_pad;
     s.kt = s.w + a.H_pad;
@@ -310,6 +341,12 @@ __device__ ScoreSmem score_smem(unsigned char* base, const ScoreArgs& a) {
     s.buf = reinterpret_cast<uint64_t*>(s.red + kWarps * kMaxTile);
     s.hist = reinterpret_cast<int*>(s.buf + a.buf_cap);
     return s;
+}
+
+size_t score_smem_bytes_fp4(int H_pad, int hd, int stage_bytes, int buf_cap) {
+    const size_t floats = (size_t)H_pad * (hd / kFp4Block) + H_pad + kFp4Keys;
+    return fp4_q_bytes(H_pad, hd) + (size_t)kFp4Stages * stage_bytes + floats * sizeof(float) +
+           (size_t)buf_cap * sizeof(uint64_t) + kBins * sizeof(int);
 }
 
 size_t score_smem_bytes(int H_pad, int hd_pad, int buf_cap) {
@@ -346,6 +383,23 @@ __device__ __forceinline__ void stage_slice(const ScoreArgs& a, float* kt, int l
         }
     }
     cp_async_commit();
+}
+
+// A finished tile's scores (thread tid holds key t0 + tid's when valid) to scratch (raw) or into the candidate
+// buffer. `filled` is the buffer's fill as every thread read it before the barrier that ended the tile's
+// scoring (a read after it would race with other warps' appends, and threads could disagree on calling
+// keep_top, whose barriers all must reach).
+__device__ __forceinline__ void emit_tile(const ScoreArgs& a, const ScoreSmem& s, SelShared& sh, int filled, int t0,
+                                          int TK, bool valid, float score, bool raw, uint32_t* raw_out, int k) {
+    const uint32_t bits = valid ? score_bits(score) : 0;
+    if (raw) {
+        if (valid) raw_out[t0 + threadIdx.x] = bits;
+    } else {
+        // Room for a whole tile; keep_top leaves at most k <= buf_cap - kMaxTile entries.
+        if (filled + TK > a.buf_cap) keep_top(s.buf, k, s.hist, sh);
+        const uint64_t key = valid ? make_key(bits, t0 + threadIdx.x) : 0;
+        append(s.buf, &sh.count, key, valid && key >= sh.theta);
+    }
 }
 
 // Score keys [lo, hi) of query i in tiles of 32 RK keys; each finished tile's keys go to scratch (raw) or
@@ -413,37 +467,70 @@ __device__ void score_keys(const ScoreArgs& a, const ScoreSmem& s, SelShared& sh
             const int t0 = lo + (g / steps) * TK;
 #pragma unroll
             for (int j = 0; j < RK; ++j) s.red[warp * kMaxTile + lane + j * kWarp] = part[j];
-            // The buffer's fill as settled by the previous step's closing barrier, read by every thread
-            // before any warp appends this tile (a read after the barrier would race with other warps'
-            // appends, and threads could disagree on calling keep_top, whose barriers all must reach).
-            const int filled = sh.count;
+            const int filled = sh.count;  // as the previous step's closing barrier settled it (emit_tile)
             __syncthreads();
             const bool valid = tid < TK && t0 + tid < hi;
-            uint32_t bits = 0;
-            if (valid) {
-                float score = 0.0f;
+            float score = 0.0f;
+            if (valid)
 #pragma unroll
                 for (int w = 0; w < kWarps; ++w) score += s.red[w * kMaxTile + tid];
-                bits = score_bits(score);
-            }
-            if (raw) {
-                if (valid) raw_out[t0 + tid] = bits;
-            } else {
-                // Room for a whole tile; keep_top leaves at most k <= buf_cap - kMaxTile entries.
-                if (filled + TK > a.buf_cap) keep_top(s.buf, k, s.hist, sh);
-                const uint64_t key = valid ? make_key(bits, t0 + tid) : 0;
-                append(s.buf, &sh.count, key, valid && key >= sh.theta);
-            }
+            emit_tile(a, s, sh, filled, t0, TK, valid, score, raw, raw_out, k);
         }
         __syncthreads();  // the buffer read by this step is restaged next; counts settle
     }
 }
 
+// score_keys over packed FP4 keys (cuda_indexer_fp4.cuh): tiles of kFp4Keys keys, a warp's 8 of them per
+// n-tile; a tile's rows are one run of bytes, staged in 16-byte pieces from the aligned address at or before
+// its first (the cache keeps 16 bytes of slack after its last row) through kFp4Stages buffers.
+__device__ void score_keys_fp4(const ScoreArgs& a, const ScoreSmem& s, SelShared& sh, int lo, int hi, bool raw,
+                               uint32_t* raw_out, int k) {
+    constexpr int TK = kFp4Keys;
+    const uint8_t* keys = reinterpret_cast<const uint8_t*>(a.key_rows ? a.key_rows[blockIdx.x] : a.keys);
+    const int rb = a.rb, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    const int tiles = (hi - lo + TK - 1) / TK;
+    auto stage = [&](int j) {  // every call commits a group (empty past the last tile)
+        if (j < tiles) {
+            const int64_t t0 = lo + (int64_t)j * TK, first = t0 * rb, start = first & ~(int64_t)15;
+            const int64_t end = (int64_t)min(hi, (int)t0 + TK) * rb;
+            const int pieces = (int)((end - start + 15) / 16);
+            uint8_t* dst = s.kbytes + (j % kFp4Stages) * a.stage_bytes;
+            for (int c = threadIdx.x; c < a.stage_bytes / 16; c += kThreads)
+                cp_async16_zfill(dst + 16 * c, keys + start + 16 * c, c < pieces);
+        }
+        cp_async_commit();
+    };
+    for (int j = 0; j < kFp4Stages - 1; ++j) stage(j);
+#pragma unroll 1
+    for (int g = 0; g < tiles; ++g) {
+        stage(g + kFp4Stages - 1);
+        cp_async_wait<kFp4Stages - 1>();
+        __syncthreads();
+        const int t0 = lo + g * TK;
+        const uint8_t* tile = s.kbytes + (g % kFp4Stages) * a.stage_bytes + (((int64_t)t0 * rb) & 15);
+        if (t0 + warp * fp4_index::kTileKeys < hi) {  // warp-uniform
+            const float2 sc = fp4_index::warp_tile_scores(s.q8, s.qscale, s.w, a.H_pad, a.hd,
+                                                          tile + warp * fp4_index::kTileKeys * rb, rb);
+            if (lane < 4) {
+                s.red[warp * fp4_index::kTileKeys + 2 * lane] = sc.x;
+                s.red[warp * fp4_index::kTileKeys + 2 * lane + 1] = sc.y;
+            }
+        }
+        const int filled = sh.count;  // as the previous tile's closing barrier settled it (emit_tile)
+        __syncthreads();
+        const bool valid = (int)threadIdx.x < TK && t0 + (int)threadIdx.x < hi;
+        emit_tile(a, s, sh, filled, t0, TK, valid, valid ? s.red[threadIdx.x] : 0.0f, raw, raw_out, k);
+        __syncthreads();  // the stage read by this tile is restaged next; counts settle
+    }
+}
+
+// kFp4: packed FP4 keys (a.fp4), scored on int8 tensor cores; else f32 keys.
+template <bool kFp4>
 __global__ void __launch_bounds__(kThreads, 2) indexer_score_kernel(ScoreArgs a) {
     pdl_begin();
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ SelShared sh;
-    const ScoreSmem s = score_smem(smem_raw, a);
+    const ScoreSmem s = score_smem<kFp4>(smem_raw, a);
     const int64_t i = blockIdx.x;
     const int split = blockIdx.y;
     const int nv = max(a.n_visible[i], 0), k = min(a.top_k, nv);
@@ -455,7 +542,9 @@ __global__ void __launch_bounds__(kThreads, 2) indexer_score_kernel(ScoreArgs a)
     // heads and dims are zero-filled. The copies land before the first key slice is used.
     const float* qi = a.q + i * a.H * a.hd;
     const int n_d4 = a.hd_pad / 4;
-    if (a.vec) {
+    if constexpr (kFp4) {
+        fp4_index::load_queries(qi, a.H, a.hd, a.H_pad, s.q8, s.qscale);
+    } else if (a.vec) {
         for (int c = threadIdx.x; c < a.H_pad * n_d4; c += kThreads) {
             const int h = c / n_d4, d = c % n_d4 * 4;
             const bool valid = h < a.H && d < a.hd;
@@ -480,7 +569,9 @@ __global__ void __launch_bounds__(kThreads, 2) indexer_score_kernel(ScoreArgs a)
     __syncthreads();
     // This query's scratch (several splits): raw score bits by key index, or top_k keys per split.
     uint64_t* region = final ? nullptr : a.part + i * a.splits * a.top_k;
-    if (hi > lo) {
+    if constexpr (kFp4) {
+        if (hi > lo) score_keys_fp4(a, s, sh, lo, hi, r.raw, reinterpret_cast<uint32_t*>(region), k);
+    } else if (hi > lo) {
         if (hi - lo <= kWarp)
             score_keys<1>(a, s, sh, lo, hi, r.raw, reinterpret_cast<uint32_t*>(region), k);
         else if (hi - lo <= 2 * kWarp)
@@ -610,7 +701,7 @@ __global__ void __launch_bounds__(kMergeThreads)
 
 void CudaBackend::indexer_topk(int32_t* idx, const float* q, const float* w, const float* keys,
                                const int32_t* n_visible, int64_t n, int n_heads, int head_dim, int top_k,
-                               const float* const* key_rows) {
+                               const float* const* key_rows, bool fp4_keys) {
     if (n <= 0 || top_k <= 0) return;
     if (skipped("indexer_topk")) {  // what-if: no entry selected (all -1), so the attention still reads valid lists
         CUDA_CHECK(cudaMemsetAsync(idx, 0xFF, (size_t)n * top_k * sizeof(int32_t), stream_));
@@ -634,12 +725,22 @@ void CudaBackend::indexer_topk(int32_t* idx, const float* q, const float* w, con
     a.top_k = top_k;
     a.buf_cap = k2 + std::max(kMaxTile, k2 / 2);
     a.vec = head_dim % 4 == 0 && aligned16(key_rows ? nullptr : keys, q);  // a table's rows are aligned by contract
-    const size_t smem = score_smem_bytes(a.H_pad, a.hd_pad, a.buf_cap);
+    a.fp4 = fp4_keys;
+    a.rb = (int)fp4_row_bytes(head_dim);
+    a.stage_bytes = ((kFp4Keys * a.rb + 15) / 16 + 1) * 16;
+    if (fp4_keys)
+        DSV4_CHECK_MSG(head_dim % kFp4Block == 0 && aligned16(key_rows ? nullptr : keys),
+                       "indexer_topk: packed FP4 keys need a head dim that is a multiple of %d (not %d) and 16-byte "
+                       "aligned rows",
+                       kFp4Block, head_dim);
+    const size_t smem = fp4_keys ? score_smem_bytes_fp4(a.H_pad, head_dim, a.stage_bytes, a.buf_cap)
+                                 : score_smem_bytes(a.H_pad, a.hd_pad, a.buf_cap);
     DSV4_CHECK_MSG(smem + sizeof(SelShared) <= (size_t)props_.sharedMemPerBlockOptin,
                    "indexer_topk: top_k %d with %d heads of %d needs %zu bytes of shared memory", top_k, n_heads,
                    head_dim, smem);
+    const auto score_kernel = fp4_keys ? indexer_score_kernel<true> : indexer_score_kernel<false>;
     if (smem > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(indexer_score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CUDA_CHECK(cudaFuncSetAttribute(score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     // Enough blocks to fill the GPU (two per SM when shared memory allows) when few queries come (decode);
     // one per query, which then finishes its own list, when many do.
     const int per_sm = 2 * (smem + sizeof(SelShared) + 1024) <= (size_t)props_.sharedMemPerMultiprocessor ? 2 : 1;
@@ -647,7 +748,7 @@ void CudaBackend::indexer_topk(int32_t* idx, const float* q, const float* w, con
     a.splits = n >= slots ? 1 : (int)std::min<int64_t>((slots + n - 1) / n, 1024);
     Scratch s(*this);
     if (a.splits > 1) a.part = s.get<uint64_t>(n * a.splits * top_k);
-    launch_pdl(indexer_score_kernel, dim3((unsigned)n, (unsigned)a.splits), kThreads, smem, stream_, a);
+    launch_pdl(score_kernel, dim3((unsigned)n, (unsigned)a.splits), kThreads, smem, stream_, a);
     CUDA_CHECK_LAUNCH();
     if (a.splits == 1) return;
     // The merge stages candidates in whatever shared memory its output buffer and histogram leave.
