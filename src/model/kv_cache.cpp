@@ -109,6 +109,23 @@ size_t KvCache::bytes_for(const ModelConfig& cfg, int64_t capacity, bool with_mt
     return (size_t)floats * sizeof(float);
 }
 
+KvCache::TokenBytes KvCache::bytes_per_token(const ModelConfig& cfg, KvStore store) {
+    TokenBytes t;
+    const double entry = 4.0 * cfg.head_dim;
+    const double key = packs_index(cfg, store) ? (double)fp4_row_bytes(cfg.index_head_dim) : 4.0 * cfg.index_head_dim;
+    t.csa_entry = entry / 4;
+    t.csa_index = key / 4;
+    for (int il = 0; il < cfg.n_layer; ++il) {
+        const int r = cfg.ratio(il);
+        if (r == 4) t.all += t.csa_entry + t.csa_index;
+        if (r > 0 && r != 4) {
+            if (t.hca == 0) t.hca = entry / r;
+            t.all += entry / r;
+        }
+    }
+    return t;
+}
+
 KvCache::~KvCache() {
     for (void* p : allocs_) backend_.free(p);
     for (Journal& j : journal_) {

@@ -69,6 +69,14 @@ public:
     // What bytes() of a cache constructed with these arguments is, without allocating it (memory planning).
     static size_t bytes_for(const ModelConfig& cfg, int64_t capacity, bool with_mtp, KvStore store = KvStore::exact);
     KvStore store() const { return store_; }
+    // Bytes the append-only entries add per token of context (windows and compressor states are fixed): a CSA
+    // layer's (ratio 4) compressed entry and indexer key every 4 tokens, an HCA layer's entry every `ratio`.
+    struct TokenBytes {
+        double csa_entry = 0, csa_index = 0;  // one CSA layer
+        double hca = 0;                       // one HCA layer (the model's first HCA ratio)
+        double all = 0;                       // every layer together
+    };
+    static TokenBytes bytes_per_token(const ModelConfig& cfg, KvStore store);
     // Whether the store keeps the indexer's keys packed for a model of this config (head dims of whole FP4
     // blocks; others keep f32 rows in either store).
     static bool packs_index(const ModelConfig& cfg, KvStore store);
