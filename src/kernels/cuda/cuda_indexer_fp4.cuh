@@ -46,30 +46,19 @@ __host__ __device__ constexpr int q8_stride(int hd) { return hd + 16; }
 
 // The queries of one row (H heads of hd values, FP4-simulated) as int8 rows [H_pad][q8_stride(hd)] (twice the
 // E2M1 values; zero rows for the padding heads) and their block scales qscale[H_pad][hd / 32] as 2^e / 4, so
-// that a block's exact int32 dot times qscale times the key's scale is the f32 product. Block-wide.
+// that a block's exact int32 dot times qscale times the key's scale is the f32 product. A warp per block of 32
+// values (lane l holds value l: one coalesced load, the amax by shuffles); block-wide.
 __device__ void load_queries(const float* q, int H, int hd, int H_pad, int8_t* q8, float* qscale) {
-    const int nb = hd / kFp4Block;
-    for (int c = threadIdx.x; c < H_pad * nb; c += blockDim.x) {
+    const int nb = hd / kFp4Block, lane = threadIdx.x % kWarp;
+    for (int c = threadIdx.x / kWarp; c < H_pad * nb; c += blockDim.x / kWarp) {
         const int h = c / nb, b = c % nb;
-        const float* x = q + (int64_t)h * hd + b * kFp4Block;
-        uint32_t* dst = reinterpret_cast<uint32_t*>(q8 + (int64_t)h * q8_stride(hd) + b * kFp4Block);
-        if (h >= H) {
-            for (int j = 0; j < kFp4Block / 4; ++j) dst[j] = 0;
-            qscale[c] = 0.0f;
-            continue;
-        }
-        float amax = 0.0f;
-        for (int i = 0; i < kFp4Block; ++i) amax = fmaxf(amax, fabsf(x[i]));
+        const float x = h < H ? q[(int64_t)h * hd + b * kFp4Block + lane] : 0.0f;
+        float amax = fabsf(x);
+#pragma unroll
+        for (int o = kWarp / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
         const float sc = fake_quant_scale(amax, true);
-        qscale[c] = sc * 0.25f;
-        for (int j = 0; j < kFp4Block / 4; ++j) {
-            uint32_t word = 0;
-            for (int i = 0; i < 4; ++i) {
-                const float y = fp4_grid_value(x[4 * j + i], sc);
-                word |= (uint32_t)(uint8_t)(int8_t)(int)(2.0f * y) << (8 * i);
-            }
-            dst[j] = word;
-        }
+        q8[(int64_t)h * q8_stride(hd) + b * kFp4Block + lane] = h < H ? (int8_t)(int)(2.0f * fp4_grid_value(x, sc)) : 0;
+        if (lane == 0) qscale[c] = h < H ? sc * 0.25f : 0.0f;
     }
 }
 
