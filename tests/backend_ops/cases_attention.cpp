@@ -564,6 +564,13 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(indexer_case(1, 8, 64, 20000, 16, false, false, s));
     out.push_back(indexer_case(1, 4, 64, 40000, 128, false, false, s));
     out.push_back(indexer_case(1, 4, 64, 60000, 256, false, false, s));
+    // One or two queries past 4096 keys whose raw scores fit their scratch (2 splits x top_k): the histogram
+    // path (top digits counted by the splits, the keys of the digits holding the top k gathered, then selected),
+    // with exact ties across the boundary digit, two queries, and on packed keys.
+    out.push_back(indexer_case(1, 16, 64, 6000, 64, true, false, s));
+    out.push_back(indexer_case(2, 16, 64, 9000, 512, true, false, s));
+    out.push_back(indexer_case(2, 64, 128, 12000, 512, false, false, s));
+    out.push_back(indexer_case(1, 16, 64, 7000, 100, true, false, s, false, true));
     // Many queries, a block each: running threshold and buffer compaction (exact ties too); more heads than
     // one pass holds; head_dim not a multiple of 4 (unvectorized key staging).
     out.push_back(indexer_case(300, 4, 64, 700, 16, false, false, s));
