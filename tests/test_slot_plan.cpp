@@ -24,11 +24,13 @@ TEST(SlotPlan, PlannedBytesAreTheConstructedCachesBytes) {
         auto m = load(*b, set);
         ASSERT_TRUE(m);
         for (int64_t cap : {1, 3, 100, 129, 4096, 5001})
-            for (bool mtp : {false, true}) {
-                KvCache c(m->config(), *b, cap, mtp);
-                EXPECT_EQ(KvCache::bytes_for(m->config(), cap, mtp), c.bytes())
-                    << set << " capacity " << cap << (mtp ? " with the MTP window" : "");
-            }
+            for (bool mtp : {false, true})
+                for (KvStore store : {KvStore::exact, KvStore::quant_sim}) {
+                    KvCache c(m->config(), *b, cap, mtp, store);
+                    EXPECT_EQ(KvCache::bytes_for(m->config(), cap, mtp, store), c.bytes())
+                        << set << " capacity " << cap << (mtp ? " with the MTP window" : "")
+                        << (store == KvStore::quant_sim ? ", quant-sim store" : "");
+                }
     }
 }
 
@@ -39,7 +41,9 @@ TEST(SlotPlan, BudgetTakesTheSlotsThatFit) {
     EngineOptions o;
     o.n_ctx = 2048;
     o.n_slots = 64;
-    const size_t per = KvCache::bytes_for(m->config(), o.n_ctx, false);
+    // The engine's caches: the quant-sim store (packed indexer keys) unless it runs exact mode.
+    const size_t per = KvCache::bytes_for(m->config(), o.n_ctx, false, KvStore::quant_sim);
+    EXPECT_LT(per, KvCache::bytes_for(m->config(), o.n_ctx, false, KvStore::exact));
     o.kv_memory = 3 * per + per / 2;
     auto p = plan_slots(*m, o);
     ASSERT_TRUE(p.ok()) << p.error();
@@ -60,6 +64,12 @@ TEST(SlotPlan, BudgetTakesTheSlotsThatFit) {
     ASSERT_TRUE(p.ok()) << p.error();
     EXPECT_GE(p->slots, 1);
     EXPECT_GT(p->reserve, 0u);
+    // Exact mode plans the f32 store's size.
+    o.quant_sim = false;
+    o.kv_memory = 0;
+    p = plan_slots(*m, o);
+    ASSERT_TRUE(p.ok()) << p.error();
+    EXPECT_EQ(p->bytes_per_slot, KvCache::bytes_for(m->config(), 64, false, KvStore::exact));
 }
 
 TEST(SlotPlan, NoSlotFitsIsAClearError) {
@@ -69,7 +79,7 @@ TEST(SlotPlan, NoSlotFitsIsAClearError) {
     EngineOptions o;
     o.n_ctx = 1 << 20;
     o.n_slots = 4;
-    o.kv_memory = KvCache::bytes_for(m->config(), 8192, false);
+    o.kv_memory = KvCache::bytes_for(m->config(), 8192, false, KvStore::quant_sim);
     auto p = plan_slots(*m, o);
     ASSERT_FALSE(p.ok());
     EXPECT_NE(p.error().find("one sequence of 1048576 tokens needs"), std::string::npos) << p.error();

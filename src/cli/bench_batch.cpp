@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cli/bench_counts.h"
+#include "ops/fp4_rows.h"
 
 namespace dsv4::cli {
 
@@ -26,11 +27,31 @@ void fill_cache_randomly(Model& m, KvCache& cache, int64_t depth) {
         }
         b.upload(dst, host.data(), (size_t)floats * sizeof(float));
     };
+    // Packed indexer keys (a quant-sim cache): random rows as the quant-sim rounding leaves them, packed once.
+    std::vector<float> packed;
+    auto fill_packed = [&](float* dst, int64_t rows) {
+        const int id = cfg.index_head_dim;
+        const int64_t rf = fp4_row_floats(id);
+        if (!dst || rows <= 0) return;
+        if ((int64_t)packed.size() < rows * rf) {
+            std::vector<float> v((size_t)id);
+            for (int64_t r = (int64_t)packed.size() / rf; r < rows; ++r) {
+                packed.resize((size_t)((r + 1) * rf));
+                for (auto& x : v) x = u(rng);
+                for (int j = 0; j < id; j += kFp4Block) fake_quant_block(v.data() + j, kFp4Block, true);
+                fp4_pack_row(v.data(), id, reinterpret_cast<uint8_t*>(packed.data() + r * rf));
+            }
+        }
+        b.upload(dst, packed.data(), (size_t)(rows * rf) * sizeof(float));
+    };
     for (int il = 0; il < cfg.n_layer; ++il) {
         LayerCache& L = cache.layer(il);
         fill(L.window, (int64_t)cfg.window * cfg.head_dim);
         if (L.ratio > 0) fill(L.comp, depth / L.ratio * cfg.head_dim);
-        if (L.ratio == 4) fill(L.index, depth / 4 * cfg.index_head_dim);
+        if (L.ratio == 4 && L.index_fp4)
+            fill_packed(L.index, depth / 4);
+        else if (L.ratio == 4)
+            fill(L.index, depth / 4 * cfg.index_head_dim);
     }
     b.synchronize();
     cache.set_pos(depth);
@@ -66,7 +87,8 @@ Result<nlohmann::ordered_json> bench_batches(Model& m, StepRunner& runner, const
             if (n <= 0) return make_error("--batch sizes must be positive");
             std::vector<std::unique_ptr<KvCache>> caches;
             for (int64_t i = 0; i < n; ++i) {
-                caches.push_back(m.new_cache(depth + b.n_gen * (b.repeat + (b.profiler ? 1 : 0)) + 1, false));
+                caches.push_back(
+                    m.new_cache(depth + b.n_gen * (b.repeat + (b.profiler ? 1 : 0)) + 1, false, kv_store_for(opt.quant_sim)));
                 DSV4_TRY(reach_depth(m, runner, *caches.back(), depth, b.chunk, b.skip_fill, opt, rng));
             }
             std::vector<int32_t> tokens((size_t)n);

@@ -173,7 +173,7 @@ Result<nlohmann::ordered_json> bench_speculative(Model& m, StepRunner& runner, c
     std::vector<int32_t> prompt((size_t)b.n_prompt);
     for (int32_t& t : prompt) t = (int32_t)(rng() % (uint32_t)m.config().n_vocab);
     {
-        auto cache = m.new_cache(b.n_prompt + b.max_drafts + 2, true);
+        auto cache = m.new_cache(b.n_prompt + b.max_drafts + 2, true, kv_store_for(b.quant_sim));
         StepOptions prefill;
         prefill.quant_sim = b.quant_sim;
         for (int64_t p = 0; p < b.n_prompt; p += 4096) {

@@ -155,7 +155,8 @@ int cmd_bench(int argc, char** argv) {
     const auto& cfg = m.config();
     const int64_t max_depth = *std::max_element(depths.begin(), depths.end());
     // --profile decodes n_gen more tokens after the last depth's measurement.
-    auto cache = m.new_cache(std::max(max_depth, n_prompt) + n_gen * (repeat + (profile ? 1 : 0)) + 1, false);
+    auto cache = m.new_cache(std::max(max_depth, n_prompt) + n_gen * (repeat + (profile ? 1 : 0)) + 1, false,
+                             kv_store_for(!exact));  // as bytes_per_token below reports
     std::mt19937 rng(1);
     auto random_tokens = [&](int64_t n) {
         std::vector<int32_t> t(n);
@@ -193,6 +194,13 @@ int cmd_bench(int argc, char** argv) {
     out["layers"] = cfg.n_layer;
     out["weight_bytes_per_decoded_token"] = bytes_per_token;
     out["weight_bytes"] = m.weights().bytes_matrices;
+    const KvStore store = kv_store_for(!exact);
+    const KvCache::TokenBytes kvb = KvCache::bytes_per_token(cfg, store);
+    out["kv_bytes_per_token"] = {{"store", store == KvStore::quant_sim ? "quant_sim" : "exact"},
+                                 {"csa_layer_entries", kvb.csa_entry},
+                                 {"csa_layer_indexer_keys", kvb.csa_index},
+                                 {"hca_layer", kvb.hca},
+                                 {"all_layers", kvb.all}};
     out["load_seconds"] = load_s;
     out["prefill"] = {{"tokens", n_prompt}, {"chunk", chunk}, {"seconds", prefill_s},
                       {"tokens_per_s", n_prompt / prefill_s}, {"tflop_per_s", tflops}};
@@ -336,6 +344,10 @@ int cmd_bench(int argc, char** argv) {
     std::printf("load     %.2f GB of weight matrices in %.1f s (%.2f GB/s)%s\n", m.weights().bytes_matrices / 1e9,
                 load_s, m.weights().bytes_matrices / 1e9 / load_s, origin.c_str());
     std::printf("weights  %.1f MB read per decoded token\n", bytes_per_token / 1e6);
+    std::printf("kv       %.0f bytes per token of context in all layers (%s store): a CSA layer %.0f (entries %.0f, "
+                "indexer keys %.0f), an HCA layer %.1f\n",
+                kvb.all, store == KvStore::quant_sim ? "quant-sim" : "exact", kvb.csa_entry + kvb.csa_index,
+                kvb.csa_entry, kvb.csa_index, kvb.hca);
     std::printf("prefill  %lld tokens in %.3f s: %.1f tokens/s, %.4g TFLOP/s", (long long)n_prompt, prefill_s,
                 n_prompt / prefill_s, tflops);
     if (peak_tflops > 0) std::printf(" (%.1f%% of %.0f TFLOP/s)", 100 * tflops / peak_tflops, peak_tflops);

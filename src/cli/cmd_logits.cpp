@@ -68,7 +68,7 @@ int cmd_logits(int argc, char** argv) {
     opt.quant_sim = quant_sim == "on";
     opt.all_logits = true;
     opt.graphs = !no_graphs;
-    auto cache = m.new_cache(T + 1, mtp);
+    auto cache = m.new_cache(T + 1, mtp, kv_store_for(opt.quant_sim));
     std::vector<float> out((size_t)rows_main * V);
     std::vector<float> logits, hidden, mlogits;
     const auto t0 = std::chrono::steady_clock::now();

@@ -104,8 +104,8 @@ OpCost describe(tag::hc_pre_norm, const char*, float*, float*, float*, const flo
 }
 
 OpCost describe(tag::indexer_topk, const char*, int32_t*, const float*, const float*, const float*, const int32_t*,
-                int64_t n, int, int, int, const float* const*) {
-    return {"indexer_topk " + rows_class(n), 0};
+                int64_t n, int, int, int, const float* const*, bool fp4_keys) {
+    return {std::string(fp4_keys ? "indexer_topk fp4 " : "indexer_topk ") + rows_class(n), 0};
 }
 
 OpCost describe(tag::attention, const char*, const AttentionArgs& a) { return {"attention " + rows_class(a.n), 0}; }

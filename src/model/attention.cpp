@@ -58,7 +58,8 @@ void finish_entries(Model::Ctx& c, const CompressorWeights& w, float* out, int64
 // finished in a scratch buffer and scattered to their rows by a device index list, so a decode step's op
 // arguments do not depend on the position (step graphs replay them). Returns the number of new entries.
 int64_t compress(Model::Ctx& c, const SeqSlice& s, const CompressorWeights& w, const CompressorProj& pr, int ratio,
-                 int d, float* state_kv, float* state_sc, float* entries, const RopeParams& rope, bool indexer) {
+                 int d, float* state_kv, float* state_sc, float* entries, const RopeParams& rope, bool indexer,
+                 bool packed = false) {
     const int64_t n = s.n;
     const int64_t first = s.pos0 / ratio;
     const int64_t n_new = (s.pos0 + n) / ratio - first;
@@ -79,7 +80,10 @@ int64_t compress(Model::Ctx& c, const SeqSlice& s, const CompressorWeights& w, c
         for (int64_t j = 0; j < n_new; ++j) v[j] = (int32_t)(first + j);
         return v;
     });
-    c.b.scatter_rows(entries, out, rows, n_new, d);
+    if (packed)
+        c.b.pack_fp4_rows(entries, nullptr, out, rows, n_new, d);
+    else
+        c.b.scatter_rows(entries, out, rows, n_new, d);
     return n_new;
 }
 
@@ -128,7 +132,7 @@ CompressorProj proj_rows(const CompressorProj& p, int64_t row0, int ratio, int d
 // the others) finished as compress() finishes them and scattered to their sequences' caches.
 void compress_group(Model::Ctx& c, const CompressorWeights& w, const CompressorProj& pr, int ratio, int d,
                     float* const* state_kv, float* const* state_sc, float* const* entries, const RopeParams& rope,
-                    bool indexer) {
+                    bool indexer, bool packed = false) {
     const int64_t G = c.group;
     const std::vector<int64_t>& gpos = c.group_pos;
     float* out = c.f32(G * d);
@@ -148,7 +152,10 @@ void compress_group(Model::Ctx& c, const CompressorWeights& w, const CompressorP
         for (int64_t j = 0; j < G; ++j) v[j] = (gpos[j] + 1) % ratio == 0 ? (int32_t)(gpos[j] / ratio) : -1;
         return v;
     });
-    c.b.scatter_rows_to(entries, out, rows, G, d);
+    if (packed)
+        c.b.pack_fp4_rows(nullptr, entries, out, rows, G, d);
+    else
+        c.b.scatter_rows_to(entries, out, rows, G, d);
 }
 
 // The window list of the query at position p of a step that feeds tokens from pos0 (row[win], -1 where
@@ -174,6 +181,18 @@ void build_group_tables(Model::Ctx& c) {
                                         lc.index_state_sc};
             for (int k = 0; k < kKinds; ++k) host[((size_t)il * kKinds + k) * G + s.row0] = ptrs[k];
         }
+    }
+    // The group's caches store their indexer keys alike (one op serves them all; Model::step_batch checks it).
+    c.group_index_fp4.assign((size_t)n_layer, false);
+    bool first = true;
+    for (const SeqSlice& s : c.seqs) {
+        if (s.n != 1) continue;
+        for (int il = 0; il < n_layer; ++il) {
+            const bool fp4 = s.cache->layer(il).index_fp4;
+            DSV4_CHECK(first || fp4 == (bool)c.group_index_fp4[il]);  // Model::step_batch refuses mixed stores
+            c.group_index_fp4[il] = fp4;
+        }
+        first = false;
     }
     c.group_pos.assign((size_t)G, 0);
     for (const SeqSlice& s : c.seqs)
@@ -305,9 +324,11 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
         if (NG > 0) {
             compress_group(c, L.compressor, pr.main, ratio, hd, T->state_kv, T->state_sc, T->comp, rope, false);
             if (ratio == 4) {
+                const bool packed = c.group_index_fp4[il];
                 compress_group(c, L.index_compressor, pr.index, 4, id, T->index_state_kv, T->index_state_sc, T->index,
-                               rope, true);
-                c.b.indexer_topk(idx, pr.qi, pr.wts, placeholder(T->index), n_vis, NG, ih, id, top_k, T->index);
+                               rope, true, packed);
+                c.b.indexer_topk(idx, pr.qi, pr.wts, placeholder(T->index), n_vis, NG, ih, id, top_k, T->index,
+                                 packed);
             }
         }
         for (size_t si = 0; si < c.seqs.size(); ++si) {
@@ -319,10 +340,11 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
             AttentionArgs& a = args[si];
             a.kv_comp = lc.comp;
             if (ratio == 4) {
+                DSV4_CHECK(!lc.index_fp4 || c.opt.quant_sim);  // Model::step_batch refuses it
                 compress(c, s, L.index_compressor, proj_rows(pr.index, s.row0, 4, id), 4, id, lc.index_state_kv,
-                         lc.index_state_sc, lc.index, rope, true);
+                         lc.index_state_sc, lc.index, rope, true, lc.index_fp4);
                 c.b.indexer_topk(idx + s.row0 * top_k, pr.qi + s.row0 * ih * id, pr.wts + s.row0 * ih, lc.index,
-                                 n_vis + s.row0, s.n, ih, id, top_k, nullptr);
+                                 n_vis + s.row0, s.n, ih, id, top_k, nullptr, lc.index_fp4);
                 a.comp_idx = idx + s.row0 * top_k;
                 a.n_comp = top_k;
             } else {

@@ -121,8 +121,8 @@ Model::~Model() {
     for (void* p : owned_) backend_.free(p);
 }
 
-std::unique_ptr<KvCache> Model::new_cache(int64_t capacity, bool with_mtp) {
-    return std::make_unique<KvCache>(cfg_, backend_, capacity, with_mtp && w_.has_mtp);
+std::unique_ptr<KvCache> Model::new_cache(int64_t capacity, bool with_mtp, KvStore store) {
+    return std::make_unique<KvCache>(cfg_, backend_, capacity, with_mtp && w_.has_mtp, store);
 }
 
 namespace {
@@ -262,6 +262,11 @@ Status Model::step_batch(std::span<BatchItem> items, const StepOptions& opt, Bac
         if (!it.draw != !it.drawn) return make_error("step: a draw needs both its request and its result");
         if (it.draw && (it.n_draws < 1 || it.n_draws > n)) return make_error("step: n_draws outside [1, tokens]");
         if (it.hidden_from < 0 || it.hidden_from >= n) return make_error("step: hidden_from outside the step's rows");
+        if (it.cache->store() == KvStore::quant_sim && !opt.quant_sim)
+            return make_error("step: an exact-mode step on a cache made for quant-sim steps (it keeps the indexer's "
+                              "keys as FP4 codes); exact steps need a cache made with KvStore::exact");
+        if (it.cache->store() != items[0].cache->store())
+            return make_error("step: the sequences' caches store their indexer keys differently");
         if (it.cache->pos() + n > it.cache->capacity())
             return make_error("context full: position " + std::to_string(it.cache->pos() + n) +
                               " exceeds the cache capacity " + std::to_string(it.cache->capacity()));

@@ -83,7 +83,9 @@ public:
     const GgufFile* mtp_file() const { return mtp_file_.get(); }
     const ModelWeights& weights() const { return w_; }
 
-    std::unique_ptr<KvCache> new_cache(int64_t capacity, bool with_mtp = false);
+    // A cache for `capacity` tokens. KvStore::quant_sim (for quant-sim steps only) keeps the indexer's keys
+    // packed (model/kv_cache.h).
+    std::unique_ptr<KvCache> new_cache(int64_t capacity, bool with_mtp = false, KvStore store = KvStore::exact);
 
     // Run `tokens` at positions cache.pos() .. cache.pos()+n-1 and advance the cache. Writes logits
     // ([n or 1, n_vocab], host) when `logits` is non-null and the final streams ([n, hc, D], host) when

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "ops/fp4_rows.h"
+
 namespace dsv4 {
 
 namespace {
@@ -20,15 +22,16 @@ struct Layout {
         int ratio = 0;
         int64_t off_window = 0, off_state = 0, off_index = 0;
         int64_t state_floats = 0, index_state_floats = 0;
-        int64_t comp_floats = 0, index_floats = 0;
+        int64_t comp_floats = 0, index_floats = 0, index_row_floats = 0;
     };
     std::vector<Layer> layers;
     int64_t rows_floats = 0;
 };
 
-Layout cache_layout(const ModelConfig& cfg, int64_t capacity, bool with_mtp) {
+Layout cache_layout(const ModelConfig& cfg, int64_t capacity, bool with_mtp, KvStore store) {
     const int n = cfg.n_layer + (with_mtp ? 1 : 0);
     const int64_t hd = cfg.head_dim, id = cfg.index_head_dim;
+    const bool packed = KvCache::packs_index(cfg, store);
     Layout lo;
     lo.layers.resize(n);
     for (int il = 0; il < n; ++il) {
@@ -47,7 +50,10 @@ Layout cache_layout(const ModelConfig& cfg, int64_t capacity, bool with_mtp) {
             L.index_state_floats = 8 * 2 * id;
             L.off_index = lo.rows_floats;
             lo.rows_floats += 2 * L.index_state_floats;
-            L.index_floats = std::max<int64_t>(1, capacity / 4) * id;
+            // Packed rows get 16 bytes of slack after the last one: a GPU reads them in aligned 16-byte
+            // pieces, the last of which may run past the row's end.
+            L.index_row_floats = packed ? fp4_row_floats(id) : id;
+            L.index_floats = std::max<int64_t>(1, capacity / 4) * L.index_row_floats + (packed ? 4 : 0);
         }
     }
     return lo;
@@ -55,9 +61,13 @@ Layout cache_layout(const ModelConfig& cfg, int64_t capacity, bool with_mtp) {
 
 }  // namespace
 
-KvCache::KvCache(const ModelConfig& cfg, Backend& backend, int64_t capacity, bool with_mtp)
-    : cfg_(cfg), backend_(backend), capacity_(capacity), with_mtp_(with_mtp) {
-    const Layout lo = cache_layout(cfg, capacity, with_mtp);
+bool KvCache::packs_index(const ModelConfig& cfg, KvStore store) {
+    return store == KvStore::quant_sim && cfg.index_head_dim > 0 && cfg.index_head_dim % kFp4Block == 0;
+}
+
+KvCache::KvCache(const ModelConfig& cfg, Backend& backend, int64_t capacity, bool with_mtp, KvStore store)
+    : cfg_(cfg), backend_(backend), capacity_(capacity), with_mtp_(with_mtp), store_(store) {
+    const Layout lo = cache_layout(cfg, capacity, with_mtp, store);
     layers_.resize(lo.layers.size());
     auto alloc = [&](int64_t floats) -> float* {
         if (floats <= 0) return nullptr;
@@ -85,16 +95,35 @@ KvCache::KvCache(const ModelConfig& cfg, Backend& backend, int64_t capacity, boo
             L.index_state_kv = rows_base_ + P.off_index;
             L.index_state_sc = L.index_state_kv + L.index_state_floats;
             L.index = alloc(P.index_floats);
+            L.index_row_floats = P.index_row_floats;
+            L.index_fp4 = packs_index(cfg, store);
         }
     }
     reset();
 }
 
-size_t KvCache::bytes_for(const ModelConfig& cfg, int64_t capacity, bool with_mtp) {
-    const Layout lo = cache_layout(cfg, capacity, with_mtp);
+size_t KvCache::bytes_for(const ModelConfig& cfg, int64_t capacity, bool with_mtp, KvStore store) {
+    const Layout lo = cache_layout(cfg, capacity, with_mtp, store);
     int64_t floats = lo.rows_floats;
     for (const Layout::Layer& L : lo.layers) floats += L.comp_floats + L.index_floats;
     return (size_t)floats * sizeof(float);
+}
+
+KvCache::TokenBytes KvCache::bytes_per_token(const ModelConfig& cfg, KvStore store) {
+    TokenBytes t;
+    const double entry = 4.0 * cfg.head_dim;
+    const double key = packs_index(cfg, store) ? (double)fp4_row_bytes(cfg.index_head_dim) : 4.0 * cfg.index_head_dim;
+    t.csa_entry = entry / 4;
+    t.csa_index = key / 4;
+    for (int il = 0; il < cfg.n_layer; ++il) {
+        const int r = cfg.ratio(il);
+        if (r == 4) t.all += t.csa_entry + t.csa_index;
+        if (r > 0 && r != 4) {
+            if (t.hca == 0) t.hca = entry / r;
+            t.all += entry / r;
+        }
+    }
+    return t;
 }
 
 KvCache::~KvCache() {
@@ -146,7 +175,7 @@ void for_each_entry_region(const std::vector<LayerCache>& layers, const ModelCon
     for (int il = 0; il < cfg.n_layer && il < (int)layers.size(); ++il) {
         const LayerCache& L = layers[il];
         if (L.comp) f(L.comp, (pos / L.ratio) * cfg.head_dim);
-        if (L.index) f(L.index, (pos / 4) * cfg.index_head_dim);
+        if (L.index) f(L.index, (pos / 4) * L.index_row_floats);
     }
 }
 

@@ -22,11 +22,22 @@ constexpr int64_t kWindowStageRows = 8;
 // compress ratio of its layers bound it.
 int64_t kv_rollback_limit(const ModelConfig& cfg);
 
+// How a cache stores the lightning indexer's keys: exact keeps f32 rows; quant_sim keeps packed FP4 rows
+// (ops/fp4_rows.h), the codes the model's quant-sim rounding makes of them, which is lossless for that mode
+// (the same logits bit for bit) and 68 bytes a 128-value key instead of 512. A quant_sim cache serves
+// quant-sim steps only; an exact one serves both.
+enum class KvStore { exact, quant_sim };
+
+// The store for caches whose steps all run with quant_sim as given (StepOptions::quant_sim).
+inline KvStore kv_store_for(bool quant_sim) { return quant_sim ? KvStore::quant_sim : KvStore::exact; }
+
 struct LayerCache {
     int ratio = 0;
     float* window = nullptr;        // [window, head_dim], token t at row t % window; then kWindowStageRows rows
     float* comp = nullptr;          // [capacity / ratio, head_dim]
-    float* index = nullptr;         // [capacity / 4, index_head_dim] (ratio 4 only)
+    float* index = nullptr;         // [capacity / 4, index_row_floats] (ratio 4 only)
+    int64_t index_row_floats = 0;   // index_head_dim, or fp4_row_floats(index_head_dim) when index_fp4
+    bool index_fp4 = false;         // packed FP4 keys (KvStore::quant_sim)
     float* state_kv = nullptr;      // [coff*ratio, coff*head_dim]
     float* state_sc = nullptr;
     float* index_state_kv = nullptr;  // [8, 2*index_head_dim]
@@ -37,7 +48,8 @@ struct LayerCache {
 class KvCache {
 public:
     // Room for `capacity` tokens; `with_mtp` adds the MTP block's window cache (as layer n_layer).
-    KvCache(const ModelConfig& cfg, Backend& backend, int64_t capacity, bool with_mtp);
+    KvCache(const ModelConfig& cfg, Backend& backend, int64_t capacity, bool with_mtp,
+            KvStore store = KvStore::exact);
     ~KvCache();
     KvCache(const KvCache&) = delete;
     KvCache& operator=(const KvCache&) = delete;
@@ -55,7 +67,19 @@ public:
     void reset();
     size_t bytes() const { return bytes_; }
     // What bytes() of a cache constructed with these arguments is, without allocating it (memory planning).
-    static size_t bytes_for(const ModelConfig& cfg, int64_t capacity, bool with_mtp);
+    static size_t bytes_for(const ModelConfig& cfg, int64_t capacity, bool with_mtp, KvStore store = KvStore::exact);
+    KvStore store() const { return store_; }
+    // Bytes the append-only entries add per token of context (windows and compressor states are fixed): a CSA
+    // layer's (ratio 4) compressed entry and indexer key every 4 tokens, an HCA layer's entry every `ratio`.
+    struct TokenBytes {
+        double csa_entry = 0, csa_index = 0;  // one CSA layer
+        double hca = 0;                       // one HCA layer (the model's first HCA ratio)
+        double all = 0;                       // every layer together
+    };
+    static TokenBytes bytes_per_token(const ModelConfig& cfg, KvStore store);
+    // Whether the store keeps the indexer's keys packed for a model of this config (head dims of whole FP4
+    // blocks; others keep f32 rows in either store).
+    static bool packs_index(const ModelConfig& cfg, KvStore store);
 
     // A copy of what is not append-only (windows, compressor states, positions): context-independent in
     // size, enough to rewind this same cache. With `with_entries` it also holds the compressed and indexer
@@ -91,6 +115,7 @@ private:
     Backend& backend_;
     int64_t capacity_ = 0;
     bool with_mtp_ = false;
+    KvStore store_ = KvStore::exact;
     int64_t pos_ = 0, mtp_pos_ = 0;
     std::vector<LayerCache> layers_;
     std::vector<void*> allocs_;

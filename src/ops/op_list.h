@@ -57,11 +57,13 @@ DSV4_OP(compressor, (const CompressorArgs& a), (a), copied)
 // Lightning indexer: for query i, score(t) = sum_h relu(q[i,h] . keys[t]) * w[i,h] over t < n_visible[i];
 // writes the top min(top_k, n_visible[i]) entries (descending) to idx[i, :], the rest -1. With key_rows
 // (backend memory, [n]; queries of different sequences), query i's keys are key_rows[i] instead of keys,
-// each pointer 16-byte aligned when head_dim % 4 == 0.
+// each pointer 16-byte aligned when head_dim % 4 == 0. With fp4_keys the key rows are packed FP4 rows
+// (ops/fp4_rows.h, fp4_row_floats(head_dim) floats each; head_dim % 32 == 0) and the queries FP4-simulated
+// values (quant-sim mode), so a backend may score them on integer tensor cores.
 DSV4_OP(indexer_topk,
         (int32_t* idx, const float* q, const float* w, const float* keys, const int32_t* n_visible, int64_t n,
-         int n_heads, int head_dim, int top_k, const float* const* key_rows),
-        (idx, q, w, keys, n_visible, n, n_heads, head_dim, top_k, key_rows), copied)
+         int n_heads, int head_dim, int top_k, const float* const* key_rows, bool fp4_keys),
+        (idx, q, w, keys, n_visible, n, n_heads, head_dim, top_k, key_rows, fp4_keys), copied)
 DSV4_OP(attention, (const AttentionArgs& a), (a), copied)
 // Router: scores s = sqrt(softplus(logits)); choose top-k of s + bias (or tid2eid[token] when given);
 // weights = s[chosen] / sum * scale (normalized when `norm`).
@@ -97,6 +99,11 @@ DSV4_OP(scatter_rows, (float* dst, const float* src, const int32_t* idx, int64_t
 // the targets must be distinct.
 DSV4_OP(scatter_rows_to, (float* const* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols),
         (dst, src, idx, n, cols), copied)
+// Row i of src (dim FP4-simulated values, dim % 32 == 0) packed (ops/fp4_rows.h) into row idx[i] of dst, rows
+// of fp4_row_floats(dim) floats, for every idx[i] >= 0; with dst_rows (a pointer table in backend memory,
+// [n]) into row idx[i] of dst_rows[i] instead. The targets must be distinct.
+DSV4_OP(pack_fp4_rows, (float* dst, float* const* dst_rows, const float* src, const int32_t* idx, int64_t n, int dim),
+        (dst, dst_rows, src, idx, n, dim), copied)
 
 // The token draw of ops/sample_args.h for `rows` rows: args[r] names its logits row (of n_vocab floats) and
 // its slice of `adjust`; out[r] gets the token and logprobs. All in backend memory; the logits are not

@@ -39,7 +39,7 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, EngineOptions opt)
     opt_.step_token_budget = std::max<int64_t>(opt_.step_token_budget, opt_.n_slots);
     DSV4_CHECK(check_speculative(model_, opt_.speculative).ok());
     const bool spec = opt_.speculative > 0;
-    for (int i = 0; i < opt_.n_slots; ++i) caches_.push_back(model_.new_cache(opt_.n_ctx, spec));
+    for (int i = 0; i < opt_.n_slots; ++i) caches_.push_back(model_.new_cache(opt_.n_ctx, spec, kv_store_for(opt_.quant_sim)));
     cache_busy_.assign(opt_.n_slots, false);
     if (spec) {
         const ModelConfig& c = model_.config();

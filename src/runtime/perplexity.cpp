@@ -50,7 +50,7 @@ Result<PerplexityResult> perplexity(StepRunner& runner, std::span<const int32_t>
     StepOptions step = opt.step;
     step.all_logits = true;
     const int64_t capacity = std::min<int64_t>(opt.ctx, static_cast<int64_t>(tokens.size()));
-    auto cache = model.new_cache(capacity);
+    auto cache = model.new_cache(capacity, false, kv_store_for(step.quant_sim));
     std::vector<float> logits;
     PerplexityResult res;
     res.n_windows = windows->size();

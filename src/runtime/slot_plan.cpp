@@ -31,8 +31,9 @@ Result<SlotPlan> plan_slots(Model& model, const EngineOptions& opt) {
     if (opt.n_slots <= 0 || opt.n_ctx <= 0) return make_error("slots and context must be positive");
     const ModelConfig& cfg = model.config();
     const bool spec = opt.speculative > 0;
+    const KvStore store = kv_store_for(opt.quant_sim);  // as Engine makes its caches
     SlotPlan p;
-    p.bytes_per_slot = KvCache::bytes_for(cfg, opt.n_ctx, spec);
+    p.bytes_per_slot = KvCache::bytes_for(cfg, opt.n_ctx, spec, store);
     if (spec) p.bytes_per_slot += (size_t)cfg.hc_dim() * sizeof(float) * (cfg.window + 2);  // Engine's buffers
     if (opt.kv_memory > 0) {
         p.budget = opt.kv_memory;
@@ -52,8 +53,8 @@ Result<SlotPlan> plan_slots(Model& model, const EngineOptions& opt) {
     if (p.slots == 0) {
         // How long a context one slot could hold, by halving (the size is linear in n_ctx past the windows).
         int64_t ctx = opt.n_ctx;
-        while (ctx > 256 && KvCache::bytes_for(cfg, ctx, spec) > p.budget) ctx /= 2;
-        std::string hint = KvCache::bytes_for(cfg, ctx, spec) <= p.budget
+        while (ctx > 256 && KvCache::bytes_for(cfg, ctx, spec, store) > p.budget) ctx /= 2;
+        std::string hint = KvCache::bytes_for(cfg, ctx, spec, store) <= p.budget
                                ? "lower the context (--ctx " + std::to_string(ctx) + " fits)"
                                : "use a smaller model or a device with more memory";
         return make_error("one sequence of " + std::to_string(opt.n_ctx) + " tokens needs " +

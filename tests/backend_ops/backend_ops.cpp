@@ -3,7 +3,8 @@
 // dtype. Always: the CPU vs a naive double-precision reference. --perf also times each op on the device
 // (CUDA if present, else CPU) and prints achieved bandwidth; it adds larger shapes.
 //
-// usage: test-backend-ops [--perf] [--op NAME] [--seed N] [--verbose] [--threads N]
+// usage: test-backend-ops [--perf] [--op NAME] [--shape TEXT] [--seed N] [--verbose] [--threads N]
+// (--shape: only cases whose shape contains TEXT, e.g. "keys=262144", to profile one case's kernels)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -24,7 +25,8 @@ namespace {
 
 struct Options {
     bool perf = false, verbose = false;
-    std::string op;  // only cases of this op
+    std::string op;     // only cases of this op
+    std::string shape;  // only cases whose shape contains this
     uint64_t seed = 20251130;
     int threads = 0;
 };
@@ -106,10 +108,12 @@ int parse(int argc, char** argv, Options& o) {
         if (a == "--perf") o.perf = true;
         else if (a == "--verbose" || a == "-v") o.verbose = true;
         else if (a == "--op" && i + 1 < argc) o.op = next();
+        else if (a == "--shape" && i + 1 < argc) o.shape = next();
         else if (a == "--seed" && i + 1 < argc) o.seed = std::strtoull(next(), nullptr, 10);
         else if (a == "--threads" && i + 1 < argc) o.threads = std::atoi(next());
         else {
-            std::fprintf(stderr, "usage: test-backend-ops [--perf] [--op NAME] [--seed N] [--verbose] [--threads N]\n");
+            std::fprintf(stderr,
+                         "usage: test-backend-ops [--perf] [--op NAME] [--shape TEXT] [--seed N] [--verbose] [--threads N]\n");
             return a == "--help" || a == "-h" ? 0 : 2;
         }
     }
@@ -166,6 +170,7 @@ int main(int argc, char** argv) {
     for (const CaseGen& gen : gens) {
         const Case c = gen();
         if (!opt.op.empty() && c.op != opt.op) continue;
+        if (!opt.shape.empty() && c.shape.find(opt.shape) == std::string::npos) continue;
         if (c.perf_only && !opt.perf) continue;
         ++n_cases;
         bool ok = true;
@@ -246,7 +251,7 @@ int main(int argc, char** argv) {
             for (const std::string& kn : kernel_names(op)) {
                 const std::string key = op + "/" + kn;
                 const int n = kernel_cases.count(key) ? kernel_cases.at(key) : 0;
-                const bool gap = n == 0 && opt.op.empty();
+                const bool gap = n == 0 && opt.op.empty() && opt.shape.empty();
                 unreached += gap;
                 std::printf("  kernel %-28s %4d cases%s\n", key.c_str(), n, gap ? " NOT REACHED" : "");
             }

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "harness.h"
+#include "ops/fp4_rows.h"
 
 namespace dsv4::backend_ops {
 
@@ -160,15 +161,18 @@ CaseGen attention_case(int64_t n, int H, int hd, int n_win, Comp comp, int n_com
     };
 }
 
-// With per_query, every query has its own keys, named by indexer_topk's key_rows table.
+// With per_query, every query has its own keys, named by indexer_topk's key_rows table. With fp4, the queries
+// and keys are FP4-simulated values as in quant-sim mode (each block of 32 rounded by fake_quant_block) and
+// the keys go to the op as packed FP4 rows; with exact too, they are E2M1 grid values (which the rounding
+// keeps), so every score is exact in f32 in any order.
 CaseGen indexer_case(int64_t n, int H, int hd, int NV, int top_k, bool exact, bool perf_only, uint64_t seed,
-                     bool per_query = false) {
+                     bool per_query = false, bool fp4 = false) {
     return [=]() {
         Case c;
         c.op = "indexer_topk";
         char buf[160];
-        std::snprintf(buf, sizeof buf, "n=%lld H=%d hd=%d keys=%d top_k=%d%s%s", (long long)n, H, hd, NV, top_k,
-                      exact ? " integer-valued" : "", per_query ? " per-query" : "");
+        std::snprintf(buf, sizeof buf, "n=%lld H=%d hd=%d keys=%d top_k=%d%s%s%s", (long long)n, H, hd, NV, top_k,
+                      exact ? " integer-valued" : "", per_query ? " per-query" : "", fp4 ? " fp4" : "");
         c.shape = buf;
         c.perf_only = perf_only;
         Rng rng(case_seed(seed, c.op + c.shape));
@@ -180,11 +184,27 @@ CaseGen indexer_case(int64_t n, int H, int hd, int NV, int top_k, bool exact, bo
         // Integer-valued inputs (multiples of 1/2, weights powers of two) make every score exact in f32 in any
         // summation order, so exact ties are frequent and the tie rule (lower index first) is tested exactly.
         const float halves[] = {-1, -0.5f, 0, 0.5f, 1}, pows[] = {0.5f, 1, 2};
-        auto q = std::make_shared<std::vector<float>>(exact ? coarse(n * H * hd, halves, 5) : rng.vec(n * H * hd));
+        const float grid[] = {-6, -4, -3, -2, -1.5f, -1, -0.5f, 0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+        auto coarse_values = [&](int64_t count) { return fp4 ? coarse(count, grid, 15) : coarse(count, halves, 5); };
+        auto q = std::make_shared<std::vector<float>>(exact ? coarse_values(n * H * hd) : rng.vec(n * H * hd));
         auto w = std::make_shared<std::vector<float>>(exact ? coarse(n * H, pows, 3) : rng.vec(n * H, -1, 1));
         const int64_t sources = per_query ? n : 1;  // query i's keys: set i % sources
-        auto keys = std::make_shared<std::vector<float>>(exact ? coarse(sources * NV * hd, halves, 5)
+        auto keys = std::make_shared<std::vector<float>>(exact ? coarse_values(sources * NV * hd)
                                                                : rng.vec(sources * NV * hd));
+        // The keys as the op takes them: f32 rows, or packed FP4 rows of the rounded values.
+        const int64_t row_floats = fp4 ? fp4_row_floats(hd) : hd;
+        auto key_data = std::make_shared<std::vector<float>>();
+        if (fp4) {
+            for (int64_t r = 0; r < n * H; ++r)
+                for (int j = 0; j < hd; j += kFp4Block) fake_quant_block(q->data() + r * hd + j, kFp4Block, true);
+            key_data->resize((size_t)(sources * NV * row_floats + 4));
+            for (int64_t r = 0; r < sources * NV; ++r) {
+                for (int j = 0; j < hd; j += kFp4Block) fake_quant_block(keys->data() + r * hd + j, kFp4Block, true);
+                fp4_pack_row(keys->data() + r * hd, hd, reinterpret_cast<uint8_t*>(key_data->data() + r * row_floats));
+            }
+        } else {
+            *key_data = *keys;
+        }
         auto nvis = std::make_shared<std::vector<int32_t>>((size_t)n);
         for (auto& v : *nvis) v = rng.uniform_int(0, NV);
         (*nvis)[0] = NV;
@@ -209,7 +229,7 @@ CaseGen indexer_case(int64_t n, int H, int hd, int NV, int top_k, bool exact, bo
                 (*score)[i * NV + t] = s;
                 (*bound)[i * NV + t] = (hd + H + 2) * kU * a;
             }
-        c.bytes = 4.0 * (n * H * (hd + 1) + (double)NV * hd + n * top_k);
+        c.bytes = 4.0 * (n * H * (hd + 1) + (double)NV * row_floats + n * top_k);
         c.make = [=](Backend& b) {
             Instance in;
             in.dev = std::make_unique<Dev>(b);
@@ -217,11 +237,11 @@ CaseGen indexer_case(int64_t n, int H, int hd, int NV, int top_k, bool exact, bo
             int32_t* idx = d.i32_out(n * top_k);
             const float* qd = d.f32(*q);
             const float* wd = d.f32(*w);
-            float* kd = d.f32(*keys);
-            const float* const* key_rows = per_query ? d.rows(kd, n, (int64_t)NV * hd) : nullptr;
+            float* kd = d.f32(*key_data);
+            const float* const* key_rows = per_query ? d.rows(kd, n, (int64_t)NV * row_floats) : nullptr;
             const int32_t* nv = d.i32(*nvis);
-            in.run = [&b, idx, qd, wd, kd, nv, n, H, hd, top_k, key_rows]() {
-                b.indexer_topk(idx, qd, wd, kd, nv, n, H, hd, top_k, key_rows);
+            in.run = [&b, idx, qd, wd, kd, nv, n, H, hd, top_k, key_rows, fp4]() {
+                b.indexer_topk(idx, qd, wd, kd, nv, n, H, hd, top_k, key_rows, fp4);
             };
             in.read = [&d, idx, n, top_k]() { return Arrays{d.get_i(idx, n * top_k)}; };
             return in;
@@ -544,6 +564,13 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(indexer_case(1, 8, 64, 20000, 16, false, false, s));
     out.push_back(indexer_case(1, 4, 64, 40000, 128, false, false, s));
     out.push_back(indexer_case(1, 4, 64, 60000, 256, false, false, s));
+    // One or two queries past 4096 keys whose raw scores fit their scratch (2 splits x top_k): the histogram
+    // path (top digits counted by the splits, the keys of the digits holding the top k gathered, then selected),
+    // with exact ties across the boundary digit, two queries, and on packed keys.
+    out.push_back(indexer_case(1, 16, 64, 6000, 64, true, false, s));
+    out.push_back(indexer_case(2, 16, 64, 9000, 512, true, false, s));
+    out.push_back(indexer_case(2, 64, 128, 12000, 512, false, false, s));
+    out.push_back(indexer_case(1, 16, 64, 7000, 100, true, false, s, false, true));
     // Many queries, a block each: running threshold and buffer compaction (exact ties too); more heads than
     // one pass holds; head_dim not a multiple of 4 (unvectorized key staging).
     out.push_back(indexer_case(300, 4, 64, 700, 16, false, false, s));
@@ -551,6 +578,22 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(indexer_case(300, 8, 64, 1200, 256, false, false, s));
     out.push_back(indexer_case(5, 80, 32, 1000, 64, false, false, s));
     out.push_back(indexer_case(3, 4, 30, 500, 16, false, false, s));
+    // Packed FP4 keys (quant-sim mode's cache): the shapes above on the integer tensor-core scoring: decode at
+    // V4-Flash's size (raw scores ranked, merged, split buffers), key counts that start tiles mid-word (83,
+    // 769), exact ties, many queries a block each, heads not a multiple of 16, head dims of 32 and 64.
+    out.push_back(indexer_case(1, 64, 128, 8192, 512, false, false, s, false, true));
+    out.push_back(indexer_case(1, 64, 128, 1024, 512, false, false, s, false, true));
+    out.push_back(indexer_case(1, 64, 128, 300, 512, false, false, s, false, true));
+    out.push_back(indexer_case(1, 64, 128, 2000, 512, true, false, s, false, true));
+    out.push_back(indexer_case(3, 64, 128, 5000, 512, false, false, s, false, true));
+    out.push_back(indexer_case(1, 4, 64, 83, 8, false, false, s, false, true));
+    out.push_back(indexer_case(7, 16, 64, 769, 16, true, false, s, false, true));
+    out.push_back(indexer_case(2, 4, 64, 5000, 8, true, false, s, false, true));
+    out.push_back(indexer_case(1, 8, 128, 40000, 128, false, false, s, false, true));
+    out.push_back(indexer_case(300, 4, 64, 600, 32, true, false, s, false, true));
+    out.push_back(indexer_case(300, 8, 128, 1200, 256, false, false, s, false, true));
+    out.push_back(indexer_case(5, 80, 32, 1000, 64, false, false, s, false, true));
+    out.push_back(indexer_case(3, 20, 96, 777, 64, true, false, s, false, true));
     for (auto [ratio, d, n1, n2] : {std::tuple{4, 64, 7, 1}, std::tuple{4, 83, 83, 13}, std::tuple{4, 512, 1, 1},
                                     std::tuple{4, 64, 300, 5}, std::tuple{128, 64, 300, 1}, std::tuple{128, 83, 127, 2},
                                     std::tuple{8, 64, 5, 20}})
@@ -577,6 +620,8 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
         out.push_back(indexer_case(n, 64, 128, 1024, 512, false, false, s, true));
         out.push_back(indexer_case(n, 16, 64, 300, 64, true, false, s, true));
         out.push_back(indexer_case(n, 4, 30, 200, 16, false, false, s, true));
+        out.push_back(indexer_case(n, 64, 128, 1024, 512, false, false, s, true, true));
+        out.push_back(indexer_case(n, 16, 64, 300, 64, true, false, s, true, true));
     }
     out.push_back(attention_case(64, 64, 512, 128, Comp::idx, 128, true, false, false, s, Mode::BF16, true, true));
     for (auto [ratio, d, n] : {std::tuple{4, 512, 64}, std::tuple{4, 128, 5}, std::tuple{128, 512, 64},
@@ -595,6 +640,12 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
         out.push_back(indexer_case(1, 64, 128, 32768, 512, false, true, s));
         out.push_back(indexer_case(8, 64, 128, 32768, 2048, false, true, s));
         out.push_back(indexer_case(512, 64, 128, 2048, 512, false, true, s));  // prefill: a block per query
+        // The same on packed FP4 keys, and the 1M-token context's 262,144 keys.
+        out.push_back(indexer_case(64, 64, 128, 1024, 512, false, true, s, true, true));
+        out.push_back(indexer_case(1, 64, 128, 32768, 512, false, true, s, false, true));
+        out.push_back(indexer_case(512, 64, 128, 2048, 512, false, true, s, false, true));
+        out.push_back(indexer_case(1, 64, 128, 262144, 512, false, true, s));
+        out.push_back(indexer_case(1, 64, 128, 262144, 512, false, true, s, false, true));
     }
 }
 

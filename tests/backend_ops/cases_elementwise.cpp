@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "harness.h"
+#include "ops/fp4_rows.h"
 
 namespace dsv4::backend_ops {
 
@@ -222,7 +223,77 @@ CaseGen norm_rope_case(int64_t n, int heads, int hd, int pad, bool weighted, int
 
 }  // namespace
 
+// pack_fp4_rows: n rows of dim FP4-simulated values (from the rounding of random rows at scales 2^-130 ..
+// 2^100, with zero, sub-floor and infinite blocks among them) packed into a table of 2n + 1 rows at shuffled
+// distinct targets, every third row skipped, or with `table` into three tables (row i into table i % 3). The
+// destination is read as 32-bit words: the packing is exact, so every word must equal the CPU's, and the
+// reference packs on the host (ops/fp4_rows.h, the function the CPU backend runs; its exactness against the
+// rounding is tests/test_kv_store.cpp's). Untouched rows keep their poison.
+CaseGen pack_fp4_case(int64_t n, int dim, bool table, uint64_t seed) {
+    return [=]() {
+        Case c;
+        c.op = "pack_fp4_rows";
+        c.shape = dims({{"n", n}, {"dim", dim}, {"table", table}});
+        Rng rng(case_seed(seed, c.op + c.shape));
+        std::vector<float> src = rng.vec(n * dim, -1, 1);
+        for (int64_t r = 0; r < n; ++r) {
+            float* row = src.data() + r * dim;
+            const int kind = (int)(r % 7);
+            for (int j = 0; j < dim; ++j)
+                row[j] = kind == 0 ? 0.0f : kind == 1 ? row[j] * 1e-39f : std::ldexp(row[j], (int)(r * 37 % 230) - 130);
+            if (kind == 2) row[dim / 2] = INFINITY;
+            for (int j = 0; j < dim; j += kFp4Block) fake_quant_block(row + j, kFp4Block, true);
+        }
+        const int64_t rf = fp4_row_floats(dim), rows = table ? n / 3 + 1 : 2 * n + 1, tables = table ? 3 : 1;
+        std::vector<int32_t> idx((size_t)n);
+        if (table) {
+            for (int64_t i = 0; i < n; ++i) idx[i] = i % 4 == 1 ? -1 : (int32_t)(rows - 1 - i / 3);
+        } else {
+            std::vector<int32_t> perm((size_t)rows);
+            for (int64_t r = 0; r < rows; ++r) perm[r] = (int32_t)r;
+            for (int64_t r = rows - 1; r > 0; --r) std::swap(perm[r], perm[rng.uniform_int(0, (int)r)]);
+            for (int64_t i = 0; i < n; ++i) idx[i] = i % 3 == 0 ? -1 : perm[i];
+        }
+        const int64_t words = tables * rows * rf;
+        const std::vector<int32_t> poison((size_t)words, 0x7fc0dead);
+        c.bytes = 4.0 * n * dim + 4.0 * n * rf;
+        c.make = [=](Backend& b) {
+            Instance in;
+            in.dev = std::make_unique<Dev>(b);
+            Dev& d = *in.dev;
+            int32_t* dst = d.i32(poison);
+            const float* x = d.f32(src);
+            const int32_t* id = d.i32(idx);
+            float* const* tab = nullptr;
+            if (table) {
+                std::vector<float*> host((size_t)n);
+                for (int64_t i = 0; i < n; ++i) host[i] = reinterpret_cast<float*>(dst) + (i % 3) * rows * rf;
+                void* t = d.bytes(host.size() * sizeof(float*));
+                b.upload(t, host.data(), host.size() * sizeof(float*));
+                tab = static_cast<float* const*>(t);
+            }
+            in.run = [&b, dst, tab, x, id, n, dim]() {
+                b.pack_fp4_rows(tab ? nullptr : reinterpret_cast<float*>(dst), tab, x, id, n, dim);
+            };
+            in.read = [&d, dst, words]() { return Arrays{d.get_i(dst, words)}; };
+            return in;
+        };
+        c.reference = [=]() {
+            std::vector<int32_t> out = poison;
+            for (int64_t i = 0; i < n; ++i)
+                if (idx[i] >= 0) {
+                    const int64_t at = ((table ? i % 3 : 0) * rows + idx[i]) * rf;
+                    fp4_pack_row(src.data() + i * dim, dim, reinterpret_cast<uint8_t*>(out.data() + at));
+                }
+            return Arrays{Array(out.begin(), out.end())};
+        };
+        return c;
+    };
+}
+
 void add_elementwise_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
+    for (auto [n, dim] : {std::pair{1, 128}, std::pair{7, 64}, std::pair{83, 128}, std::pair{40, 96}, std::pair{5, 32}})
+        for (bool table : {false, true}) out.push_back(pack_fp4_case(n, dim, table, o.seed));
     const uint64_t seed = o.seed;
     // dims 7, 83, 769: the scalar kernel; 512 and 4096 (16-byte aligned rows): a warp and a block per row.
     for (int64_t n : {1, 7, 83})

@@ -30,6 +30,19 @@ check([d["context"] for d in r["decode"]] == [0, 20], "decode rows at contexts 0
 for d in r["decode"]:
     check(d["tokens"] == gen and d["tokens_per_s"] > 0 and d["weight_gb_per_s"] > 0, f"decode row {d}")
 check(r["weight_bytes_per_decoded_token"] > 0, "weight bytes per token")
+# The tiny preset's 64-dim indexer keys: packed FP4 in the quant-sim store (32 code bytes + 2 scales, padded to
+# 36, one key every 4 tokens), f32 in exact mode (256 bytes a key).
+kv = r.get("kv_bytes_per_token", {})
+check(kv.get("store") == "quant_sim" and kv.get("csa_layer_indexer_keys") == 9.0 and kv.get("all_layers", 0) > 0,
+      f"KV bytes per token of the quant-sim store: {kv}")
+ex = subprocess.run([dsv4, "bench", "--synth", "tiny", "--prompt", "4", "--gen", "2", "--ctx", "8", "--json", "--exact",
+                     "--device", "cpu", "--threads", "2"], capture_output=True, text=True, timeout=300)
+if ex.returncode != 0:
+    failures.append(f"bench --exact failed ({ex.returncode}): {ex.stderr[-1000:]}")
+else:
+    kx = json.loads(ex.stdout)["kv_bytes_per_token"]
+    check(kx["store"] == "exact" and kx["csa_layer_indexer_keys"] == 64.0 and kx["all_layers"] > kv.get("all_layers", 0),
+          f"KV bytes per token of the exact store: {kx}")
 prof = {row["op"]: row for row in r.get("profile", [])}
 check("moe_experts n=1" in prof, "profile has the routed experts")
 if "moe_experts n=1" in prof:

@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_dot.h"
+#include "ops/fp4_rows.h"
 
 namespace dsv4 {
 
@@ -89,19 +90,29 @@ void CpuBackend::attention(const AttentionArgs& a) {
 
 void CpuBackend::indexer_topk(int32_t* idx, const float* q, const float* w, const float* query_keys,
                               const int32_t* n_visible, int64_t n, int n_heads, int head_dim, int top_k,
-                              const float* const* key_rows) {
+                              const float* const* key_rows, bool fp4_keys) {
     check_row_table(key_rows, n, head_dim, "indexer_topk: key_rows");
+    DSV4_CHECK_MSG(!fp4_keys || head_dim % kFp4Block == 0,
+                   "indexer_topk: packed FP4 keys need a head dim that is a multiple of %d, not %d", kFp4Block,
+                   head_dim);
+    const int64_t row_floats = fp4_keys ? fp4_row_floats(head_dim) : head_dim;
     pool_.parallel_for(n, 1, [&](int64_t b, int64_t e, int) {
-        std::vector<float> score;
+        std::vector<float> score, key(head_dim);
         std::vector<int32_t> order;
         for (int64_t i = b; i < e; ++i) {
             const float* keys = key_rows ? key_rows[i] : query_keys;
             const int32_t nv = n_visible[i];
             score.resize(nv);
             for (int32_t t = 0; t < nv; ++t) {
+                // Packed keys are unpacked to the very floats the quant-sim rounding made (ops/fp4_rows.h).
+                const float* kt = keys + (int64_t)t * row_floats;
+                if (fp4_keys) {
+                    fp4_unpack_row(reinterpret_cast<const uint8_t*>(kt), head_dim, key.data());
+                    kt = key.data();
+                }
                 float s = 0;
                 for (int h = 0; h < n_heads; ++h) {
-                    const float d = dot_f32(q + (i * n_heads + h) * head_dim, keys + (int64_t)t * head_dim, head_dim);
+                    const float d = dot_f32(q + (i * n_heads + h) * head_dim, kt, head_dim);
                     s += std::max(d, 0.0f) * w[i * n_heads + h];
                 }
                 score[t] = s;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/check.h"
+#include "ops/fp4_rows.h"
 #include "ops/numerics.h"
 
 namespace dsv4 {
@@ -154,6 +155,16 @@ void CpuBackend::all_reduce_sum(float* x, int64_t n) {
 void CpuBackend::scatter_rows_to(float* const* dst, const float* src, const int32_t* idx, int64_t n, int64_t cols) {
     for (int64_t i = 0; i < n; ++i)
         if (idx[i] >= 0) std::memcpy(dst[i] + (int64_t)idx[i] * cols, src + i * cols, cols * sizeof(float));
+}
+
+void CpuBackend::pack_fp4_rows(float* dst, float* const* dst_rows, const float* src, const int32_t* idx, int64_t n,
+                               int dim) {
+    DSV4_CHECK_MSG(dim > 0 && dim % kFp4Block == 0, "pack_fp4_rows: %d values a row is not a whole number of blocks",
+                   dim);
+    const int64_t rf = fp4_row_floats(dim);
+    for (int64_t i = 0; i < n; ++i)
+        if (idx[i] >= 0)
+            fp4_pack_row(src + i * dim, dim, reinterpret_cast<uint8_t*>((dst_rows ? dst_rows[i] : dst) + idx[i] * rf));
 }
 
 }  // namespace dsv4

@@ -32,6 +32,7 @@
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_indexer_fp4.cuh"
 
 namespace dsv4::cuda {
 
@@ -71,15 +72,22 @@ struct SelShared {
 
 // Per-split key range of query i: `chunk` keys per split, `act` splits non-empty. Both kernels derive the
 // same values from n_visible.
+// With `wide` (decode: few queries), every split's raw scores fit the query's scratch up to 2 splits top_k keys
+// (it holds splits x top_k 64-bit keys); past kRankMax keys such a query takes the histogram path (`hist`): the
+// splits also count their keys' top digits into a global histogram, a gather kernel takes the keys of the digits
+// that hold the top k, and the merge selects among those.
+constexpr int kRankMax = 4096;
 struct SplitRange {
     int chunk, act;
-    bool raw;  // several splits of <= top_k keys: raw scores in scratch
+    bool raw;   // several splits, raw scores in scratch (ranges of <= top_k keys, or wide)
+    bool hist;  // raw, wide and more than kRankMax keys: the histogram path
 };
-__device__ __forceinline__ SplitRange split_range(int nv, int splits, int top_k) {
+__device__ __forceinline__ SplitRange split_range(int nv, int splits, int top_k, bool wide) {
     SplitRange r;
     r.chunk = max((nv + splits - 1) / splits, kMinChunk);
     r.act = (nv + r.chunk - 1) / r.chunk;
-    r.raw = splits > 1 && r.chunk <= top_k;
+    r.raw = splits > 1 && (r.chunk <= top_k || (wide && nv <= 2 * splits * top_k));
+    r.hist = r.raw && wide && nv > kRankMax;
     return r;
 }
 
@@ -280,8 +288,16 @@ struct ScoreArgs {
     int top_k;
     int buf_cap;  // candidate buffer entries: >= the power of two >= top_k, and >= top_k + kMaxTile
     int splits;
+    bool wide;     // few queries: raw scores up to 2 splits top_k keys, the histogram path past kRankMax
+    int* hist_g;   // wide: [n][kBins] the top digits' counts of the histogram path's queries (zeroed)
     bool vec;  // q and keys 16-byte aligned with head_dim % 4 == 0: cp.async staging
+    // Packed FP4 keys (cuda_indexer_fp4.cuh): rows of rb bytes, staged kFp4Keys at a time in stage_bytes.
+    bool fp4;
+    int rb, stage_bytes;
 };
+
+constexpr int kFp4Keys = kWarps * fp4_index::kTileKeys;  // keys per tile of the FP4 scoring
+constexpr int kFp4Stages = 3;
 
 // q in shared memory: per group of kHeadsPerWarp heads, per 4 dims, the group's heads' 4 dims in a row, so
 // a warp's loads of its heads are one run at fixed offsets (all lanes read the same address: a broadcast).
@@ -292,6 +308,8 @@ __device__ __forceinline__ int q_offset(int h, int d, int hd_pad) {
 // Shared memory of the scoring kernel: q[H_pad][hd_pad] (laid out by q_offset), w[H_pad], two key slices
 // [kMaxTile][kSliceStride], the warps' partial scores [kWarps][kMaxTile], the candidate buffer [buf_cap] and
 // the histogram [kBins].
+// With FP4 keys: the queries' int8 rows [H_pad][q8_stride] and block scales [H_pad][hd / 32], w[H_pad], the
+// staged key bytes [kFp4Stages][stage_bytes], the tile's scores [kFp4Keys], the buffer and the histogram.
 struct ScoreSmem {
     float* q;
     float* w;
@@ -299,10 +317,32 @@ struct ScoreSmem {
     float* red;
     uint64_t* buf;
     int* hist;
+    int8_t* q8;
+    float* qscale;
+    uint8_t* kbytes;
 };
 
+__host__ __device__ constexpr size_t fp4_q_bytes(int H_pad, int hd) {
+    return ((size_t)H_pad * fp4_index::q8_stride(hd) + 15) / 16 * 16;
+}
+
+template <bool kFp4>
 __device__ ScoreSmem score_smem(unsigned char* base, const ScoreArgs& a) {
     ScoreSmem s;
+    if constexpr (kFp4) {
+        s.q8 = reinterpret_cast<int8_t*>(base);
+        s.kbytes = base + fp4_q_bytes(a.H_pad, a.hd);
+        s.qscale = reinterpret_cast<float*>(s.kbytes + (size_t)kFp4Stages * a.stage_bytes);
+        s.w = s.qscale + (size_t)a.H_pad * (a.hd / kFp4Block);
+        s.red = s.w + a.H_pad;
+        s.buf = reinterpret_cast<uint64_t*>(s.red + kFp4Keys);  // 8-byte aligned: H_pad and kFp4Keys are even
+        s.hist = reinterpret_cast<int*>(s.buf + a.buf_cap);
+        s.q = s.kt = nullptr;
+        return s;
+    }
+    s.q8 = nullptr;
+    s.qscale = nullptr;
+    s.kbytes = nullptr;
     s.q = reinterpret_cast<float*>(base);
     s.w = s.q + (size_t)a.H_pad * a.hd_pad;
     s.kt = s.w + a.H_pad;
@@ -310,6 +350,12 @@ __device__ ScoreSmem score_smem(unsigned char* base, const ScoreArgs& a) {
     s.buf = reinterpret_cast<uint64_t*>(s.red + kWarps * kMaxTile);
     s.hist = reinterpret_cast<int*>(s.buf + a.buf_cap);
     return s;
+}
+
+size_t score_smem_bytes_fp4(int H_pad, int hd, int stage_bytes, int buf_cap) {
+    const size_t floats = (size_t)H_pad * (hd / kFp4Block) + H_pad + kFp4Keys;
+    return fp4_q_bytes(H_pad, hd) + (size_t)kFp4Stages * stage_bytes + floats * sizeof(float) +
+           (size_t)buf_cap * sizeof(uint64_t) + kBins * sizeof(int);
 }
 
 size_t score_smem_bytes(int H_pad, int hd_pad, int buf_cap) {
@@ -348,11 +394,30 @@ __device__ __forceinline__ void stage_slice(const ScoreArgs& a, float* kt, int l
     cp_async_commit();
 }
 
+// A finished tile's scores (thread tid holds key t0 + tid's when valid) to scratch (raw) or into the candidate
+// buffer. `filled` is the buffer's fill as every thread read it before the barrier that ended the tile's
+// scoring (a read after it would race with other warps' appends, and threads could disagree on calling
+// keep_top, whose barriers all must reach).
+__device__ __forceinline__ void emit_tile(const ScoreArgs& a, const ScoreSmem& s, SelShared& sh, int filled, int t0,
+                                          int TK, bool valid, float score, bool raw, uint32_t* raw_out, int k,
+                                          bool count_digits) {
+    const uint32_t bits = valid ? score_bits(score) : 0;
+    if (raw) {
+        if (valid) raw_out[t0 + threadIdx.x] = bits;
+        if (count_digits) hist_add(s.hist, bits >> (32 - kSelBits), valid);  // a key's top digit: its score's
+    } else {
+        // Room for a whole tile; keep_top leaves at most k <= buf_cap - kMaxTile entries.
+        if (filled + TK > a.buf_cap) keep_top(s.buf, k, s.hist, sh);
+        const uint64_t key = valid ? make_key(bits, t0 + threadIdx.x) : 0;
+        append(s.buf, &sh.count, key, valid && key >= sh.theta);
+    }
+}
+
 // Score keys [lo, hi) of query i in tiles of 32 RK keys; each finished tile's keys go to scratch (raw) or
 // into the candidate buffer.
 template <int RK>
 __device__ void score_keys(const ScoreArgs& a, const ScoreSmem& s, SelShared& sh, int lo, int hi, bool raw,
-                           uint32_t* raw_out, int k) {
+                           uint32_t* raw_out, int k, bool count_digits) {
     constexpr int TK = kWarp * RK;
     const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
     const int n_sl = a.hd_pad / kSlice, steps = (a.H_pad / kHeadChunk) * n_sl;
@@ -413,41 +478,74 @@ __device__ void score_keys(const ScoreArgs& a, const ScoreSmem& s, SelShared& sh
             const int t0 = lo + (g / steps) * TK;
 #pragma unroll
             for (int j = 0; j < RK; ++j) s.red[warp * kMaxTile + lane + j * kWarp] = part[j];
-            // The buffer's fill as settled by the previous step's closing barrier, read by every thread
-            // before any warp appends this tile (a read after the barrier would race with other warps'
-            // appends, and threads could disagree on calling keep_top, whose barriers all must reach).
-            const int filled = sh.count;
+            const int filled = sh.count;  // as the previous step's closing barrier settled it (emit_tile)
             __syncthreads();
             const bool valid = tid < TK && t0 + tid < hi;
-            uint32_t bits = 0;
-            if (valid) {
-                float score = 0.0f;
+            float score = 0.0f;
+            if (valid)
 #pragma unroll
                 for (int w = 0; w < kWarps; ++w) score += s.red[w * kMaxTile + tid];
-                bits = score_bits(score);
-            }
-            if (raw) {
-                if (valid) raw_out[t0 + tid] = bits;
-            } else {
-                // Room for a whole tile; keep_top leaves at most k <= buf_cap - kMaxTile entries.
-                if (filled + TK > a.buf_cap) keep_top(s.buf, k, s.hist, sh);
-                const uint64_t key = valid ? make_key(bits, t0 + tid) : 0;
-                append(s.buf, &sh.count, key, valid && key >= sh.theta);
-            }
+            emit_tile(a, s, sh, filled, t0, TK, valid, score, raw, raw_out, k, count_digits);
         }
         __syncthreads();  // the buffer read by this step is restaged next; counts settle
     }
 }
 
+// score_keys over packed FP4 keys (cuda_indexer_fp4.cuh): tiles of kFp4Keys keys, a warp's 8 of them per
+// n-tile; a tile's rows are one run of bytes, staged in 16-byte pieces from the aligned address at or before
+// its first (the cache keeps 16 bytes of slack after its last row) through kFp4Stages buffers.
+__device__ void score_keys_fp4(const ScoreArgs& a, const ScoreSmem& s, SelShared& sh, int lo, int hi, bool raw,
+                               uint32_t* raw_out, int k, bool count_digits) {
+    constexpr int TK = kFp4Keys;
+    const uint8_t* keys = reinterpret_cast<const uint8_t*>(a.key_rows ? a.key_rows[blockIdx.x] : a.keys);
+    const int rb = a.rb, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    const int tiles = (hi - lo + TK - 1) / TK;
+    auto stage = [&](int j) {  // every call commits a group (empty past the last tile)
+        if (j < tiles) {
+            const int64_t t0 = lo + (int64_t)j * TK, first = t0 * rb, start = first & ~(int64_t)15;
+            const int64_t end = (int64_t)min(hi, (int)t0 + TK) * rb;
+            const int pieces = (int)((end - start + 15) / 16);
+            uint8_t* dst = s.kbytes + (j % kFp4Stages) * a.stage_bytes;
+            for (int c = threadIdx.x; c < a.stage_bytes / 16; c += kThreads)
+                cp_async16_zfill(dst + 16 * c, keys + start + 16 * c, c < pieces);
+        }
+        cp_async_commit();
+    };
+    for (int j = 0; j < kFp4Stages - 1; ++j) stage(j);
+#pragma unroll 1
+    for (int g = 0; g < tiles; ++g) {
+        stage(g + kFp4Stages - 1);
+        cp_async_wait<kFp4Stages - 1>();
+        __syncthreads();
+        const int t0 = lo + g * TK;
+        const uint8_t* tile = s.kbytes + (g % kFp4Stages) * a.stage_bytes + (((int64_t)t0 * rb) & 15);
+        if (t0 + warp * fp4_index::kTileKeys < hi) {  // warp-uniform
+            const float2 sc = fp4_index::warp_tile_scores(s.q8, s.qscale, s.w, a.H_pad, a.hd,
+                                                          tile + warp * fp4_index::kTileKeys * rb, rb);
+            if (lane < 4) {
+                s.red[warp * fp4_index::kTileKeys + 2 * lane] = sc.x;
+                s.red[warp * fp4_index::kTileKeys + 2 * lane + 1] = sc.y;
+            }
+        }
+        const int filled = sh.count;  // as the previous tile's closing barrier settled it (emit_tile)
+        __syncthreads();
+        const bool valid = (int)threadIdx.x < TK && t0 + (int)threadIdx.x < hi;
+        emit_tile(a, s, sh, filled, t0, TK, valid, valid ? s.red[threadIdx.x] : 0.0f, raw, raw_out, k, count_digits);
+        __syncthreads();  // the stage read by this tile is restaged next; counts settle
+    }
+}
+
+// kFp4: packed FP4 keys (a.fp4), scored on int8 tensor cores; else f32 keys.
+template <bool kFp4>
 __global__ void __launch_bounds__(kThreads, 2) indexer_score_kernel(ScoreArgs a) {
     pdl_begin();
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ SelShared sh;
-    const ScoreSmem s = score_smem(smem_raw, a);
+    const ScoreSmem s = score_smem<kFp4>(smem_raw, a);
     const int64_t i = blockIdx.x;
     const int split = blockIdx.y;
     const int nv = max(a.n_visible[i], 0), k = min(a.top_k, nv);
-    const SplitRange r = split_range(nv, a.splits, a.top_k);
+    const SplitRange r = split_range(nv, a.splits, a.top_k, a.wide);
     const bool final = a.splits == 1;
     if (!final && split >= r.act) return;  // nothing to score; the merge reads only the act splits
     const int lo = split * r.chunk, hi = min(nv, lo + r.chunk);
@@ -455,7 +553,9 @@ __global__ void __launch_bounds__(kThreads, 2) indexer_score_kernel(ScoreArgs a)
     // heads and dims are zero-filled. The copies land before the first key slice is used.
     const float* qi = a.q + i * a.H * a.hd;
     const int n_d4 = a.hd_pad / 4;
-    if (a.vec) {
+    if constexpr (kFp4) {
+        fp4_index::load_queries<kThreads>(qi, a.H, a.hd, a.H_pad, s.q8, s.qscale);
+    } else if (a.vec) {
         for (int c = threadIdx.x; c < a.H_pad * n_d4; c += kThreads) {
             const int h = c / n_d4, d = c % n_d4 * 4;
             const bool valid = h < a.H && d < a.hd;
@@ -477,18 +577,28 @@ __global__ void __launch_bounds__(kThreads, 2) indexer_score_kernel(ScoreArgs a)
         sh.count = 0;
         sh.theta = 1;
     }
+    if (r.hist)  // the raw path's histogram of top digits (the selection's buffer is unused there)
+        for (int b = threadIdx.x; b < kBins; b += kThreads) s.hist[b] = 0;
     __syncthreads();
     // This query's scratch (several splits): raw score bits by key index, or top_k keys per split.
     uint64_t* region = final ? nullptr : a.part + i * a.splits * a.top_k;
-    if (hi > lo) {
+    uint32_t* raw_out = reinterpret_cast<uint32_t*>(region);
+    if constexpr (kFp4) {
+        if (hi > lo) score_keys_fp4(a, s, sh, lo, hi, r.raw, raw_out, k, r.hist);
+    } else if (hi > lo) {
         if (hi - lo <= kWarp)
-            score_keys<1>(a, s, sh, lo, hi, r.raw, reinterpret_cast<uint32_t*>(region), k);
+            score_keys<1>(a, s, sh, lo, hi, r.raw, raw_out, k, r.hist);
         else if (hi - lo <= 2 * kWarp)
-            score_keys<2>(a, s, sh, lo, hi, r.raw, reinterpret_cast<uint32_t*>(region), k);
+            score_keys<2>(a, s, sh, lo, hi, r.raw, raw_out, k, r.hist);
         else
-            score_keys<4>(a, s, sh, lo, hi, r.raw, reinterpret_cast<uint32_t*>(region), k);
+            score_keys<4>(a, s, sh, lo, hi, r.raw, raw_out, k, r.hist);
     }
     cp_async_wait<0>();  // (no keys: the q copies are still owed a wait)
+    if (r.hist) {  // this split's digit counts into the query's
+        __syncthreads();
+        for (int b = threadIdx.x; b < kBins; b += kThreads)
+            if (s.hist[b]) atomicAdd(a.hist_g + i * kBins + b, s.hist[b]);
+    }
     if (r.raw) return;
     keep_top(s.buf, k, s.hist, sh);
     if (final) {
@@ -548,7 +658,6 @@ __device__ void select_staged(const T* items, int n, unsigned char* area, int ar
 // kWarp candidates at a time, broadcast by shuffles); the warps' counts meet in shared memory as integers, so
 // the rank (the number of larger keys: keys are unique, ranks a permutation) is exact, and a key ranked below
 // top_k is written to its place. Block 0 writes -1 past nv.
-constexpr int kRankMax = 4096;
 constexpr int kRankQueries = 2;  // queries per call that get kRankMax / kWarp blocks each
 __device__ void rank_raw(const uint32_t* bits, int nv, int32_t* o, int top_k) {
     __shared__ int above_s[kWarp];
@@ -571,12 +680,45 @@ __device__ void rank_raw(const uint32_t* bits, int nv, int32_t* o, int top_k) {
         for (int j = nv + threadIdx.x; j < top_k; j += blockDim.x) o[j] = -1;
 }
 
+// The histogram path's gather, block (query, y) of the query's gridDim.y: the digit that holds the query's k-th
+// key, from the splits' counts of top digits, then every key of the block's share of the raw scores whose top
+// digit is that one or higher, appended to the query's candidates (at least k, all of the top k among them).
+__global__ void __launch_bounds__(kThreads)
+    indexer_gather_kernel(const uint64_t* part, const int* hist_g, uint64_t* cand, int* cand_count,
+                          const int32_t* n_visible, int top_k, int splits) {
+    pdl_begin();
+    __shared__ SelShared sh;
+    const int64_t i = blockIdx.x;
+    const int nv = max(n_visible[i], 0), k = min(top_k, nv);
+    if (!split_range(nv, splits, top_k, true).hist) return;
+    find_digit(hist_g + i * kBins, kBins, k, sh);
+    const uint32_t digit = (uint32_t)sh.digit;
+    const uint32_t* bits = reinterpret_cast<const uint32_t*>(part + i * splits * top_k);
+    uint64_t* out = cand + i * 2 * (int64_t)splits * top_k;
+    const int per = (nv + (int)gridDim.y - 1) / (int)gridDim.y, lo = (int)blockIdx.y * per, hi = min(nv, lo + per);
+    constexpr int U = 4;
+    for (int base = lo; base < hi; base += kThreads * U) {
+        uint32_t v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int t = base + u * kThreads + (int)threadIdx.x;
+            v[u] = t < hi ? bits[t] : 0;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int t = base + u * kThreads + (int)threadIdx.x;
+            append(out, cand_count + i, make_key(v[u], t), t < hi && (v[u] >> (32 - kSelBits)) >= digit);
+        }
+    }
+}
+
 // Block (query, y): the top k of the query's splits' candidates, sorted: by ranks over the query's blocks
-// (rank_raw) where the grid has them for its raw scores, else by block y = 0 alone. Shared memory: the output
-// buffer [k2 = power of two >= top_k], the histogram [kBins], then `area_bytes` to stage the candidates in.
+// (rank_raw) where the grid has them for its raw scores, else by block y = 0 alone (on the histogram path, over
+// the gathered candidates). Shared memory: the output buffer [k2 = power of two >= top_k], the histogram
+// [kBins], then `area_bytes` to stage the candidates in.
 __global__ void __launch_bounds__(kMergeThreads)
     indexer_merge_kernel(int32_t* out, const uint64_t* part, const int32_t* n_visible, int top_k, int k2, int splits,
-                         int area_bytes) {
+                         int area_bytes, bool wide, const uint64_t* cand, const int* cand_count) {
     pdl_begin();
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ SelShared sh;
@@ -586,7 +728,7 @@ __global__ void __launch_bounds__(kMergeThreads)
     const int64_t i = blockIdx.x;
     const int nv = max(n_visible[i], 0), k = min(top_k, nv);
     int32_t* o = out + i * top_k;
-    const SplitRange r = split_range(nv, splits, top_k);
+    const SplitRange r = split_range(nv, splits, top_k, wide);
     const uint64_t* region = part + i * splits * top_k;
     if (k > 0 && r.raw && nv <= kWarp * (int)gridDim.y) {  // uniform over the block
         if (kWarp * (int)blockIdx.y < nv) rank_raw(reinterpret_cast<const uint32_t*>(region), nv, o, top_k);
@@ -599,7 +741,10 @@ __global__ void __launch_bounds__(kMergeThreads)
     }
     if (threadIdx.x == 0) sh.count = 0;
     __syncthreads();
-    if (r.raw)  // raw score bits by key index
+    if (r.hist)  // the gathered candidates
+        select_staged<KeySrc>(cand + i * 2 * (int64_t)splits * top_k, cand_count[i], area, area_bytes, k, hist, sorted,
+                              sh);
+    else if (r.raw)  // raw score bits by key index
         select_staged<ScoreBitsSrc>(reinterpret_cast<const uint32_t*>(region), nv, area, area_bytes, k, hist, sorted, sh);
     else  // each active split's best top_k keys
         select_staged<KeySrc>(region, r.act * top_k, area, area_bytes, k, hist, sorted, sh);
@@ -610,7 +755,7 @@ __global__ void __launch_bounds__(kMergeThreads)
 
 void CudaBackend::indexer_topk(int32_t* idx, const float* q, const float* w, const float* keys,
                                const int32_t* n_visible, int64_t n, int n_heads, int head_dim, int top_k,
-                               const float* const* key_rows) {
+                               const float* const* key_rows, bool fp4_keys) {
     if (n <= 0 || top_k <= 0) return;
     if (skipped("indexer_topk")) {  // what-if: no entry selected (all -1), so the attention still reads valid lists
         CUDA_CHECK(cudaMemsetAsync(idx, 0xFF, (size_t)n * top_k * sizeof(int32_t), stream_));
@@ -634,12 +779,22 @@ void CudaBackend::indexer_topk(int32_t* idx, const float* q, const float* w, con
     a.top_k = top_k;
     a.buf_cap = k2 + std::max(kMaxTile, k2 / 2);
     a.vec = head_dim % 4 == 0 && aligned16(key_rows ? nullptr : keys, q);  // a table's rows are aligned by contract
-    const size_t smem = score_smem_bytes(a.H_pad, a.hd_pad, a.buf_cap);
+    a.fp4 = fp4_keys;
+    a.rb = (int)fp4_row_bytes(head_dim);
+    a.stage_bytes = ((kFp4Keys * a.rb + 15) / 16 + 1) * 16;
+    if (fp4_keys)
+        DSV4_CHECK_MSG(head_dim % kFp4Block == 0 && aligned16(key_rows ? nullptr : keys),
+                       "indexer_topk: packed FP4 keys need a head dim that is a multiple of %d (not %d) and 16-byte "
+                       "aligned rows",
+                       kFp4Block, head_dim);
+    const size_t smem = fp4_keys ? score_smem_bytes_fp4(a.H_pad, head_dim, a.stage_bytes, a.buf_cap)
+                                 : score_smem_bytes(a.H_pad, a.hd_pad, a.buf_cap);
     DSV4_CHECK_MSG(smem + sizeof(SelShared) <= (size_t)props_.sharedMemPerBlockOptin,
                    "indexer_topk: top_k %d with %d heads of %d needs %zu bytes of shared memory", top_k, n_heads,
                    head_dim, smem);
+    const auto score_kernel = fp4_keys ? indexer_score_kernel<true> : indexer_score_kernel<false>;
     if (smem > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(indexer_score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CUDA_CHECK(cudaFuncSetAttribute(score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     // Enough blocks to fill the GPU (two per SM when shared memory allows) when few queries come (decode);
     // one per query, which then finishes its own list, when many do.
     const int per_sm = 2 * (smem + sizeof(SelShared) + 1024) <= (size_t)props_.sharedMemPerMultiprocessor ? 2 : 1;
@@ -647,7 +802,19 @@ void CudaBackend::indexer_topk(int32_t* idx, const float* q, const float* w, con
     a.splits = n >= slots ? 1 : (int)std::min<int64_t>((slots + n - 1) / n, 1024);
     Scratch s(*this);
     if (a.splits > 1) a.part = s.get<uint64_t>(n * a.splits * top_k);
-    launch_pdl(indexer_score_kernel, dim3((unsigned)n, (unsigned)a.splits), kThreads, smem, stream_, a);
+    // Decode (the queries that get rank blocks): raw scores up to 2 splits top_k keys, and past kRankMax the
+    // histogram path (its counts and candidate count zeroed here; its candidates: up to all raw keys).
+    a.wide = a.splits > 1 && n <= kRankQueries;
+    a.hist_g = nullptr;
+    uint64_t* cand = nullptr;
+    int* cand_count = nullptr;
+    if (a.wide) {
+        a.hist_g = s.get<int>(n * (kBins + 1));
+        cand_count = a.hist_g + n * kBins;
+        cand = s.get<uint64_t>(n * 2 * (int64_t)a.splits * top_k);
+        CUDA_CHECK(cudaMemsetAsync(a.hist_g, 0, (size_t)n * (kBins + 1) * sizeof(int), stream_));
+    }
+    launch_pdl(score_kernel, dim3((unsigned)n, (unsigned)a.splits), kThreads, smem, stream_, a);
     CUDA_CHECK_LAUNCH();
     if (a.splits == 1) return;
     // The merge stages candidates in whatever shared memory its output buffer and histogram leave.
@@ -659,9 +826,15 @@ void CudaBackend::indexer_topk(int32_t* idx, const float* q, const float* w, con
     if (merge_smem > 48 * 1024)
         CUDA_CHECK(
             cudaFuncSetAttribute(indexer_merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)merge_smem));
+    if (a.wide) {
+        launch_pdl(indexer_gather_kernel, dim3((unsigned)n, (unsigned)props_.multiProcessorCount), kThreads, 0, stream_,
+                   a.part, a.hist_g, cand, cand_count, n_visible, top_k, a.splits);
+        CUDA_CHECK_LAUNCH();
+    }
     const unsigned rank_blocks = n <= kRankQueries ? kRankMax / kWarp : 1;
     launch_pdl(indexer_merge_kernel, dim3((unsigned)n, rank_blocks), kMergeThreads, merge_smem, stream_, idx, a.part,
-               n_visible, top_k, k2, a.splits, area);
+               n_visible, top_k, k2, a.splits, area, a.wide, static_cast<const uint64_t*>(cand),
+               static_cast<const int*>(cand_count));
     CUDA_CHECK_LAUNCH();
 }
 

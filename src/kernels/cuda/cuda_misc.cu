@@ -2,6 +2,7 @@
 #include "core/check.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
+#include "ops/fp4_rows.h"
 
 namespace dsv4::cuda {
 
@@ -64,6 +65,22 @@ __global__ void scatter_rows_to_kernel(float* const* dst, const float* src, cons
     }
 }
 
+// A thread per FP4 block of a row (ops/fp4_rows.h); the block-0 thread also writes the row's padding.
+__global__ void pack_fp4_rows_kernel(float* dst, float* const* dst_rows, const float* src, const int32_t* idx,
+                                     int64_t n, int dim) {
+    pdl_begin();
+    const int nb = dim / kFp4Block;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n * nb; t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = t / nb;
+        const int b = (int)(t % nb);
+        const int32_t r = idx[i];
+        if (r < 0) continue;
+        uint8_t* row = reinterpret_cast<uint8_t*>((dst_rows ? dst_rows[i] : dst) + (int64_t)r * fp4_row_floats(dim));
+        fp4_pack_block(src + i * dim, dim, b, row);
+        if (b == 0) fp4_pack_pad(dim, row);
+    }
+}
+
 }  // namespace
 
 void CudaBackend::fill(float* dst, float value, int64_t n) {
@@ -115,6 +132,17 @@ void CudaBackend::scatter_rows_to(float* const* dst, const float* src, const int
     if (skipped("scatter_rows_to")) return;
     if (n * cols <= 0) return;
     launch_pdl(scatter_rows_to_kernel, grid_for(n * cols, kThreads), kThreads, 0, stream_, dst, src, idx, n, cols);
+    CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::pack_fp4_rows(float* dst, float* const* dst_rows, const float* src, const int32_t* idx, int64_t n,
+                                int dim) {
+    if (skipped("pack_fp4_rows")) return;
+    DSV4_CHECK_MSG(dim > 0 && dim % kFp4Block == 0, "pack_fp4_rows: %d values a row is not a whole number of blocks",
+                   dim);
+    if (n <= 0) return;
+    launch_pdl(pack_fp4_rows_kernel, grid_for(n * (dim / kFp4Block), kThreads), kThreads, 0, stream_, dst, dst_rows,
+               src, idx, n, dim);
     CUDA_CHECK_LAUNCH();
 }
 

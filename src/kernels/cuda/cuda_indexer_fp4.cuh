@@ -1,0 +1,138 @@
+// The lightning indexer's scores over packed FP4 keys (ops/fp4_rows.h: quant-sim mode's cache) on int8 tensor
+// cores. In that mode the queries and keys are E2M1 values times a power-of-two scale per block of 32 dims, so
+// twice each value is an integer in [-12, 12]: a block's q . k is an exact int32 dot (mma.sync m16n8k32 s8,
+// 16 heads x 8 keys x 32 dims a tile) times 2^(eq + ek) / 4, and the head's dot is the sum of its blocks'
+// exact products, in block order, in f32. The f32 dot of the same floats (the CPU's) differs from it only by
+// where the rounding of that sum falls, and not at all while the sum fits in 24 bits.
+//
+// A warp scores an n-tile of 8 keys against every head: for each block the keys' nibbles become the B
+// fragment (four nibbles to four int8 by two byte permutes), the queries' int8 rows in shared memory the A
+// fragments, and each head's 4 block products meet in an f32 register; relu times the head weight, summed over
+// the warp's lanes of a key, gives the key's score.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/cuda_common.cuh"
+#include "ops/fp4_rows.h"
+
+namespace dsv4::cuda::fp4_index {
+
+constexpr int kTileKeys = 8;   // keys of a warp's n-tile
+constexpr int kHeadTile = 16;  // heads of an m-tile
+constexpr int kHeadGroup = 64; // heads a pass holds in registers (4 m-tiles)
+
+// d += A B for one m16n8k32 tile: A 16 x 32 int8 (row-major fragments), B 32 x 8 int8, int32 d.
+__device__ __forceinline__ void mma_s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                       uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Four nibbles (value i in bits 4i .. 4i + 3) to four int8 (byte i): twice their E2M1 values. The magnitude
+// picks a byte of {0, 1, 2, 3, 4, 6, 8, 12} and of its negation; the sign bit then picks which.
+__device__ __forceinline__ uint32_t fp4x4_to_s8(uint32_t x) {
+    const uint32_t mag = x & 0x7777u;
+    const uint32_t pos = __byte_perm(0x03020100u, 0x0C080604u, mag);
+    const uint32_t neg = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, mag);
+    return __byte_perm(pos, neg, 0x3210u | ((x >> 1) & 0x4444u));
+}
+
+// Bytes of a query's int8 row in shared memory: 16 past its values, so that the 8 rows an A fragment reads at one
+// offset fall in different banks.
+__host__ __device__ constexpr int q8_stride(int hd) { return hd + 16; }
+
+// The queries of one row (H heads of hd values, FP4-simulated) as int8 rows [H_pad][q8_stride(hd)] (twice the
+// E2M1 values; zero rows for the padding heads) and their block scales qscale[H_pad][hd / 32] as 2^e / 4, so
+// that a block's exact int32 dot times qscale times the key's scale is the f32 product. Thread t takes 4 values
+// at a time, 4 (t + 256 j): every load of the loop is issued before any is used, and the 8 threads of a block of
+// 32 are 8 consecutive lanes, which find its amax by shuffles. Block-wide (blockDim.x a multiple of 8).
+template <int kThreads>
+__device__ void load_queries(const float* q, int H, int hd, int H_pad, int8_t* q8, float* qscale) {
+    constexpr int kMaxRounds = 16;  // 64 heads of 256 values at 256 threads
+    const int quads = H_pad * hd / 4, nb = hd / kFp4Block;
+    const int rounds = (quads + kThreads - 1) / kThreads;
+    for (int r0 = 0; r0 < rounds; r0 += kMaxRounds) {
+        float x[kMaxRounds][4];
+#pragma unroll
+        for (int j = 0; j < kMaxRounds; ++j) {
+            const int f = threadIdx.x + kThreads * (r0 + j), h = f * 4 / hd;
+            const bool in = r0 + j < rounds && f < quads && h < H;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) x[j][k] = in ? q[(int64_t)f * 4 + k] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < kMaxRounds; ++j) {
+            const int f = threadIdx.x + kThreads * (r0 + j);  // uniform over each group of 8 lanes
+            float amax = fmaxf(fmaxf(fabsf(x[j][0]), fabsf(x[j][1])), fmaxf(fabsf(x[j][2]), fabsf(x[j][3])));
+#pragma unroll
+            for (int o = 1; o < kFp4Block / 4; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+            if (r0 + j >= rounds || f >= quads) continue;
+            const int c = f / (kFp4Block / 4), h = c / nb, b = c % nb;  // block c of 32 values: head h, block b
+            const float sc = fake_quant_scale(amax, true);
+            uint32_t word = 0;
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+                word |= (uint32_t)(uint8_t)(int8_t)(int)(2.0f * fp4_grid_value(x[j][k], sc)) << (8 * k);
+            *reinterpret_cast<uint32_t*>(q8 + (int64_t)h * q8_stride(hd) + b * kFp4Block + f % (kFp4Block / 4) * 4) =
+                h < H ? word : 0u;
+            if (f % (kFp4Block / 4) == 0) qscale[c] = h < H ? sc * 0.25f : 0.0f;
+        }
+    }
+}
+
+// Scores of the 8 keys whose packed rows start at krow (8 rows of rb bytes, in shared memory) against heads
+// [0, H_pad) of one query: q8 / qscale as load_queries wrote them, w[H_pad] the head weights (0 past H).
+// Returns, in lanes 0..3, the scores of keys 2 l and 2 l + 1 (other lanes: partial sums).
+__device__ __forceinline__ float2 warp_tile_scores(const int8_t* q8, const float* qscale, const float* w, int H_pad,
+                                                   int hd, const uint8_t* krow, int rb) {
+    const int lane = threadIdx.x % kWarp, g = lane / 4, tig = lane % 4;
+    const int nb = hd / kFp4Block;
+    const uint8_t* mine = krow + g * rb;               // this lane's key of the B fragment
+    const uint8_t* sc0 = krow + (2 * tig) * rb + hd / 2;  // the scales of its two C columns' keys
+    const uint8_t* sc1 = sc0 + rb;
+    float2 part = make_float2(0.0f, 0.0f);
+    for (int h0 = 0; h0 < H_pad; h0 += kHeadGroup) {
+        float acc[kHeadGroup / kHeadTile][4];
+#pragma unroll
+        for (int m = 0; m < kHeadGroup / kHeadTile; ++m)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[m][j] = 0.0f;
+        for (int b = 0; b < nb; ++b) {
+            const uint32_t b0 = fp4x4_to_s8(*reinterpret_cast<const uint16_t*>(mine + 16 * b + 2 * tig));
+            const uint32_t b1 = fp4x4_to_s8(*reinterpret_cast<const uint16_t*>(mine + 16 * b + 8 + 2 * tig));
+            const float k0 = fp4_scale(sc0[b]), k1 = fp4_scale(sc1[b]);
+#pragma unroll
+            for (int m = 0; m < kHeadGroup / kHeadTile; ++m) {
+                const int r0 = h0 + m * kHeadTile + g, r1 = r0 + 8;
+                const int8_t* qa = q8 + (int64_t)r0 * q8_stride(hd) + b * kFp4Block + 4 * tig;
+                const int8_t* qb = q8 + (int64_t)r1 * q8_stride(hd) + b * kFp4Block + 4 * tig;
+                int d[4] = {0, 0, 0, 0};
+                mma_s8(d, *reinterpret_cast<const uint32_t*>(qa), *reinterpret_cast<const uint32_t*>(qb),
+                       *reinterpret_cast<const uint32_t*>(qa + 16), *reinterpret_cast<const uint32_t*>(qb + 16), b0,
+                       b1);
+                const float s0 = qscale[r0 * nb + b], s1 = qscale[r1 * nb + b];
+                acc[m][0] += (float)d[0] * s0 * k0;
+                acc[m][1] += (float)d[1] * s0 * k1;
+                acc[m][2] += (float)d[2] * s1 * k0;
+                acc[m][3] += (float)d[3] * s1 * k1;
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < kHeadGroup / kHeadTile; ++m) {
+            const float w0 = w[h0 + m * kHeadTile + g], w1 = w[h0 + m * kHeadTile + g + 8];
+            part.x += fmaxf(acc[m][0], 0.0f) * w0 + fmaxf(acc[m][2], 0.0f) * w1;
+            part.y += fmaxf(acc[m][1], 0.0f) * w0 + fmaxf(acc[m][3], 0.0f) * w1;
+        }
+    }
+#pragma unroll
+    for (int o = 4; o < kWarp; o <<= 1) {
+        part.x += __shfl_xor_sync(0xffffffffu, part.x, o);
+        part.y += __shfl_xor_sync(0xffffffffu, part.y, o);
+    }
+    return part;
+}
+
+}  // namespace dsv4::cuda::fp4_index
