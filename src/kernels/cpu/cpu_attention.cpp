@@ -95,21 +95,37 @@ void CpuBackend::indexer_topk(int32_t* idx, const float* q, const float* w, cons
     DSV4_CHECK_MSG(!fp4_keys || head_dim % kFp4Block == 0,
                    "indexer_topk: packed FP4 keys need a head dim that is a multiple of %d, not %d", kFp4Block,
                    head_dim);
-    const int64_t row_floats = fp4_keys ? fp4_row_floats(head_dim) : head_dim;
+    // Packed keys are unpacked to the very floats the quant-sim rounding made (ops/fp4_rows.h): the shared
+    // source once for every query, a per-query source (key_rows) by its query.
+    const int64_t packed_floats = fp4_row_floats(head_dim);
+    auto unpack = [&](const float* packed, int64_t rows, float* out) {
+        for (int64_t t = 0; t < rows; ++t)
+            fp4_unpack_row(reinterpret_cast<const uint8_t*>(packed + t * packed_floats), head_dim, out + t * head_dim);
+    };
+    std::vector<float> shared_keys;
+    if (fp4_keys && !key_rows) {
+        int64_t rows = 0;
+        for (int64_t i = 0; i < n; ++i) rows = std::max<int64_t>(rows, n_visible[i]);
+        shared_keys.resize((size_t)(rows * head_dim));
+        pool_.parallel_for(rows, 256, [&](int64_t b, int64_t e, int) {
+            unpack(query_keys + b * packed_floats, e - b, shared_keys.data() + b * head_dim);
+        });
+        query_keys = shared_keys.data();
+    }
     pool_.parallel_for(n, 1, [&](int64_t b, int64_t e, int) {
-        std::vector<float> score, key(head_dim);
+        std::vector<float> score, own_keys;
         std::vector<int32_t> order;
         for (int64_t i = b; i < e; ++i) {
             const float* keys = key_rows ? key_rows[i] : query_keys;
             const int32_t nv = n_visible[i];
+            if (fp4_keys && key_rows) {
+                own_keys.resize((size_t)nv * head_dim);
+                unpack(keys, nv, own_keys.data());
+                keys = own_keys.data();
+            }
             score.resize(nv);
             for (int32_t t = 0; t < nv; ++t) {
-                // Packed keys are unpacked to the very floats the quant-sim rounding made (ops/fp4_rows.h).
-                const float* kt = keys + (int64_t)t * row_floats;
-                if (fp4_keys) {
-                    fp4_unpack_row(reinterpret_cast<const uint8_t*>(kt), head_dim, key.data());
-                    kt = key.data();
-                }
+                const float* kt = keys + (int64_t)t * head_dim;
                 float s = 0;
                 for (int h = 0; h < n_heads; ++h) {
                     const float d = dot_f32(q + (i * n_heads + h) * head_dim, kt, head_dim);
