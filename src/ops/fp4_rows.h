@@ -73,14 +73,19 @@ DSV4_HD void fp4_pack_row(const float* v, int dim, uint8_t* row) {
     fp4_pack_pad(dim, row);
 }
 
-// Value i of a packed row of dim values.
-DSV4_HD float fp4_row_value(const uint8_t* row, int dim, int i) {
-    const uint32_t nib = (row[i / 2] >> (4 * (i & 1))) & 15u;
-    return fp4_value(nib) * fp4_scale(row[dim / 2 + i / kFp4Block]);
-}
-
+// Unpack a row: each block's scale once, then each code byte's two values, value(code) * scale.
 DSV4_HD void fp4_unpack_row(const uint8_t* row, int dim, float* v) {
-    for (int i = 0; i < dim; ++i) v[i] = fp4_row_value(row, dim, i);
+    float value[16];
+    for (uint32_t c = 0; c < 16; ++c) value[c] = fp4_value(c);
+    for (int b = 0; b < dim / kFp4Block; ++b) {
+        const float s = fp4_scale(row[dim / 2 + b]);
+        const uint8_t* codes = row + b * kFp4Block / 2;
+        float* out = v + b * kFp4Block;
+        for (int j = 0; j < kFp4Block / 2; ++j) {
+            out[2 * j] = value[codes[j] & 15u] * s;
+            out[2 * j + 1] = value[codes[j] >> 4] * s;
+        }
+    }
 }
 
 }  // namespace dsv4
