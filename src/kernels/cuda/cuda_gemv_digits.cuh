@@ -243,6 +243,50 @@ DSV4_GV float ld_x1(const float* p) {  // as ld_x4, one value
 #endif
 }
 
+// acc[r][t] += scale[r] * (row r's 8 weight words . digit block u of token t), for the nt tokens present: the
+// three digit planes one after the other (only one plane held at a time).
+template <int R, int NT>
+DSV4_GV void dot_block(const uint32_t (&w)[R][8], const float (&scale)[R], const XDigits* const (&x)[NT], int u,
+                       int nt, float (&acc)[R][NT]) {
+    DSV4_GV_UNROLL
+    for (int t = 0; t < NT; ++t) {
+        if (t < nt) {
+            const XDigits* xb = x[t] + u;
+            int s0[R] = {}, s1[R] = {}, s2[R] = {};
+            plane_dot<true>(w, xb->a0, s0);
+            plane_dot<false>(w, xb->a1, s1);
+            plane_dot<false>(w, xb->a2, s2);
+            const float sx = ld_x1(&xb->scale);
+            DSV4_GV_UNROLL
+            for (int r = 0; r < R; ++r)
+                acc[r][t] = fmaf(scale[r] * sx, digit_value(DigitSums{s0[r], s1[r], s2[r]}), acc[r][t]);
+        }
+    }
+}
+
+// As dot_block with a scale per half: half h's 4 weight words against values 16 h .. 16 h + 15 of the block.
+template <int R, int NT>
+DSV4_GV void dot_halves(const uint32_t (&w)[R][2][4], const float (&scale)[R][2], const XDigits* const (&x)[NT],
+                        int u, int nt, float (&acc)[R][NT]) {
+    DSV4_GV_UNROLL
+    for (int t = 0; t < NT; ++t) {
+        if (t < nt) {
+            const XDigits* xb = x[t] + u;
+            const float sx = ld_x1(&xb->scale);
+            DSV4_GV_UNROLL
+            for (int h = 0; h < 2; ++h) {
+                const XHalf xh = load_half(xb, h);
+                DSV4_GV_UNROLL
+                for (int r = 0; r < R; ++r) {
+                    DigitSums s;
+                    digit_dot<true, 4>(w[r][h], xh.a0, xh.a1, xh.a2, s);
+                    acc[r][t] = fmaf(scale[r][h] * sx, digit_value(s), acc[r][t]);
+                }
+            }
+        }
+    }
+}
+
 // ---- the codecs: same block geometry contract as Codec<T> (cuda_gemv_codecs.cuh), activations as XDigits.
 // X / kXPerBlock: the activation type and how many of them one weight block spans.
 
@@ -266,19 +310,7 @@ struct DigitCodec<GgmlType::Q8_0> {
             ld_words_any(b[r] + 2, w[r]);
             d[r] = half_bits(ld16(b[r]));
         }
-        DSV4_GV_UNROLL
-        for (int t = 0; t < NT; ++t) {
-            if (t < nt) {
-                int s0[R] = {}, s1[R] = {}, s2[R] = {};
-                plane_dot<true>(w, x[t]->a0, s0);
-                plane_dot<false>(w, x[t]->a1, s1);
-                plane_dot<false>(w, x[t]->a2, s2);
-                const float sx = ld_x1(&x[t]->scale);
-                DSV4_GV_UNROLL
-                for (int r = 0; r < R; ++r)
-                    acc[r][t] = fmaf(d[r] * sx, digit_value(DigitSums{s0[r], s1[r], s2[r]}), acc[r][t]);
-            }
-        }
+        dot_block(w, d, x, 0, nt, acc);
     }
 };
 
@@ -408,20 +440,7 @@ struct DigitCodec<GgmlType::IQ3_XXS> {
                 w[r][2 * l + 1] = signed_bytes(ld_table(lut.grid32, (i2 >> 8) & 255), sg >> 4);
             }
         }
-        DSV4_GV_UNROLL
-        for (int t = 0; t < NT; ++t) {
-            if (t < nt) {
-                const XDigits* xb = x[t] + u;
-                int s0[R] = {}, s1[R] = {}, s2[R] = {};
-                plane_dot<true>(w, xb->a0, s0);
-                plane_dot<false>(w, xb->a1, s1);
-                plane_dot<false>(w, xb->a2, s2);
-                const float sx = ld_x1(&xb->scale);
-                DSV4_GV_UNROLL
-                for (int r = 0; r < R; ++r)
-                    acc[r][t] = fmaf(db[r] * sx, digit_value(DigitSums{s0[r], s1[r], s2[r]}), acc[r][t]);
-            }
-        }
+        dot_block(w, db, x, u, nt, acc);
     }
 };
 
@@ -457,23 +476,7 @@ struct DigitCodec<GgmlType::IQ2_XS> {
                 }
             }
         }
-        DSV4_GV_UNROLL
-        for (int t = 0; t < NT; ++t) {
-            if (t < nt) {
-                const XDigits* xb = x[t] + u;
-                const float sx = ld_x1(&xb->scale);
-                DSV4_GV_UNROLL
-                for (int h = 0; h < 2; ++h) {
-                    const XHalf xh = load_half(xb, h);
-                    DSV4_GV_UNROLL
-                    for (int r = 0; r < R; ++r) {
-                        DigitSums s;
-                        digit_dot<true, 4>(w[r][h], xh.a0, xh.a1, xh.a2, s);
-                        acc[r][t] = fmaf(db[r][h] * sx, digit_value(s), acc[r][t]);
-                    }
-                }
-            }
-        }
+        dot_halves(w, db, x, u, nt, acc);
     }
 };
 
@@ -509,23 +512,7 @@ struct DigitCodec<GgmlType::IQ2_S> {
                 }
             }
         }
-        DSV4_GV_UNROLL
-        for (int t = 0; t < NT; ++t) {
-            if (t < nt) {
-                const XDigits* xb = x[t] + u;
-                const float sx = ld_x1(&xb->scale);
-                DSV4_GV_UNROLL
-                for (int h = 0; h < 2; ++h) {
-                    const XHalf xh = load_half(xb, h);
-                    DSV4_GV_UNROLL
-                    for (int r = 0; r < R; ++r) {
-                        DigitSums s;
-                        digit_dot<true, 4>(w[r][h], xh.a0, xh.a1, xh.a2, s);
-                        acc[r][t] = fmaf(db[r][h] * sx, digit_value(s), acc[r][t]);
-                    }
-                }
-            }
-        }
+        dot_halves(w, db, x, u, nt, acc);
     }
 };
 
@@ -559,20 +546,7 @@ struct DigitCodec<GgmlType::IQ3_S> {
                 w[r][2 * l + 1] = signed_bytes(ld_table(lut.grid32, i2), s >> 4);
             }
         }
-        DSV4_GV_UNROLL
-        for (int t = 0; t < NT; ++t) {
-            if (t < nt) {
-                const XDigits* xb = x[t] + u;
-                int s0[R] = {}, s1[R] = {}, s2[R] = {};
-                plane_dot<true>(w, xb->a0, s0);
-                plane_dot<false>(w, xb->a1, s1);
-                plane_dot<false>(w, xb->a2, s2);
-                const float sx = ld_x1(&xb->scale);
-                DSV4_GV_UNROLL
-                for (int r = 0; r < R; ++r)
-                    acc[r][t] = fmaf(db[r] * sx, digit_value(DigitSums{s0[r], s1[r], s2[r]}), acc[r][t]);
-            }
-        }
+        dot_block(w, db, x, u, nt, acc);
     }
 };
 

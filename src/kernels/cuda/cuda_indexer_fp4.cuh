@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_mma.cuh"
 #include "ops/fp4_rows.h"
 
 namespace dsv4::cuda::fp4_index {
@@ -21,15 +22,6 @@ namespace dsv4::cuda::fp4_index {
 constexpr int kTileKeys = 8;   // keys of a warp's n-tile
 constexpr int kHeadTile = 16;  // heads of an m-tile
 constexpr int kHeadGroup = 64; // heads a pass holds in registers (4 m-tiles)
-
-// d += A B for one m16n8k32 tile: A 16 x 32 int8 (row-major fragments), B 32 x 8 int8, int32 d.
-__device__ __forceinline__ void mma_s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                       uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // Four nibbles (value i in bits 4i .. 4i + 3) to four int8 (byte i): twice their E2M1 values. The magnitude
 // picks a byte of {0, 1, 2, 3, 4, 6, 8, 12} and of its negation; the sign bit then picks which.

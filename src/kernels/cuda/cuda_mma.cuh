@@ -1,5 +1,6 @@
-// Warp-level tensor-core helpers (Ampere/Hopper mma.sync with bf16 inputs and f32 accumulation) shared by the
-// prefill kernels of the bf16 mode: cuda_attention_tc.cu and cuda_moe_tc.cu.
+// Warp-level tensor-core helpers (Ampere/Hopper mma.sync): bf16 inputs with f32 accumulation for the prefill
+// kernels of the bf16 mode (cuda_attention_tc.cu, cuda_moe_tc.cu), int8 with int32 for the indexer's packed keys
+// (cuda_indexer_fp4.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -26,6 +27,15 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// d += A B for one m16n8k32 tile: A 16 x 32 int8 (row-major fragments a0..a3), B 32 x 8 int8 (b0, b1), int32 d.
+__device__ __forceinline__ void mma_s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                       uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
