@@ -12,6 +12,7 @@
 #include "exec/step_runner.h"
 #include "model/deepseek4.h"
 #include "ops/fp4_rows.h"
+#include "util/step_chunks.h"
 
 using namespace dsv4;
 
@@ -114,16 +115,7 @@ protected:
         auto cache = model_->new_cache((int64_t)toks.size(), false, store);
         StepOptions opt;
         opt.all_logits = true;
-        std::vector<float> out, l;
-        size_t ci = 0;
-        for (int64_t b = 0; b < (int64_t)toks.size();) {
-            const int64_t e = std::min<int64_t>((int64_t)toks.size(), b + chunks[ci++ % chunks.size()]);
-            Status s = runner_->step(*cache, std::span<const int32_t>(toks.data() + b, e - b), opt, &l);
-            EXPECT_TRUE(s.ok()) << s.error();
-            out.insert(out.end(), l.begin(), l.end());
-            b = e;
-        }
-        return out;
+        return test::step_in_chunks(*runner_, *cache, toks, chunks, opt);
     }
     std::unique_ptr<Backend> backend_;
     std::unique_ptr<Model> model_;

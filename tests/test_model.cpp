@@ -10,6 +10,7 @@
 #include "model/deepseek4.h"
 #include "ops/graph_support.h"
 #include "util/forwarding_backend.h"
+#include "util/step_chunks.h"
 
 using namespace dsv4;
 
@@ -46,16 +47,7 @@ protected:
         StepOptions opt;
         opt.quant_sim = qsim;
         opt.all_logits = true;
-        std::vector<float> out, l;
-        size_t ci = 0;
-        for (int64_t b = 0; b < (int64_t)toks.size();) {
-            const int64_t e = std::min<int64_t>(toks.size(), b + chunks[ci++ % chunks.size()]);
-            Status s = runner_->step(*cache, std::span<const int32_t>(toks.data() + b, e - b), opt, &l);
-            EXPECT_TRUE(s.ok()) << s.error();
-            out.insert(out.end(), l.begin(), l.end());
-            b = e;
-        }
-        return out;
+        return test::step_in_chunks(*runner_, *cache, toks, chunks, opt);
     }
     std::unique_ptr<Backend> backend_;
     std::unique_ptr<Model> model_;

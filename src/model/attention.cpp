@@ -182,18 +182,10 @@ void build_group_tables(Model::Ctx& c) {
             for (int k = 0; k < kKinds; ++k) host[((size_t)il * kKinds + k) * G + s.row0] = ptrs[k];
         }
     }
-    // The group's caches store their indexer keys alike (one op serves them all; Model::step_batch checks it).
-    c.group_index_fp4.assign((size_t)n_layer, false);
-    bool first = true;
-    for (const SeqSlice& s : c.seqs) {
-        if (s.n != 1) continue;
-        for (int il = 0; il < n_layer; ++il) {
-            const bool fp4 = s.cache->layer(il).index_fp4;
-            DSV4_CHECK(first || fp4 == (bool)c.group_index_fp4[il]);  // Model::step_batch refuses mixed stores
-            c.group_index_fp4[il] = fp4;
-        }
-        first = false;
-    }
+    // The group's caches store their indexer keys alike (Model::step_batch refuses mixed stores): one op serves them.
+    c.group_index_fp4 = false;
+    for (const SeqSlice& s : c.seqs)
+        if (s.n == 1) c.group_index_fp4 = KvCache::packs_index(c.cfg, s.cache->store());
     c.group_pos.assign((size_t)G, 0);
     for (const SeqSlice& s : c.seqs)
         if (s.n == 1) c.group_pos[(size_t)s.row0] = s.pos0;
@@ -324,7 +316,7 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
         if (NG > 0) {
             compress_group(c, L.compressor, pr.main, ratio, hd, T->state_kv, T->state_sc, T->comp, rope, false);
             if (ratio == 4) {
-                const bool packed = c.group_index_fp4[il];
+                const bool packed = c.group_index_fp4;
                 compress_group(c, L.index_compressor, pr.index, 4, id, T->index_state_kv, T->index_state_sc, T->index,
                                rope, true, packed);
                 c.b.indexer_topk(idx, pr.qi, pr.wts, placeholder(T->index), n_vis, NG, ih, id, top_k, T->index,

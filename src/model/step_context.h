@@ -46,7 +46,7 @@ struct Model::Ctx {
     int64_t group = 0;
     std::vector<GroupTables> group_tables;  // per layer, when group > 0
     std::vector<int64_t> group_pos;         // [group] the position of each group row
-    std::vector<char> group_index_fp4;      // per layer, when group > 0: the group's caches pack indexer keys
+    bool group_index_fp4 = false;           // when group > 0: the group's caches pack their indexer keys
     std::vector<void*> scratch;            // released by release() or when the step ends
     std::vector<void*> persistent;         // i32_memo lists: kept for the whole step
     std::map<std::string, int32_t*> memo;  // see i32_memo
