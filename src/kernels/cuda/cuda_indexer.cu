@@ -90,9 +90,12 @@ struct ScoreArgs {
     bool wide;     // few queries: raw scores up to 2 splits top_k keys, the histogram path past kRankMax
     int* hist_g;   // wide: [n][kBins] the top digits' counts of the histogram path's queries (zeroed)
     bool vec;  // q and keys 16-byte aligned with head_dim % 4 == 0: cp.async staging
-    // Packed FP4 keys (cuda_indexer_fp4.cuh): rows of rb bytes, staged kFp4Keys at a time in stage_bytes.
+    // Packed FP4 keys (cuda_indexer_fp4.cuh): rows of rb bytes, staged kFp4Keys at a time in stage_bytes; the
+    // queries as int8 rows [n][H_pad][q8_stride] and block scales [n][H_pad][hd / 32] (indexer_queries_kernel).
     bool fp4;
     int rb, stage_bytes;
+    const int8_t* q8;
+    const float* qscale;
 };
 
 constexpr int kFp4Keys = kWarps * fp4_index::kTileKeys;  // keys per tile of the FP4 scoring
@@ -352,8 +355,15 @@ __global__ void __launch_bounds__(kThreads, 2) indexer_score_kernel(ScoreArgs a)
     // heads and dims are zero-filled. The copies land before the first key slice is used.
     const float* qi = a.q + i * a.H * a.hd;
     const int n_d4 = a.hd_pad / 4;
-    if constexpr (kFp4) {
-        fp4_index::load_queries<kThreads>(qi, a.H, a.hd, a.H_pad, s.q8, s.qscale);
+    if constexpr (kFp4) {  // the query's int8 rows and scales, as indexer_queries_kernel wrote them
+        const int q_bytes = a.H_pad * fp4_index::q8_stride(a.hd), sc_bytes = a.H_pad * (a.hd / kFp4Block) * 4;
+        const int8_t* q8 = a.q8 + i * q_bytes;
+        const unsigned char* sc = reinterpret_cast<const unsigned char*>(a.qscale) + i * sc_bytes;
+        for (int c = threadIdx.x; c < q_bytes / 16; c += kThreads) cp_async16(s.q8 + 16 * c, q8 + 16 * c);
+        for (int c = threadIdx.x; c < sc_bytes / 16; c += kThreads)
+            cp_async16(reinterpret_cast<unsigned char*>(s.qscale) + 16 * c, sc + 16 * c);
+        cp_async_commit();  // the first tile's wait covers it (groups complete in order)
+        (void)qi;
     } else if (a.vec) {
         for (int c = threadIdx.x; c < a.H_pad * n_d4; c += kThreads) {
             const int h = c / n_d4, d = c % n_d4 * 4;
@@ -435,6 +445,22 @@ __device__ void rank_raw(const uint32_t* bits, int nv, int32_t* o, int top_k) {
     if (warp == 0 && e < nv && above_s[lane] < top_k) o[above_s[lane]] = key_index(mine);
     if (blockIdx.y == 0)
         for (int j = nv + threadIdx.x; j < top_k; j += blockDim.x) o[j] = -1;
+}
+
+// Packed keys: each query's heads as int8 rows and block scales, once per call (fp4_index::load_queries) for all
+// of its splits to copy; on the histogram path also the query's digit counts and candidate count zeroed (this
+// kernel runs before the scoring).
+__global__ void __launch_bounds__(kThreads)
+    indexer_queries_kernel(const float* q, int H, int hd, int H_pad, int8_t* q8, float* qscale, int* hist_g,
+                           int* cand_count) {
+    pdl_begin();
+    const int64_t i = blockIdx.x;
+    fp4_index::load_queries<kThreads>(q + i * H * hd, H, hd, H_pad, q8 + i * H_pad * fp4_index::q8_stride(hd),
+                                      qscale + i * H_pad * (hd / kFp4Block));
+    if (hist_g) {
+        for (int b = threadIdx.x; b < kBins; b += kThreads) hist_g[i * kBins + b] = 0;
+        if (threadIdx.x == 0) cand_count[i] = 0;
+    }
 }
 
 // The histogram path's gather, block (query, y) of the query's gridDim.y: the digit that holds the query's k-th
@@ -569,7 +595,18 @@ void CudaBackend::indexer_topk(int32_t* idx, const float* q, const float* w, con
         a.hist_g = s.get<int>(n * (kBins + 1));
         cand_count = a.hist_g + n * kBins;
         cand = s.get<uint64_t>(n * 2 * (int64_t)a.splits * top_k);
-        CUDA_CHECK(cudaMemsetAsync(a.hist_g, 0, (size_t)n * (kBins + 1) * sizeof(int), stream_));
+        if (!fp4_keys) CUDA_CHECK(cudaMemsetAsync(a.hist_g, 0, (size_t)n * (kBins + 1) * sizeof(int), stream_));
+    }
+    a.q8 = nullptr;
+    a.qscale = nullptr;
+    if (fp4_keys) {  // the queries to int8 once (and the histogram path's counts zeroed)
+        int8_t* q8 = s.get<int8_t>(n * a.H_pad * fp4_index::q8_stride(head_dim));
+        float* qscale = s.get<float>(n * a.H_pad * (head_dim / kFp4Block));
+        launch_pdl(indexer_queries_kernel, dim3((unsigned)n), kThreads, 0, stream_, q, n_heads, head_dim, a.H_pad, q8,
+                   qscale, a.hist_g, cand_count);
+        CUDA_CHECK_LAUNCH();
+        a.q8 = q8;
+        a.qscale = qscale;
     }
     launch_pdl(score_kernel, dim3((unsigned)n, (unsigned)a.splits), kThreads, smem, stream_, a);
     CUDA_CHECK_LAUNCH();
