@@ -148,6 +148,7 @@ int main(int argc, char** argv) {
     std::printf("test-backend-ops: %s; CPU vs double reference; seed %llu%s\n", gpu_note.c_str(),
                 (unsigned long long)opt.seed, opt.perf ? "; perf mode" : "");
 
+    set_case_filter(CaseFilter{opt.op, opt.shape, opt.perf});
     BuildOptions bo;
     bo.perf = opt.perf;
     bo.seed = opt.seed;
@@ -169,9 +170,7 @@ int main(int argc, char** argv) {
     std::map<std::string, int> kernel_cases;  // "op/kernel" -> CUDA cases that ran it (chosen or forced)
     for (const CaseGen& gen : gens) {
         const Case c = gen();
-        if (!opt.op.empty() && c.op != opt.op) continue;
-        if (!opt.shape.empty() && c.shape.find(opt.shape) == std::string::npos) continue;
-        if (c.perf_only && !opt.perf) continue;
+        if (!case_wanted(c)) continue;
         ++n_cases;
         bool ok = true;
         std::string detail;

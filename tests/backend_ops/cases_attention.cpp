@@ -43,6 +43,7 @@ CaseGen attention_case(int64_t n, int H, int hd, int n_win, Comp comp, int n_com
                       per_query ? " per-query" : "");
         c.shape = buf;
         c.perf_only = perf_only;
+        if (!case_wanted(c)) return c;
         Rng rng(case_seed(seed, c.op + c.shape));
         const int W = std::max(n_win + 8, 40), C = std::max(n_comp + 20, 100);  // rows of kv_win / kv_comp
         const int64_t sources = per_query ? n : 1;  // query i's rows: source i % sources
@@ -55,7 +56,7 @@ CaseGen attention_case(int64_t n, int H, int hd, int n_win, Comp comp, int n_com
         auto cidx = std::make_shared<std::vector<int32_t>>((size_t)(comp == Comp::idx ? n * n_comp : 0));
         for (auto& v : *cidx) v = rng.uniform_int(0, 4) == 0 ? -1 : rng.uniform_int(0, C - 1);
         auto ccount = std::make_shared<std::vector<int32_t>>((size_t)n);
-        for (auto& v : *ccount) v = rng.uniform_int(0, n_comp);
+        for (auto& v : *ccount) v = perf_only ? n_comp : rng.uniform_int(0, n_comp);  // perf: every entry
         if (empty_row) {  // query 0 attends to nothing: its output must be zero
             std::fill(widx->begin(), widx->begin() + n_win, -1);
             if (comp == Comp::idx) std::fill(cidx->begin(), cidx->begin() + n_comp, -1);
@@ -175,6 +176,7 @@ CaseGen indexer_case(int64_t n, int H, int hd, int NV, int top_k, bool exact, bo
                       exact ? " integer-valued" : "", per_query ? " per-query" : "", fp4 ? " fp4" : "");
         c.shape = buf;
         c.perf_only = perf_only;
+        if (!case_wanted(c)) return c;
         Rng rng(case_seed(seed, c.op + c.shape));
         auto coarse = [&](int64_t count, const float* vals, int nvals) {
             std::vector<float> v((size_t)count);
@@ -632,6 +634,9 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
         // to a 2048-token prefill chunk) and the indexer over a 128K context (32K compressed keys) and in a
         // prefill chunk.
         out.push_back(attention_case(1, 64, 512, 128, Comp::idx, 512, true, false, true, s));
+        // An HCA layer's decode (every compressed entry, counted on the device) at 4K, 128K and 1M tokens.
+        for (int entries : {32, 1024, 8192})
+            out.push_back(attention_case(1, 64, 512, 128, Comp::count, entries, true, false, true, s));
         out.push_back(attention_case(64, 64, 512, 128, Comp::idx, 512, true, false, true, s));
         out.push_back(attention_case(64, 64, 512, 128, Comp::idx, 512, true, false, true, s, Mode::F32, true, true));
         out.push_back(indexer_case(64, 64, 128, 1024, 512, false, true, s, true));

@@ -19,6 +19,7 @@ CaseGen matmul_case(GgmlType t, int64_t n, int64_t K, int64_t M, int64_t xs, int
                       (long long)K, (long long)M, (long long)xs, (long long)ys);
         c.shape = buf;
         c.perf_only = perf_only;
+        if (!case_wanted(c)) return c;
         Rng rng(case_seed(seed, c.op + c.shape));
         auto w = std::make_shared<std::vector<uint8_t>>(random_weight(t, M, K, rng));
         auto x = std::make_shared<std::vector<float>>(rng.vec(n * xs));
@@ -112,6 +113,8 @@ CaseGen matmul_batch_case(std::vector<BatchJobSpec> jobs, int64_t n, int64_t xs,
             c.shape += 'x';
             c.shape += std::to_string(j.M);
         }
+        c.perf_only = perf_only;
+        if (!case_wanted(c)) return c;
         Rng rng(case_seed(seed, c.op + c.shape));
         auto ws = std::make_shared<std::vector<std::vector<uint8_t>>>();
         int64_t kmax = 0;
@@ -122,7 +125,6 @@ CaseGen matmul_batch_case(std::vector<BatchJobSpec> jobs, int64_t n, int64_t xs,
         auto x = std::make_shared<std::vector<float>>(rng.vec(n * xs));
         c.tol = (mode == Mode::BF16 ? kTolBf16Dot : 0.0) + tol_dot((double)kmax);
         c.ref_tol = tol_dot((double)kmax);
-        c.perf_only = perf_only;
         for (const auto& w : *ws) c.bytes += (double)w.size();
         c.make = [=](Backend& b) {
             Instance in;

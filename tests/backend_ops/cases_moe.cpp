@@ -116,6 +116,7 @@ CaseGen experts_case(GgmlType t, int64_t n, int E, int k, int64_t D, int64_t F, 
                       (long long)n, E, k, (long long)D, (long long)F, clamp);
         c.shape = buf;
         c.perf_only = perf_only;
+        if (!case_wanted(c)) return c;
         Rng rng(case_seed(seed, c.op + c.shape));
         auto wg = std::make_shared<std::vector<uint8_t>>(random_weight(t, (int64_t)E * F, D, rng));
         auto wu = std::make_shared<std::vector<uint8_t>>(random_weight(t, (int64_t)E * F, D, rng));

@@ -112,6 +112,7 @@ CaseGen matmul_case(Mode mode, GgmlType t, int64_t n, int64_t K, int64_t M, int6
                       (long long)ys);
         c.shape = buf;
         c.perf_only = perf_only;
+        if (!case_wanted(c)) return c;
         Rng rng(case_seed(seed, c.op + c.shape));
         auto w = std::make_shared<std::vector<uint8_t>>(random_weight(t, M, K, rng));
         auto x = std::make_shared<std::vector<float>>(rng.vec(n * xs));
@@ -162,6 +163,7 @@ CaseGen experts_case(Mode mode, GgmlType tg, GgmlType td, int64_t n, int E, int 
                       (long long)n, E, k, (long long)D, (long long)F, clamp);
         c.shape = buf;
         c.perf_only = perf_only;
+        if (!case_wanted(c)) return c;
         Rng rng(case_seed(seed, c.op + c.shape));
         auto wg = std::make_shared<std::vector<uint8_t>>(random_weight(tg, (int64_t)E * F, D, rng));
         auto wu = std::make_shared<std::vector<uint8_t>>(random_weight(tg, (int64_t)E * F, D, rng));

@@ -15,6 +15,18 @@
 
 namespace dsv4::backend_ops {
 
+namespace {
+CaseFilter g_filter;
+}  // namespace
+
+void set_case_filter(const CaseFilter& f) { g_filter = f; }
+
+bool case_wanted(const Case& c) {
+    return (g_filter.op.empty() || c.op == g_filter.op) &&
+           (g_filter.shape.empty() || c.shape.find(g_filter.shape) != std::string::npos) &&
+           (!c.perf_only || g_filter.perf);
+}
+
 ScopedMode::ScopedMode(Backend& b, Mode mode) : b_(b) {
 #if defined(DSV4_HAVE_CUDA)
     if (const auto old = cuda_gemm_precision(b)) {

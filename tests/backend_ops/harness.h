@@ -182,6 +182,16 @@ void add_tensor_core_cases(std::vector<CaseGen>& out, const BuildOptions& o);
 // The token draw (cases_sample.cpp).
 void add_sample_cases(std::vector<CaseGen>& out, const BuildOptions& o);
 
+// Which cases the run takes (--op, --shape, --perf). A builder asks as soon as the case's op, shape and
+// perf_only are set and returns the bare case when the run does not take it, so that a filtered run makes
+// only its own cases' inputs (every perf shape's inputs took 100 s of a two-core machine to make).
+struct CaseFilter {
+    std::string op, shape;  // empty: any
+    bool perf = false;
+};
+void set_case_filter(const CaseFilter& f);
+bool case_wanted(const Case& c);
+
 // Seed of a case's input stream: the run's seed mixed with the case's name, so cases stay independent.
 uint64_t case_seed(uint64_t base, const std::string& name);
 
