@@ -36,7 +36,7 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarp;
 constexpr int kTile = kWarp;          // entries per tile: the butterfly leaves one row's score per lane
 constexpr int kMaxHeadDim = 1024;     // 32 values per lane per head
-constexpr int kMaxSplits = kWarp;     // the merge kernel reduces a query's splits in one warp
+constexpr int kMaxSplits = 2 * kWarp;  // the merge kernel reduces a query's splits in one warp, 2 a lane
 constexpr int kMinSplitEntries = 16;  // fewer entries per split would be mostly fixed cost
 constexpr int64_t kDecodeQueries = 8;  // up to this many queries take one query's shape (see attention_f32)
 constexpr int kMergeThreads = 128;
@@ -161,8 +161,11 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, in
     for (int k = 0; k < HPW; ++k) h[k] = g * G + warp + kWarps * k;
     const bool active = h[0] < H;  // h[0] is the warp's lowest head
 
+    // Splits past what the query's entries need (kMinSplitEntries each; with comp_count the count is only known
+    // here) get no entries and write an empty partial.
     const int total = entry_count(a, i);
-    const int per = (total + splits - 1) / splits;
+    const int used = max(1, min(splits, (total + kMinSplitEntries - 1) / kMinSplitEntries));
+    const int per = (total + used - 1) / used;
     const int begin = (int)min((int64_t)total, (int64_t)split * per);
     const int end = min(total, begin + per);
 
@@ -300,11 +303,14 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, in
 // (sum_s w_s l_s + exp(sink - M)), w_s = exp(m_s - M), M = max_s m_s. Splits without a valid entry (m_s =
 // -inf, O_s never written) get w_s = 0 and are left out; all of them: M = -inf and the output is zero. With
 // out_rope, the inverse RoPE of the last rope_dim dims: head_dim - rope_dim is even, so dim d's pair partner d ^ 1
-// is thread threadIdx.x ^ 1 of the same warp (a shuffle; no thread returns before it).
+// is thread threadIdx.x ^ 1 of the same warp (a shuffle; no thread returns before it). kS: the most splits the
+// instance takes (a multiple of 32; lane s of the first warp reduces splits s, s + 32, ...).
+template <int kS>
 __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttentionArgs a, int splits,
                                                                         const float2* part_ml,
                                                                         const float* part_o) {
-    __shared__ float w_s[kMaxSplits];
+    constexpr int kPerLane = kS / kWarp;
+    __shared__ float w_s[kS];
     __shared__ float inv_s;
     const int H = a.n_heads, hd = a.head_dim;
     const int64_t ih = blockIdx.x, i = ih / H;
@@ -317,24 +323,35 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(Attentio
     pdl_begin();
     const int32_t pos = a.out_rope.freqs ? a.pos[i] : 0;
     if (threadIdx.x < kWarp) {
-        const int s = threadIdx.x;
-        const float2 ml = s < splits ? part_ml[(i * splits + s) * H + h] : make_float2(-INFINITY, 0.0f);
-        const float M = warp_max(ml.x);
-        const float w = ml.x == -INFINITY ? 0.0f : expf(ml.x - M);
-        const float L = warp_sum(w * ml.y);
-        w_s[s] = w;
-        if (s == 0) inv_s = M == -INFINITY ? 0.0f : 1.0f / (L + (a.sinks ? expf(sink - M) : 0.0f));
+        float2 ml[kPerLane];
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) {
+            const int s = threadIdx.x + kWarp * j;
+            ml[j] = s < splits ? part_ml[(i * splits + s) * H + h] : make_float2(-INFINITY, 0.0f);
+            mx = fmaxf(mx, ml[j].x);
+        }
+        const float M = warp_max(mx);
+        float wl = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) {
+            const float w = ml[j].x == -INFINITY ? 0.0f : expf(ml[j].x - M);
+            w_s[threadIdx.x + kWarp * j] = w;
+            wl = j == 0 ? w * ml[j].y : fmaf(w, ml[j].y, wl);
+        }
+        const float L = warp_sum(wl);
+        if (threadIdx.x == 0) inv_s = M == -INFINITY ? 0.0f : 1.0f / (L + (a.sinks ? expf(sink - M) : 0.0f));
     }
     __syncthreads();
     float o = 0.0f;
     if (d < hd) {
         // All the splits' loads are issued before the sum (unrolled to the cap), so one L2 round trip.
-        float x[kMaxSplits];
+        float x[kS];
 #pragma unroll
-        for (int s = 0; s < kMaxSplits; ++s)
+        for (int s = 0; s < kS; ++s)
             x[s] = s < splits && w_s[s] != 0.0f ? part_o[((i * splits + s) * H + h) * hd + d] : 0.0f;
 #pragma unroll
-        for (int s = 0; s < kMaxSplits; ++s) o = fmaf(w_s[s], x[s], o);
+        for (int s = 0; s < kS; ++s) o = fmaf(w_s[s], x[s], o);
         o = o * inv_s;
     }
     if (a.out_rope.freqs) o = rope_lanes(o, d, rope_off, hd, pos, [=] { return freq; }, true);  // block-uniform
@@ -384,15 +401,21 @@ void attention_f32(CudaBackend& b, const AttentionArgs& a) {
         kernel = vec ? kernel_for<true, 2>(ne) : kernel_for<false, 2>(ne);
     }
 
-    // Split each query's entries only when the (query, head group) blocks leave SMs idle, and never below
-    // kMinSplitEntries entries per split where the count is known here (with comp_count it is on the device).
+    // Split each query's entries only when the (query, head group) blocks leave SMs idle. Where the entry count is
+    // known here (index lists, the window alone) the splits fill the SMs once, never below kMinSplitEntries
+    // entries each. With comp_count (an HCA layer's every compressed entry) the count is on the device and grows
+    // with the context under one step graph: kMaxSplits splits, of which each query uses as many as its entries
+    // need (attention_kernel), so that deep in a context the blocks fill the SMs several times over (H100, 64
+    // heads of 512 over 128 + 8,192 entries: 192.7 us a call with 17 splits, 133.7 with 64).
     const int64_t shape_blocks = blocks_for(hpw), blocks = a.n * ceil_div(H, kWarps * hpw);
     int splits = 1;
     if (shape_blocks < sms) {
-        int64_t s = std::min<int64_t>(kMaxSplits, (sms + shape_blocks - 1) / shape_blocks);
+        int64_t s = kMaxSplits;
         if (!a.kv_comp || a.comp_idx) {
             const int64_t entries = a.n_win + (a.kv_comp ? a.n_comp : 0);
-            s = std::min<int64_t>(s, (entries + kMinSplitEntries - 1) / kMinSplitEntries);
+            s = std::min<int64_t>((sms + shape_blocks - 1) / shape_blocks,
+                                  (entries + kMinSplitEntries - 1) / kMinSplitEntries);
+            s = std::min<int64_t>(s, kMaxSplits);
         }
         splits = (int)std::max<int64_t>(s, 1);
     }
@@ -415,8 +438,9 @@ void attention_f32(CudaBackend& b, const AttentionArgs& a) {
     float* part_o = s.get<float>(slots * hd);
     launch_pdl(kernel, (unsigned)(blocks * splits), kThreads, smem, b.stream(), a, splits, part_ml, part_o);
     CUDA_CHECK_LAUNCH();
-    launch_pdl(attention_merge_kernel, dim3((unsigned)(a.n * H), ceil_div(hd, kMergeThreads)), kMergeThreads, 0,
-               b.stream(), a, splits, part_ml, part_o);
+    const auto merge = splits <= kWarp ? attention_merge_kernel<kWarp> : attention_merge_kernel<kMaxSplits>;
+    launch_pdl(merge, dim3((unsigned)(a.n * H), ceil_div(hd, kMergeThreads)), kMergeThreads, 0, b.stream(), a, splits,
+               part_ml, part_o);
     CUDA_CHECK_LAUNCH();
 }
 
