@@ -108,7 +108,12 @@ OpCost describe(tag::indexer_topk, const char*, int32_t*, const float*, const fl
     return {std::string(fp4_keys ? "indexer_topk fp4 " : "indexer_topk ") + rows_class(n), 0};
 }
 
-OpCost describe(tag::attention, const char*, const AttentionArgs& a) { return {"attention " + rows_class(a.n), 0}; }
+// Named by what a query attends to, so a profile at depth tells the layer kinds apart: the window alone, the
+// window and entries picked by index lists (CSA), or the window and every compressed entry (HCA).
+OpCost describe(tag::attention, const char*, const AttentionArgs& a) {
+    const char* kind = !a.kv_comp ? "window " : a.comp_idx ? "indexed " : "all-compressed ";
+    return {std::string("attention ") + kind + rows_class(a.n), 0};
+}
 
 OpCost describe(tag::moe_experts, const char*, const MoeArgs& a) {
     // Bytes: when every (token, slot) pair picks a different expert, k*n experts' three matrices are read;

@@ -119,7 +119,9 @@ else:
         """Calls per step of one op's rows: column col (after the name and, for matmul-like ops, the shape)."""
         return sum(float(p[col]) for p in (l.split() for l in table.splitlines()) if len(p) > col and p[0] == op)
     if len(tables) >= 2:
-        one, four = op_calls(tables[0], "attention", 2), op_calls(tables[1], "attention", 2)
+        # Attention rows are named by what the queries attend to ("attention window n=1", "attention indexed
+        # n=4", ...): the calls are column 3.
+        one, four = op_calls(tables[0], "attention", 3), op_calls(tables[1], "attention", 3)
         check(one > 0 and four == one, f"4 decoding streams make as many attention calls per step as one: {one}, {four}")
         # Every stream's token is drawn on the backend in one call per step, as the engine draws a batch.
         draws = [op_calls(t, "sample", 1) for t in tables[:2]]
