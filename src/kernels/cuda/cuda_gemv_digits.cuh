@@ -413,6 +413,29 @@ DSV4_GV uint32_t signed_bytes(uint32_t g, uint32_t s) {
     return (g ^ (one * 0xFFu)) + one;
 }
 
+// A group of 8 weights: its two 4-byte grid entries lo, hi with sign byte s (the low nibble for lo) as the two
+// int8 weight words w[0], w[1].
+DSV4_GV void signed_group(uint32_t* w, uint32_t lo, uint32_t hi, uint32_t s) {
+    w[0] = signed_bytes(lo, s);
+    w[1] = signed_bytes(hi, s >> 4);
+}
+
+// IQ2_XS and IQ2_S: the two halves of sub-block ib (groups 2 h, 2 h + 1), each with its scale iq2_scale(d, nibble h
+// of the sub-block's scale byte sc). group(l, s) returns group l's 8 grid bytes and sets s to its sign byte.
+template <class Group>
+DSV4_GV void iq2_halves(uint32_t (&w)[2][4], float (&db)[2], float d, uint32_t sc, Group group) {
+    DSV4_GV_UNROLL
+    for (int h = 0; h < 2; ++h) {
+        db[h] = iq2_scale(d, (sc >> (4 * h)) & 15);
+        DSV4_GV_UNROLL
+        for (int i = 0; i < 2; ++i) {
+            uint32_t s;
+            const uint64_t e = group(2 * h + i, s);
+            signed_group(&w[h][2 * i], (uint32_t)e, (uint32_t)(e >> 32), s);
+        }
+    }
+}
+
 // IQ3_XXS: d qs[64] aux[8](u32: 4 x 7 sign bits, 4-bit scale): unit u = sub-block ib = u, 32 values of one scale
 // db = d (0.5 + (aux >> 28)) 0.5; group l's two 4-value grid entries qs[8 ib + 2 l], qs[8 ib + 2 l + 1] and sign
 // byte signs[(aux >> 7 l) & 127] (its low nibble for the first entry) as 8 words of int8 weights, one whole
@@ -463,18 +486,12 @@ struct DigitCodec<GgmlType::IQ2_XS> {
             const uint32_t sc = b[r][66 + u];
             uint32_t q[2];
             ld_words_any(b[r] + 2 + 8 * u, q);  // the sub-block's 4 u16 indices
-            DSV4_GV_UNROLL
-            for (int h = 0; h < 2; ++h) {
-                db[r][h] = iq2_scale(d, (sc >> (4 * h)) & 15);
-                DSV4_GV_UNROLL
-                for (int i = 0; i < 2; ++i) {
-                    const uint32_t qi = (q[h] >> (16 * i)) & 0xFFFFu;  // group 2 h + i
-                    const uint64_t e = ld_table(lut.grid64, qi & 511);
-                    const uint32_t sg = ld_table(lut.signs, qi >> 9);
-                    w[r][h][2 * i] = signed_bytes((uint32_t)e, sg);
-                    w[r][h][2 * i + 1] = signed_bytes((uint32_t)(e >> 32), sg >> 4);
-                }
-            }
+            iq2_halves(w[r], db[r], d, sc, [&](int l, uint32_t& sg) {
+                const uint32_t qi = (q[l >> 1] >> (16 * (l & 1))) & 0xFFFFu;
+                const uint64_t e = ld_table(lut.grid64, qi & 511);
+                sg = ld_table(lut.signs, qi >> 9);
+                return e;
+            });
         }
         dot_halves(w, db, x, u, nt, acc);
     }
@@ -498,19 +515,10 @@ struct DigitCodec<GgmlType::IQ2_S> {
             const float d = half_bits(ld16(b[r]));
             const uint32_t qs = ld32_any(b[r] + 2 + 4 * u), sg = ld32_any(b[r] + 34 + 4 * u);  // 4 indices, 4 signs
             const uint32_t qh = b[r][66 + u], sc = b[r][74 + u];
-            DSV4_GV_UNROLL
-            for (int h = 0; h < 2; ++h) {
-                db[r][h] = iq2_scale(d, (sc >> (4 * h)) & 15);
-                DSV4_GV_UNROLL
-                for (int i = 0; i < 2; ++i) {
-                    const int l = 2 * h + i;
-                    const uint32_t idx = ((qs >> (8 * l)) & 255) | ((qh << (8 - 2 * l)) & 0x300u);
-                    const uint64_t e = ld_table(lut.grid64, idx);
-                    const uint32_t s = sg >> (8 * l);
-                    w[r][h][2 * i] = signed_bytes((uint32_t)e, s);
-                    w[r][h][2 * i + 1] = signed_bytes((uint32_t)(e >> 32), s >> 4);
-                }
-            }
+            iq2_halves(w[r], db[r], d, sc, [&](int l, uint32_t& s) {
+                s = sg >> (8 * l);
+                return ld_table(lut.grid64, ((qs >> (8 * l)) & 255) | ((qh << (8 - 2 * l)) & 0x300u));
+            });
         }
         dot_halves(w, db, x, u, nt, acc);
     }
@@ -541,9 +549,7 @@ struct DigitCodec<GgmlType::IQ3_S> {
                 const uint32_t i12 = qs[l >> 1] >> (16 * (l & 1));
                 const uint32_t i1 = (i12 & 255) | ((qh << (8 - 2 * l)) & 256);
                 const uint32_t i2 = ((i12 >> 8) & 255) | ((qh << (7 - 2 * l)) & 256);
-                const uint32_t s = sg >> (8 * l);
-                w[r][2 * l] = signed_bytes(ld_table(lut.grid32, i1), s);
-                w[r][2 * l + 1] = signed_bytes(ld_table(lut.grid32, i2), s >> 4);
+                signed_group(&w[r][2 * l], ld_table(lut.grid32, i1), ld_table(lut.grid32, i2), sg >> (8 * l));
             }
         }
         dot_block(w, db, x, u, nt, acc);
