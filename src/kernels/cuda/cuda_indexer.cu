@@ -351,10 +351,6 @@ __global__ void __launch_bounds__(kThreads, 2) indexer_score_kernel(ScoreArgs a)
     const bool final = a.splits == 1;
     if (!final && split >= r.act) return;  // nothing to score; the merge reads only the act splits
     const int lo = split * r.chunk, hi = min(nv, lo + r.chunk);
-    // q: 4 dims of a head are 16 contiguous bytes on both sides (q_offset), one cp.async each; padding
-    // heads and dims are zero-filled. The copies land before the first key slice is used.
-    const float* qi = a.q + i * a.H * a.hd;
-    const int n_d4 = a.hd_pad / 4;
     if constexpr (kFp4) {  // the query's int8 rows and scales, as indexer_queries_kernel wrote them
         const int q_bytes = a.H_pad * fp4_index::q8_stride(a.hd), sc_bytes = a.H_pad * (a.hd / kFp4Block) * 4;
         const int8_t* q8 = a.q8 + i * q_bytes;
@@ -363,21 +359,26 @@ __global__ void __launch_bounds__(kThreads, 2) indexer_score_kernel(ScoreArgs a)
         for (int c = threadIdx.x; c < sc_bytes / 16; c += kThreads)
             cp_async16(reinterpret_cast<unsigned char*>(s.qscale) + 16 * c, sc + 16 * c);
         cp_async_commit();  // the first tile's wait covers it (groups complete in order)
-        (void)qi;
-    } else if (a.vec) {
-        for (int c = threadIdx.x; c < a.H_pad * n_d4; c += kThreads) {
-            const int h = c / n_d4, d = c % n_d4 * 4;
-            const bool valid = h < a.H && d < a.hd;
-            cp_async16_zfill(s.q + q_offset(h, d, a.hd_pad), valid ? qi + (int64_t)h * a.hd + d : qi, valid);
-        }
-        cp_async_commit();
     } else {
-        const int lane = threadIdx.x % kWarp;
-        for (int hg = threadIdx.x / kWarp; hg < a.H_pad / kHeadsPerWarp; hg += kWarps) {
-            const int h = hg * kHeadsPerWarp + lane / 4;  // lane = 4 (h % 8) + d % 4: q_offset's order
-            for (int d4 = 0; d4 < n_d4; ++d4) {
-                const int d = d4 * 4 + lane % 4;
-                s.q[(hg * n_d4 + d4) * kWarp + lane] = h < a.H && d < a.hd ? qi[(int64_t)h * a.hd + d] : 0.0f;
+        // q: 4 dims of a head are 16 contiguous bytes on both sides (q_offset), one cp.async each; padding
+        // heads and dims are zero-filled. The copies land before the first key slice is used.
+        const float* qi = a.q + i * a.H * a.hd;
+        const int n_d4 = a.hd_pad / 4;
+        if (a.vec) {
+            for (int c = threadIdx.x; c < a.H_pad * n_d4; c += kThreads) {
+                const int h = c / n_d4, d = c % n_d4 * 4;
+                const bool valid = h < a.H && d < a.hd;
+                cp_async16_zfill(s.q + q_offset(h, d, a.hd_pad), valid ? qi + (int64_t)h * a.hd + d : qi, valid);
+            }
+            cp_async_commit();
+        } else {
+            const int lane = threadIdx.x % kWarp;
+            for (int hg = threadIdx.x / kWarp; hg < a.H_pad / kHeadsPerWarp; hg += kWarps) {
+                const int h = hg * kHeadsPerWarp + lane / 4;  // lane = 4 (h % 8) + d % 4: q_offset's order
+                for (int d4 = 0; d4 < n_d4; ++d4) {
+                    const int d = d4 * 4 + lane % 4;
+                    s.q[(hg * n_d4 + d4) * kWarp + lane] = h < a.H && d < a.hd ? qi[(int64_t)h * a.hd + d] : 0.0f;
+                }
             }
         }
     }
