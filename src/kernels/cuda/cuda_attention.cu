@@ -139,14 +139,33 @@ __device__ __forceinline__ float reduce_chunks(const float (&r)[4], int lane) {
 __device__ __forceinline__ int row_of_lane(int lane) { return 8 * (lane & 3) + (lane >> 2); }
 __host__ __device__ constexpr int lane_of_row(int r) { return 4 * (r & 7) + (r >> 3); }
 
+// Copies a tile's valid rows (row: lane r's entry, from entry_row) into dst [kTile][hd] by cp.async; warp w takes
+// rows w, w + kWarps, ... Not committed.
+template <bool VEC>
+__device__ __forceinline__ void stage_rows(float* dst_tile, const float* row, unsigned valid, int warp, int lane,
+                                           int hd) {
+    for (int r = warp; r < kTile; r += kWarps) {
+        const float* src = (const float*)__shfl_sync(0xffffffffu, (unsigned long long)row, r);
+        if (valid >> r & 1) {
+            float* dst = dst_tile + r * hd;
+            if constexpr (VEC) {
+                for (int c = 4 * lane; c < hd; c += 4 * kWarp) cp_async16(dst + c, src + c);
+            } else {
+                for (int c = lane; c < hd; c += kWarp) cp_async4(dst + c, src + c);
+            }
+        }
+    }
+}
+
 // Block (query i, head group g, split): heads g G + warp + kWarps k (k < HPW, G = kWarps HPW) over the
 // split's share of the query's entries. splits == 1: writes out; otherwise the partial (m, l) and the
 // unnormalized output of each head, part_o only where the split had a valid entry (m finite).
-template <int NE, int HPW, bool VEC>
+// DB: two tile buffers, the next tile's copies in flight during this tile's math (deep calls of one block an SM).
+template <int NE, int HPW, bool VEC, bool DB = false>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, int splits, float2* part_ml,
                                                              float* part_o) {
     pdl_begin();
-    extern __shared__ __align__(16) float tile[];  // [kTile][head_dim]
+    extern __shared__ __align__(16) float tile[];  // [DB ? 2 : 1][kTile][head_dim]
     const int H = a.n_heads, hd = a.head_dim;
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
     constexpr int G = kWarps * HPW;
@@ -186,34 +205,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, in
     }
 
     const int my_row = row_of_lane(lane);
-    // Every warp resolves the tile's 32 entries itself (lane r: entry r), so the valid mask is a ballot in
-    // a register, identical in all warps, and no shared memory or barrier is needed to publish it. The next
-    // tile's entries are resolved before this tile's math, which hides the index loads behind it.
-    const float* row = entry_row(a, i, begin + lane, end);
-    for (int base = begin; base < end; base += kTile) {
-        const unsigned valid = __ballot_sync(0xffffffffu, row != nullptr);
-        const float* next = entry_row(a, i, base + kTile + lane, end);
-        if (valid == 0) {  // the same in every warp, so the whole block skips the barriers together
-            row = next;
-            continue;
-        }
-        __syncthreads();  // every warp is done reading the previous tile
-        for (int r = warp; r < kTile; r += kWarps) {
-            const float* src = (const float*)__shfl_sync(0xffffffffu, (unsigned long long)row, r);
-            if (valid >> r & 1) {
-                float* dst = tile + r * hd;
-                if constexpr (VEC) {
-                    for (int c = 4 * lane; c < hd; c += 4 * kWarp) cp_async16(dst + c, src + c);
-                } else {
-                    for (int c = lane; c < hd; c += kWarp) cp_async4(dst + c, src + c);
-                }
-            }
-        }
-        cp_async_wait_all();
-        __syncthreads();
-        row = next;
-        if (!active) continue;
-
+    // One tile's math (cur: its rows in shared memory, cur_valid: which of them are entries).
+    auto tile_math = [&](const float* cur, unsigned cur_valid) {
         // Scores: chunks of 8 rows keep the partials at 8 per head; one row's slice serves all HPW heads. The
         // chunk loop stays rolled (its result lands in rc by selects, not a run-time register index): unrolled,
         // the kernel's code outgrew the instruction cache and "no instruction" was its main stall (189 KB of
@@ -228,9 +221,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, in
                 for (int k = 0; k < 8; ++k) {
 #pragma unroll
                     for (int hh = 0; hh < HPW; ++hh) v[hh][k] = 0.0f;
-                    if (valid >> (8 * c + k) & 1) {
+                    if (cur_valid >> (8 * c + k) & 1) {
                         float x[NE];
-                        load_slice<NE, VEC>(x, tile + (8 * c + k) * hd, lane, hd);
+                        load_slice<NE, VEC>(x, cur + (8 * c + k) * hd, lane, hd);
 #pragma unroll
                         for (int hh = 0; hh < HPW; ++hh)
 #pragma unroll
@@ -250,7 +243,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, in
 
         // Online softmax: the tile has a valid row, so its max is finite; on the first valid tile m = -inf
         // and alpha = exp(-inf) = 0 clears the (zero) state.
-        const bool mine = valid >> my_row & 1;
+        const bool mine = cur_valid >> my_row & 1;
         float p[HPW];
 #pragma unroll
         for (int hh = 0; hh < HPW; ++hh) {
@@ -266,16 +259,52 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, in
 
 #pragma unroll 4
         for (int r = 0; r < kTile; ++r) {
-            if (valid >> r & 1) {
+            if (cur_valid >> r & 1) {
                 float x[NE], pr[HPW];
 #pragma unroll
                 for (int hh = 0; hh < HPW; ++hh) pr[hh] = __shfl_sync(0xffffffffu, p[hh], lane_of_row(r));
-                load_slice<NE, VEC>(x, tile + r * hd, lane, hd);
+                load_slice<NE, VEC>(x, cur + r * hd, lane, hd);
 #pragma unroll
                 for (int hh = 0; hh < HPW; ++hh)
 #pragma unroll
                     for (int e = 0; e < NE; ++e) acc[hh][e] = fmaf(pr[hh], x[e], acc[hh][e]);
             }
+        }
+    };
+
+    // Every warp resolves the tile's 32 entries itself (lane r: entry r), so the valid mask is a ballot in
+    // a register, identical in all warps, and no shared memory or barrier is needed to publish it. The next
+    // tile's entries are resolved before this tile's math, which hides the index loads behind it.
+    const float* row = entry_row(a, i, begin + lane, end);
+    if constexpr (DB) {  // tile 0 into buffer 0; tile t + 1's copies then fly during tile t's math
+        unsigned valid = __ballot_sync(0xffffffffu, row != nullptr);
+        if (begin < end) stage_rows<VEC>(tile, row, valid, warp, lane, hd);
+        cp_async_commit();
+        for (int base = begin, t = 0; base < end; base += kTile, ++t) {
+            const float* next = entry_row(a, i, base + kTile + lane, end);
+            const unsigned next_valid = __ballot_sync(0xffffffffu, next != nullptr);
+            __syncthreads();  // every warp is done with the other buffer (tile t - 1's math)
+            if (next_valid) stage_rows<VEC>(tile + ((t + 1) & 1) * kTile * hd, next, next_valid, warp, lane, hd);
+            cp_async_commit();
+            cp_async_wait<1>();  // tile t's copies landed
+            __syncthreads();
+            if (active && valid) tile_math(tile + (t & 1) * kTile * hd, valid);
+            valid = next_valid;
+        }
+    } else {
+        for (int base = begin; base < end; base += kTile) {
+            const unsigned valid = __ballot_sync(0xffffffffu, row != nullptr);
+            const float* next = entry_row(a, i, base + kTile + lane, end);
+            if (valid == 0) {  // the same in every warp, so the whole block skips the barriers together
+                row = next;
+                continue;
+            }
+            __syncthreads();  // every warp is done reading the previous tile
+            stage_rows<VEC>(tile, row, valid, warp, lane, hd);
+            cp_async_wait_all();
+            __syncthreads();
+            row = next;
+            if (active) tile_math(tile, valid);
         }
     }
 
@@ -361,11 +390,11 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(Attentio
 using AttentionFn = void (*)(AttentionArgs, int, float2*, float*);
 
 // NE values per lane per head: head_dim <= 32 NE.
-template <bool VEC, int HPW>
+template <bool VEC, int HPW, bool DB = false>
 AttentionFn kernel_for(int ne) {
-    if (ne <= 4) return attention_kernel<4, HPW, VEC>;
-    if (ne <= 8) return attention_kernel<8, HPW, VEC>;
-    return attention_kernel<16, HPW, VEC>;
+    if (ne <= 4) return attention_kernel<4, HPW, VEC, DB>;
+    if (ne <= 8) return attention_kernel<8, HPW, VEC, DB>;
+    return attention_kernel<16, HPW, VEC, DB>;
 }
 
 // The f32 kernels (attention_kernel, then attention_merge_kernel over the splits), with the output's RoPE if asked.
@@ -400,6 +429,16 @@ void attention_f32(CudaBackend& b, const AttentionArgs& a) {
     } else {
         kernel = vec ? kernel_for<true, 2>(ne) : kernel_for<false, 2>(ne);
     }
+    // An HCA layer's decode (every compressed entry, counted on the device: up to ~8K rows deep in a context): four
+    // heads a warp make four FMAs of each row value read from shared memory where one head makes one, and the
+    // 254 registers that takes (one block an SM) leave the tile copies nothing to overlap with but the next
+    // tile's math: two tile buffers.
+    bool db = false;
+    if (vec && ne <= 16 && nq == 1 && a.kv_comp && !a.comp_idx) {
+        hpw = 4;
+        db = true;
+        kernel = kernel_for<true, 4, true>(ne);
+    }
 
     // Split each query's entries only when the (query, head group) blocks leave SMs idle. Where the entry count is
     // known here (index lists, the window alone) the splits fill the SMs once, never below kMinSplitEntries
@@ -421,7 +460,7 @@ void attention_f32(CudaBackend& b, const AttentionArgs& a) {
     }
     DSV4_CHECK(blocks * splits <= INT32_MAX && a.n * H <= INT32_MAX);
 
-    const size_t smem = (size_t)kTile * hd * sizeof(float);
+    const size_t smem = (db ? 2 : 1) * (size_t)kTile * hd * sizeof(float);
     DSV4_CHECK_MSG(smem <= (size_t)b.props().sharedMemPerBlockOptin,
                    "attention: head_dim %d needs %zu bytes of shared memory per block", hd, smem);
     if (smem > 48 * 1024)
