@@ -293,8 +293,8 @@ __device__ void score_keys(const ScoreArgs& a, const ScoreSmem& s, SelShared& sh
     }
 }
 
-// score_keys over packed FP4 keys (cuda_indexer_fp4.cuh): tiles of kFp4Keys keys, a warp's 8 of them per
-// n-tile; a tile's rows are one run of bytes, staged in 16-byte pieces from the aligned address at or before
+// score_keys over packed FP4 keys (cuda_indexer_fp4.cuh): tiles of kFp4Keys keys, a warp's 16 of them (two
+// n-tiles); a tile's rows are one run of bytes, staged in 16-byte pieces from the aligned address at or before
 // its first (the cache keeps 16 bytes of slack after its last row) through kFp4Stages buffers.
 __device__ void score_keys_fp4(const ScoreArgs& a, const ScoreSmem& s, SelShared& sh, int lo, int hi, bool raw,
                                uint32_t* raw_out, int k, bool count_digits) {
@@ -322,11 +322,14 @@ __device__ void score_keys_fp4(const ScoreArgs& a, const ScoreSmem& s, SelShared
         const int t0 = lo + g * TK;
         const uint8_t* tile = s.kbytes + (g % kFp4Stages) * a.stage_bytes + (((int64_t)t0 * rb) & 15);
         if (t0 + warp * fp4_index::kTileKeys < hi) {  // warp-uniform
-            const float2 sc = fp4_index::warp_tile_scores(s.q8, s.qscale, s.w, a.H_pad, a.hd,
+            const float4 sc = fp4_index::warp_tile_scores(s.q8, s.qscale, s.w, a.H_pad, a.hd,
                                                           tile + warp * fp4_index::kTileKeys * rb, rb);
             if (lane < 4) {
-                s.red[warp * fp4_index::kTileKeys + 2 * lane] = sc.x;
-                s.red[warp * fp4_index::kTileKeys + 2 * lane + 1] = sc.y;
+                float* r = s.red + warp * fp4_index::kTileKeys + 2 * lane;
+                r[0] = sc.x;
+                r[1] = sc.y;
+                r[8] = sc.z;
+                r[9] = sc.w;
             }
         }
         const int filled = sh.count;  // as the previous tile's closing barrier settled it (emit_tile)

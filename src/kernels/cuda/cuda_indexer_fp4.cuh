@@ -5,10 +5,14 @@
 // exact products, in block order, in f32. The f32 dot of the same floats (the CPU's) differs from it only by
 // where the rounding of that sum falls, and not at all while the sum fits in 24 bits.
 //
-// A warp scores an n-tile of 8 keys against every head: for each block the keys' nibbles become the B
-// fragment (four nibbles to four int8 by two byte permutes), the queries' int8 rows in shared memory the A
-// fragments, and each head's 4 block products meet in an f32 register; relu times the head weight, summed over
-// the warp's lanes of a key, gives the key's score.
+// A warp scores two n-tiles of 8 keys against every head: for each block the keys' nibbles become the B
+// fragments (four nibbles to four int8 by two byte permutes), the queries' int8 rows in shared memory the A
+// fragments (read once for both n-tiles), and each head's block products meet in an f32 register; relu times the
+// head weight, summed over the warp's lanes of a key, gives the key's score. The int32 products become floats
+// without a conversion instruction (a quarter-rate one on Hopper, 4 of them per mma): the accumulators start
+// at the bits of the float 1.5 * 2^23, so the mma's integer sum is the bits of 1.5 * 2^23 + dot (|dot| <=
+// 32 * 12 * 12 < 2^22), and one FMA takes that times the query's scale, less 1.5 * 2^23 times it, to the dot
+// times the scale, exactly as the conversion and a multiply would.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +23,7 @@
 
 namespace dsv4::cuda::fp4_index {
 
-constexpr int kTileKeys = 8;   // keys of a warp's n-tile
+constexpr int kTileKeys = 16;  // keys a warp scores at a time: two n-tiles of 8
 constexpr int kHeadTile = 16;  // heads of an m-tile
 constexpr int kHeadGroup = 64; // heads a pass holds in registers (4 m-tiles)
 
@@ -75,56 +79,72 @@ __device__ void load_queries(const float* q, int H, int hd, int H_pad, int8_t* q
     }
 }
 
-// Scores of the 8 keys whose packed rows start at krow (8 rows of rb bytes, in shared memory) against heads
+constexpr int kMagicBits = 0x4B400000;  // the float 1.5 * 2^23
+constexpr float kMagic = 12582912.0f;
+
+// Scores of the 16 keys whose packed rows start at krow (16 rows of rb bytes, in shared memory) against heads
 // [0, H_pad) of one query: q8 / qscale as load_queries wrote them, w[H_pad] the head weights (0 past H).
-// Returns, in lanes 0..3, the scores of keys 2 l and 2 l + 1 (other lanes: partial sums).
-__device__ __forceinline__ float2 warp_tile_scores(const int8_t* q8, const float* qscale, const float* w, int H_pad,
+// Returns, in lanes 0..3, the scores of keys 2 l, 2 l + 1, 8 + 2 l and 9 + 2 l (other lanes: partial sums).
+__device__ __forceinline__ float4 warp_tile_scores(const int8_t* q8, const float* qscale, const float* w, int H_pad,
                                                    int hd, const uint8_t* krow, int rb) {
+    constexpr int kN = kTileKeys / 8;  // n-tiles
+    constexpr int kM = kHeadGroup / kHeadTile;
     const int lane = threadIdx.x % kWarp, g = lane / 4, tig = lane % 4;
     const int nb = hd / kFp4Block;
-    const uint8_t* mine = krow + g * rb;               // this lane's key of the B fragment
-    const uint8_t* sc0 = krow + (2 * tig) * rb + hd / 2;  // the scales of its two C columns' keys
-    const uint8_t* sc1 = sc0 + rb;
-    float2 part = make_float2(0.0f, 0.0f);
+    float part[kN][2] = {};
     for (int h0 = 0; h0 < H_pad; h0 += kHeadGroup) {
-        float acc[kHeadGroup / kHeadTile][4];
-#pragma unroll
-        for (int m = 0; m < kHeadGroup / kHeadTile; ++m)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) acc[m][j] = 0.0f;
+        float acc[kN][kM][4] = {};
         for (int b = 0; b < nb; ++b) {
-            const uint32_t b0 = fp4x4_to_s8(*reinterpret_cast<const uint16_t*>(mine + 16 * b + 2 * tig));
-            const uint32_t b1 = fp4x4_to_s8(*reinterpret_cast<const uint16_t*>(mine + 16 * b + 8 + 2 * tig));
-            const float k0 = fp4_scale(sc0[b]), k1 = fp4_scale(sc1[b]);
+            uint32_t b0[kN], b1[kN];
+            float k0[kN], k1[kN];
 #pragma unroll
-            for (int m = 0; m < kHeadGroup / kHeadTile; ++m) {
+            for (int n = 0; n < kN; ++n) {
+                const uint8_t* mine = krow + (8 * n + g) * rb + 16 * b;  // this lane's key of the B fragment
+                b0[n] = fp4x4_to_s8(*reinterpret_cast<const uint16_t*>(mine + 2 * tig));
+                b1[n] = fp4x4_to_s8(*reinterpret_cast<const uint16_t*>(mine + 8 + 2 * tig));
+                const uint8_t* sc = krow + (8 * n + 2 * tig) * rb + hd / 2 + b;  // its two C columns' keys' scales
+                k0[n] = fp4_scale(sc[0]);
+                k1[n] = fp4_scale(sc[rb]);
+            }
+#pragma unroll
+            for (int m = 0; m < kM; ++m) {
                 const int r0 = h0 + m * kHeadTile + g, r1 = r0 + 8;
                 const int8_t* qa = q8 + (int64_t)r0 * q8_stride(hd) + b * kFp4Block + 4 * tig;
                 const int8_t* qb = q8 + (int64_t)r1 * q8_stride(hd) + b * kFp4Block + 4 * tig;
-                int d[4] = {0, 0, 0, 0};
-                mma_s8(d, *reinterpret_cast<const uint32_t*>(qa), *reinterpret_cast<const uint32_t*>(qb),
-                       *reinterpret_cast<const uint32_t*>(qa + 16), *reinterpret_cast<const uint32_t*>(qb + 16), b0,
-                       b1);
+                const uint32_t a0 = *reinterpret_cast<const uint32_t*>(qa), a1 = *reinterpret_cast<const uint32_t*>(qb);
+                const uint32_t a2 = *reinterpret_cast<const uint32_t*>(qa + 16);
+                const uint32_t a3 = *reinterpret_cast<const uint32_t*>(qb + 16);
                 const float s0 = qscale[r0 * nb + b], s1 = qscale[r1 * nb + b];
-                acc[m][0] += (float)d[0] * s0 * k0;
-                acc[m][1] += (float)d[1] * s0 * k1;
-                acc[m][2] += (float)d[2] * s1 * k0;
-                acc[m][3] += (float)d[3] * s1 * k1;
+                const float m0 = -kMagic * s0, m1 = -kMagic * s1;
+#pragma unroll
+                for (int n = 0; n < kN; ++n) {
+                    int d[4] = {kMagicBits, kMagicBits, kMagicBits, kMagicBits};
+                    mma_s8(d, a0, a1, a2, a3, b0[n], b1[n]);
+                    acc[n][m][0] = fmaf(fmaf(__int_as_float(d[0]), s0, m0), k0[n], acc[n][m][0]);
+                    acc[n][m][1] = fmaf(fmaf(__int_as_float(d[1]), s0, m0), k1[n], acc[n][m][1]);
+                    acc[n][m][2] = fmaf(fmaf(__int_as_float(d[2]), s1, m1), k0[n], acc[n][m][2]);
+                    acc[n][m][3] = fmaf(fmaf(__int_as_float(d[3]), s1, m1), k1[n], acc[n][m][3]);
+                }
             }
         }
 #pragma unroll
-        for (int m = 0; m < kHeadGroup / kHeadTile; ++m) {
+        for (int m = 0; m < kM; ++m) {
             const float w0 = w[h0 + m * kHeadTile + g], w1 = w[h0 + m * kHeadTile + g + 8];
-            part.x += fmaxf(acc[m][0], 0.0f) * w0 + fmaxf(acc[m][2], 0.0f) * w1;
-            part.y += fmaxf(acc[m][1], 0.0f) * w0 + fmaxf(acc[m][3], 0.0f) * w1;
+#pragma unroll
+            for (int n = 0; n < kN; ++n) {
+                part[n][0] += fmaxf(acc[n][m][0], 0.0f) * w0 + fmaxf(acc[n][m][2], 0.0f) * w1;
+                part[n][1] += fmaxf(acc[n][m][1], 0.0f) * w0 + fmaxf(acc[n][m][3], 0.0f) * w1;
+            }
         }
     }
 #pragma unroll
-    for (int o = 4; o < kWarp; o <<= 1) {
-        part.x += __shfl_xor_sync(0xffffffffu, part.x, o);
-        part.y += __shfl_xor_sync(0xffffffffu, part.y, o);
-    }
-    return part;
+    for (int o = 4; o < kWarp; o <<= 1)
+#pragma unroll
+        for (int n = 0; n < kN; ++n) {
+            part[n][0] += __shfl_xor_sync(0xffffffffu, part[n][0], o);
+            part[n][1] += __shfl_xor_sync(0xffffffffu, part[n][1], o);
+        }
+    return make_float4(part[0][0], part[0][1], part[1][0], part[1][1]);
 }
 
 }  // namespace dsv4::cuda::fp4_index
