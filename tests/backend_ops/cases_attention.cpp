@@ -498,6 +498,11 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
         out.push_back(attention_case(300, 12, 64, 32, Comp::idx, 40, true, empty, false, s));
         out.push_back(attention_case(200, 5, 83, 16, Comp::count, 100, !empty, empty, false, s));
     }
+    // An HCA layer's decode deep in a context: in one call, the queries of at least 2,048 entries (window
+    // included) take the four-heads kernel and the others the one-head kernel (counts drawn in [0, n_comp]:
+    // with 8 queries both kinds all but surely come in each case); 70 heads leave the last head group partial.
+    out.push_back(attention_case(8, 64, 512, 128, Comp::count, 6000, true, false, false, s));
+    out.push_back(attention_case(8, 70, 128, 32, Comp::count, 3000, true, false, false, s, Mode::F32, true));
     out.push_back(attention_case(7, 16, 256, 32, Comp::idx, 64, true, true, false, s));
     out.push_back(attention_case(300, 12, 200, 16, Comp::idx, 50, true, true, false, s));
     out.push_back(attention_case(3, 20, 257, 16, Comp::count, 90, true, true, false, s));

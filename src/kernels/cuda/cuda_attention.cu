@@ -38,6 +38,7 @@ constexpr int kTile = kWarp;          // entries per tile: the butterfly leaves 
 constexpr int kMaxHeadDim = 1024;     // 32 values per lane per head
 constexpr int kMaxSplits = 2 * kWarp;  // the merge kernel reduces a query's splits in one warp, 2 a lane
 constexpr int kMinSplitEntries = 16;  // fewer entries per split would be mostly fixed cost
+constexpr int kDeepEntries = 2048;    // from this many entries an HCA layer's decode takes four heads a warp
 constexpr int64_t kDecodeQueries = 8;  // up to this many queries take one query's shape (see attention_f32)
 constexpr int kMergeThreads = 128;
 
@@ -163,7 +164,7 @@ __device__ __forceinline__ void stage_rows(float* dst_tile, const float* row, un
 // DB: two tile buffers, the next tile's copies in flight during this tile's math (deep calls of one block an SM).
 template <int NE, int HPW, bool VEC, bool DB = false>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, int splits, float2* part_ml,
-                                                             float* part_o) {
+                                                             float* part_o, int gate) {
     pdl_begin();
     extern __shared__ __align__(16) float tile[];  // [DB ? 2 : 1][kTile][head_dim]
     const int H = a.n_heads, hd = a.head_dim;
@@ -183,6 +184,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, in
     // Splits past what the query's entries need (kMinSplitEntries each; with comp_count the count is only known
     // here) get no entries and write an empty partial.
     const int total = entry_count(a, i);
+    // gate > 0: only the queries of at least gate entries; gate < 0: only those of fewer than -gate (attention_f32).
+    if (gate > 0 ? total < gate : gate < 0 && total >= -gate) return;
     const int used = max(1, min(splits, (total + kMinSplitEntries - 1) / kMinSplitEntries));
     const int per = (total + used - 1) / used;
     const int begin = (int)min((int64_t)total, (int64_t)split * per);
@@ -387,7 +390,7 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(Attentio
     if (d < hd) a.out[ih * hd + d] = o;
 }
 
-using AttentionFn = void (*)(AttentionArgs, int, float2*, float*);
+using AttentionFn = void (*)(AttentionArgs, int, float2*, float*, int);
 
 // NE values per lane per head: head_dim <= 32 NE.
 template <bool VEC, int HPW, bool DB = false>
@@ -432,13 +435,12 @@ void attention_f32(CudaBackend& b, const AttentionArgs& a) {
     // An HCA layer's decode (every compressed entry, counted on the device: up to ~8K rows deep in a context): four
     // heads a warp make four FMAs of each row value read from shared memory where one head makes one, and the
     // 254 registers that takes (one block an SM) leave the tile copies nothing to overlap with but the next
-    // tile's math: two tile buffers.
-    bool db = false;
-    if (vec && ne <= 16 && nq == 1 && a.kv_comp && !a.comp_idx) {
-        hpw = 4;
-        db = true;
-        kernel = kernel_for<true, 4, true>(ne);
-    }
+    // tile's math: two tile buffers. Its blocks are a quarter as many, which loses where the entries are few
+    // (H100, 30-layer V4-Flash decode at 4K: 177.2 -> 169.4 tokens/s with it for every count), so the count
+    // decides, on the device: both kernels are launched with the same splits, and each returns at once for the
+    // queries of the other (gate: the one-head kernel takes fewer than kDeepEntries entries, this one the rest).
+    AttentionFn deep = nullptr;
+    if (vec && ne <= 16 && nq == 1 && a.kv_comp && !a.comp_idx) deep = kernel_for<true, 4, true>(ne);
 
     // Split each query's entries only when the (query, head group) blocks leave SMs idle. Where the entry count is
     // known here (index lists, the window alone) the splits fill the SMs once, never below kMinSplitEntries
@@ -460,23 +462,40 @@ void attention_f32(CudaBackend& b, const AttentionArgs& a) {
     }
     DSV4_CHECK(blocks * splits <= INT32_MAX && a.n * H <= INT32_MAX);
 
-    const size_t smem = (db ? 2 : 1) * (size_t)kTile * hd * sizeof(float);
+    const size_t smem = (size_t)kTile * hd * sizeof(float), deep_smem = 2 * smem;
     DSV4_CHECK_MSG(smem <= (size_t)b.props().sharedMemPerBlockOptin,
                    "attention: head_dim %d needs %zu bytes of shared memory per block", hd, smem);
+    if (deep_smem > (size_t)b.props().sharedMemPerBlockOptin) deep = nullptr;
     if (smem > 48 * 1024)
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    if (deep && deep_smem > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(deep, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)deep_smem));
+    // The deep kernel's blocks, launched after the other (whose completion its blocks wait for, through PDL, before
+    // they return: what follows waits for both).
+    const int64_t deep_blocks = a.n * ceil_div(H, kWarps * 4);
+    DSV4_CHECK(deep_blocks * splits <= INT32_MAX);
+    const int gate = deep ? kDeepEntries : 0;
 
     if (splits == 1) {
-        launch_pdl(kernel, (unsigned)blocks, kThreads, smem, b.stream(), a, 1, nullptr, nullptr);
+        launch_pdl(kernel, (unsigned)blocks, kThreads, smem, b.stream(), a, 1, nullptr, nullptr, -gate);
         CUDA_CHECK_LAUNCH();
+        if (deep) {
+            launch_pdl(deep, (unsigned)deep_blocks, kThreads, deep_smem, b.stream(), a, 1, nullptr, nullptr, gate);
+            CUDA_CHECK_LAUNCH();
+        }
         return;
     }
     CudaBackend::Scratch s(b);
     const int64_t slots = a.n * splits * H;
     float2* part_ml = s.get<float2>(slots);
     float* part_o = s.get<float>(slots * hd);
-    launch_pdl(kernel, (unsigned)(blocks * splits), kThreads, smem, b.stream(), a, splits, part_ml, part_o);
+    launch_pdl(kernel, (unsigned)(blocks * splits), kThreads, smem, b.stream(), a, splits, part_ml, part_o, -gate);
     CUDA_CHECK_LAUNCH();
+    if (deep) {
+        launch_pdl(deep, (unsigned)(deep_blocks * splits), kThreads, deep_smem, b.stream(), a, splits, part_ml, part_o,
+                   gate);
+        CUDA_CHECK_LAUNCH();
+    }
     const auto merge = splits <= kWarp ? attention_merge_kernel<kWarp> : attention_merge_kernel<kMaxSplits>;
     launch_pdl(merge, dim3((unsigned)(a.n * H), ceil_div(hd, kMergeThreads)), kMergeThreads, 0, b.stream(), a, splits,
                part_ml, part_o);

@@ -98,7 +98,7 @@ struct ScoreArgs {
     const float* qscale;
 };
 
-constexpr int kFp4Keys = kWarps * fp4_index::kTileKeys;  // keys per tile of the FP4 scoring
+constexpr int kFp4Keys = kWarps * fp4_index::kMaxTileKeys;  // the most keys per tile of the FP4 scoring
 constexpr int kFp4Stages = 3;
 
 // q in shared memory: per group of kHeadsPerWarp heads, per 4 dims, the group's heads' 4 dims in a row, so
@@ -293,12 +293,15 @@ __device__ void score_keys(const ScoreArgs& a, const ScoreSmem& s, SelShared& sh
     }
 }
 
-// score_keys over packed FP4 keys (cuda_indexer_fp4.cuh): tiles of kFp4Keys keys, a warp's 16 of them (two
-// n-tiles); a tile's rows are one run of bytes, staged in 16-byte pieces from the aligned address at or before
-// its first (the cache keeps 16 bytes of slack after its last row) through kFp4Stages buffers.
+// score_keys over packed FP4 keys (cuda_indexer_fp4.cuh): tiles of 64 kN keys, a warp's 8 kN of them (kN
+// n-tiles, which share each query fragment read from shared memory; two where the split has at least two such
+// tiles, one where it has fewer: a split of one tile gets no overlap of its copies and math, and its math then
+// is the whole wait); a tile's rows are one run of bytes, staged in 16-byte pieces from the aligned address at or
+// before its first (the cache keeps 16 bytes of slack after its last row) through kFp4Stages buffers.
+template <int kN>
 __device__ void score_keys_fp4(const ScoreArgs& a, const ScoreSmem& s, SelShared& sh, int lo, int hi, bool raw,
                                uint32_t* raw_out, int k, bool count_digits) {
-    constexpr int TK = kFp4Keys;
+    constexpr int WK = 8 * kN, TK = kWarps * WK;
     const uint8_t* keys = reinterpret_cast<const uint8_t*>(a.key_rows ? a.key_rows[blockIdx.x] : a.keys);
     const int rb = a.rb, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
     const int tiles = (hi - lo + TK - 1) / TK;
@@ -321,15 +324,17 @@ __device__ void score_keys_fp4(const ScoreArgs& a, const ScoreSmem& s, SelShared
         __syncthreads();
         const int t0 = lo + g * TK;
         const uint8_t* tile = s.kbytes + (g % kFp4Stages) * a.stage_bytes + (((int64_t)t0 * rb) & 15);
-        if (t0 + warp * fp4_index::kTileKeys < hi) {  // warp-uniform
-            const float4 sc = fp4_index::warp_tile_scores(s.q8, s.qscale, s.w, a.H_pad, a.hd,
-                                                          tile + warp * fp4_index::kTileKeys * rb, rb);
+        if (t0 + warp * WK < hi) {  // warp-uniform
+            const float4 sc =
+                fp4_index::warp_tile_scores<kN>(s.q8, s.qscale, s.w, a.H_pad, a.hd, tile + warp * WK * rb, rb);
             if (lane < 4) {
-                float* r = s.red + warp * fp4_index::kTileKeys + 2 * lane;
+                float* r = s.red + warp * WK + 2 * lane;
                 r[0] = sc.x;
                 r[1] = sc.y;
-                r[8] = sc.z;
-                r[9] = sc.w;
+                if constexpr (kN == 2) {
+                    r[8] = sc.z;
+                    r[9] = sc.w;
+                }
             }
         }
         const int filled = sh.count;  // as the previous tile's closing barrier settled it (emit_tile)
@@ -397,7 +402,10 @@ __global__ void __launch_bounds__(kThreads, 2) indexer_score_kernel(ScoreArgs a)
     uint64_t* region = final ? nullptr : a.part + i * a.splits * a.top_k;
     uint32_t* raw_out = reinterpret_cast<uint32_t*>(region);
     if constexpr (kFp4) {
-        if (hi > lo) score_keys_fp4(a, s, sh, lo, hi, r.raw, raw_out, k, r.hist);
+        if (hi - lo >= 2 * kFp4Keys)
+            score_keys_fp4<2>(a, s, sh, lo, hi, r.raw, raw_out, k, r.hist);
+        else if (hi > lo)
+            score_keys_fp4<1>(a, s, sh, lo, hi, r.raw, raw_out, k, r.hist);
     } else if (hi > lo) {
         if (hi - lo <= kWarp)
             score_keys<1>(a, s, sh, lo, hi, r.raw, raw_out, k, r.hist);
@@ -462,7 +470,7 @@ __global__ void __launch_bounds__(kThreads)
     pdl_begin();
     const int64_t i = blockIdx.x;
     const int h0 = blockIdx.y * hpb;
-    fp4_index::load_queries<kThreads>(q + (i * H + h0) * hd, max(0, min(hpb, H - h0)), hd, hpb,
+    fp4_index::load_queries<kThreads, 1>(q + (i * H + h0) * hd, max(0, min(hpb, H - h0)), hd, hpb,
                                       q8 + (i * H_pad + h0) * fp4_index::q8_stride(hd),
                                       qscale + (i * H_pad + h0) * (hd / kFp4Block));
     if (hist_g && blockIdx.y == 0) {

@@ -5,7 +5,7 @@
 // exact products, in block order, in f32. The f32 dot of the same floats (the CPU's) differs from it only by
 // where the rounding of that sum falls, and not at all while the sum fits in 24 bits.
 //
-// A warp scores two n-tiles of 8 keys against every head: for each block the keys' nibbles become the B
+// A warp scores one or two n-tiles of 8 keys against every head: for each block the keys' nibbles become the B
 // fragments (four nibbles to four int8 by two byte permutes), the queries' int8 rows in shared memory the A
 // fragments (read once for both n-tiles), and each head's block products meet in an f32 register; relu times the
 // head weight, summed over the warp's lanes of a key, gives the key's score. The int32 products become floats
@@ -23,7 +23,7 @@
 
 namespace dsv4::cuda::fp4_index {
 
-constexpr int kTileKeys = 16;  // keys a warp scores at a time: two n-tiles of 8
+constexpr int kMaxTileKeys = 16;  // keys a warp scores at a time: one or two n-tiles of 8
 constexpr int kHeadTile = 16;  // heads of an m-tile
 constexpr int kHeadGroup = 64; // heads a pass holds in registers (4 m-tiles)
 
@@ -43,11 +43,12 @@ __host__ __device__ constexpr int q8_stride(int hd) { return hd + 16; }
 // The queries of one row (H heads of hd values, FP4-simulated) as int8 rows [H_pad][q8_stride(hd)] (twice the
 // E2M1 values; zero rows for the padding heads) and their block scales qscale[H_pad][hd / 32] as 2^e / 4, so
 // that a block's exact int32 dot times qscale times the key's scale is the f32 product. Thread t takes 4 values
-// at a time, 4 (t + 256 j): every load of the loop is issued before any is used, and the 8 threads of a block of
-// 32 are 8 consecutive lanes, which find its amax by shuffles. Block-wide (blockDim.x a multiple of 8).
-template <int kThreads>
+// at a time, 4 (t + kThreads j), kMaxRounds of them with every load issued before any is used (a caller with
+// at most 4 kThreads values passes 1: each further round is shuffles and predicated loads for nothing), and
+// the 8 threads of a block of 32 are 8 consecutive lanes, which find its amax by shuffles. Block-wide (blockDim.x
+// a multiple of 8).
+template <int kThreads, int kMaxRounds>
 __device__ void load_queries(const float* q, int H, int hd, int H_pad, int8_t* q8, float* qscale) {
-    constexpr int kMaxRounds = 16;  // 64 heads of 256 values at 256 threads
     const int quads = H_pad * hd / 4, nb = hd / kFp4Block;
     const int rounds = (quads + kThreads - 1) / kThreads;
     for (int r0 = 0; r0 < rounds; r0 += kMaxRounds) {
@@ -82,12 +83,13 @@ __device__ void load_queries(const float* q, int H, int hd, int H_pad, int8_t* q
 constexpr int kMagicBits = 0x4B400000;  // the float 1.5 * 2^23
 constexpr float kMagic = 12582912.0f;
 
-// Scores of the 16 keys whose packed rows start at krow (16 rows of rb bytes, in shared memory) against heads
+// Scores of the 8 kN keys whose packed rows start at krow (8 kN rows of rb bytes, in shared memory) against heads
 // [0, H_pad) of one query: q8 / qscale as load_queries wrote them, w[H_pad] the head weights (0 past H).
-// Returns, in lanes 0..3, the scores of keys 2 l, 2 l + 1, 8 + 2 l and 9 + 2 l (other lanes: partial sums).
+// Returns, in lanes 0..3, the scores of keys 2 l, 2 l + 1 and (kN = 2) 8 + 2 l, 9 + 2 l (other lanes: partial sums).
+template <int kN>
 __device__ __forceinline__ float4 warp_tile_scores(const int8_t* q8, const float* qscale, const float* w, int H_pad,
                                                    int hd, const uint8_t* krow, int rb) {
-    constexpr int kN = kTileKeys / 8;  // n-tiles
+    static_assert(kN == 1 || kN == 2, "one or two n-tiles");
     constexpr int kM = kHeadGroup / kHeadTile;
     const int lane = threadIdx.x % kWarp, g = lane / 4, tig = lane % 4;
     const int nb = hd / kFp4Block;
@@ -144,7 +146,7 @@ __device__ __forceinline__ float4 warp_tile_scores(const int8_t* q8, const float
             part[n][0] += __shfl_xor_sync(0xffffffffu, part[n][0], o);
             part[n][1] += __shfl_xor_sync(0xffffffffu, part[n][1], o);
         }
-    return make_float4(part[0][0], part[0][1], part[1][0], part[1][1]);
+    return make_float4(part[0][0], part[0][1], part[kN - 1][0], part[kN - 1][1]);
 }
 
 }  // namespace dsv4::cuda::fp4_index

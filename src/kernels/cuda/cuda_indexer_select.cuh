@@ -187,7 +187,10 @@ __device__ void keep_top(uint64_t* buf, int k, int* hist, SelShared& sh) {
     __syncthreads();
 }
 
-// Sort a[0, m) (m a power of two) descending: the bitonic network, one compare-exchange per pair.
+// Sort a[0, m) (m a power of two) descending: the bitonic network, one compare-exchange per pair. A stage of
+// distance j < kWarp pairs elements within runs of 2 kWarp, and pairs 32 w .. 32 w + 31 of every round (the
+// whole run) are warp w's, so between two such stages the warp's own barrier orders all it reads; only the
+// other stages (j >= kWarp: 10 of the 45 for 512 keys) and the last need the block's.
 __device__ void sort_desc(uint64_t* a, int m) {
     for (int size = 2; size <= m; size <<= 1) {
         for (int j = size >> 1; j > 0; j >>= 1) {
@@ -199,7 +202,11 @@ __device__ void sort_desc(uint64_t* a, int m) {
                     a[u] = x;
                 }
             }
-            __syncthreads();
+            const int next = j > 1 ? j >> 1 : size;  // the next stage's distance
+            if (j < kWarp && next < kWarp && !(size == m && j == 1))
+                __syncwarp();
+            else
+                __syncthreads();
         }
     }
 }
