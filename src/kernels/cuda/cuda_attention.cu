@@ -476,19 +476,11 @@ void attention_f32(CudaBackend& b, const AttentionArgs& a) {
     DSV4_CHECK(deep_blocks * splits <= INT32_MAX);
     const int gate = deep ? kDeepEntries : 0;
 
-    if (splits == 1) {
-        launch_pdl(kernel, (unsigned)blocks, kThreads, smem, b.stream(), a, 1, nullptr, nullptr, -gate);
-        CUDA_CHECK_LAUNCH();
-        if (deep) {
-            launch_pdl(deep, (unsigned)deep_blocks, kThreads, deep_smem, b.stream(), a, 1, nullptr, nullptr, gate);
-            CUDA_CHECK_LAUNCH();
-        }
-        return;
-    }
+    // One split: the kernels write out themselves, no partials.
     CudaBackend::Scratch s(b);
-    const int64_t slots = a.n * splits * H;
-    float2* part_ml = s.get<float2>(slots);
-    float* part_o = s.get<float>(slots * hd);
+    const int64_t slots = splits > 1 ? a.n * splits * H : 0;
+    float2* part_ml = splits > 1 ? s.get<float2>(slots) : nullptr;
+    float* part_o = splits > 1 ? s.get<float>(slots * hd) : nullptr;
     launch_pdl(kernel, (unsigned)(blocks * splits), kThreads, smem, b.stream(), a, splits, part_ml, part_o, -gate);
     CUDA_CHECK_LAUNCH();
     if (deep) {
@@ -496,6 +488,7 @@ void attention_f32(CudaBackend& b, const AttentionArgs& a) {
                    gate);
         CUDA_CHECK_LAUNCH();
     }
+    if (splits == 1) return;
     const auto merge = splits <= kWarp ? attention_merge_kernel<kWarp> : attention_merge_kernel<kMaxSplits>;
     launch_pdl(merge, dim3((unsigned)(a.n * H), ceil_div(hd, kMergeThreads)), kMergeThreads, 0, b.stream(), a, splits,
                part_ml, part_o);

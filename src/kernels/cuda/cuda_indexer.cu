@@ -470,7 +470,7 @@ __global__ void __launch_bounds__(kThreads)
     pdl_begin();
     const int64_t i = blockIdx.x;
     const int h0 = blockIdx.y * hpb;
-    fp4_index::load_queries<kThreads, 1>(q + (i * H + h0) * hd, max(0, min(hpb, H - h0)), hd, hpb,
+    fp4_index::load_queries<kThreads>(q + (i * H + h0) * hd, max(0, min(hpb, H - h0)), hd, hpb,
                                       q8 + (i * H_pad + h0) * fp4_index::q8_stride(hd),
                                       qscale + (i * H_pad + h0) * (hd / kFp4Block));
     if (hist_g && blockIdx.y == 0) {

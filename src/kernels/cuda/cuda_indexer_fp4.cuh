@@ -42,41 +42,31 @@ __host__ __device__ constexpr int q8_stride(int hd) { return hd + 16; }
 
 // The queries of one row (H heads of hd values, FP4-simulated) as int8 rows [H_pad][q8_stride(hd)] (twice the
 // E2M1 values; zero rows for the padding heads) and their block scales qscale[H_pad][hd / 32] as 2^e / 4, so
-// that a block's exact int32 dot times qscale times the key's scale is the f32 product. Thread t takes 4 values
-// at a time, 4 (t + kThreads j), kMaxRounds of them with every load issued before any is used (a caller with
-// at most 4 kThreads values passes 1: each further round is shuffles and predicated loads for nothing), and
-// the 8 threads of a block of 32 are 8 consecutive lanes, which find its amax by shuffles. Block-wide (blockDim.x
-// a multiple of 8).
-template <int kThreads, int kMaxRounds>
+// that a block's exact int32 dot times qscale times the key's scale is the f32 product. Thread t takes the 4 values
+// 4 (t + kThreads j) in round j, and the 8 threads of a block of 32 are 8 consecutive lanes, which find its amax by
+// shuffles. Block-wide (blockDim.x a multiple of 8).
+template <int kThreads>
 __device__ void load_queries(const float* q, int H, int hd, int H_pad, int8_t* q8, float* qscale) {
     const int quads = H_pad * hd / 4, nb = hd / kFp4Block;
-    const int rounds = (quads + kThreads - 1) / kThreads;
-    for (int r0 = 0; r0 < rounds; r0 += kMaxRounds) {
-        float x[kMaxRounds][4];
+    for (int f0 = 0; f0 < quads; f0 += kThreads) {  // uniform over the block: every lane shuffles
+        const int f = f0 + threadIdx.x;
+        const bool in = f < quads && f * 4 / hd < H;
+        float x[4];
 #pragma unroll
-        for (int j = 0; j < kMaxRounds; ++j) {
-            const int f = threadIdx.x + kThreads * (r0 + j), h = f * 4 / hd;
-            const bool in = r0 + j < rounds && f < quads && h < H;
+        for (int k = 0; k < 4; ++k) x[k] = in ? q[(int64_t)f * 4 + k] : 0.0f;
+        float amax = fmaxf(fmaxf(fabsf(x[0]), fabsf(x[1])), fmaxf(fabsf(x[2]), fabsf(x[3])));
 #pragma unroll
-            for (int k = 0; k < 4; ++k) x[j][k] = in ? q[(int64_t)f * 4 + k] : 0.0f;
-        }
+        for (int o = 1; o < kFp4Block / 4; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        if (f >= quads) continue;
+        const int c = f / (kFp4Block / 4), h = c / nb, b = c % nb;  // block c of 32 values: head h, block b
+        const float sc = fake_quant_scale(amax, true);
+        uint32_t word = 0;
 #pragma unroll
-        for (int j = 0; j < kMaxRounds; ++j) {
-            const int f = threadIdx.x + kThreads * (r0 + j);  // uniform over each group of 8 lanes
-            float amax = fmaxf(fmaxf(fabsf(x[j][0]), fabsf(x[j][1])), fmaxf(fabsf(x[j][2]), fabsf(x[j][3])));
-#pragma unroll
-            for (int o = 1; o < kFp4Block / 4; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-            if (r0 + j >= rounds || f >= quads) continue;
-            const int c = f / (kFp4Block / 4), h = c / nb, b = c % nb;  // block c of 32 values: head h, block b
-            const float sc = fake_quant_scale(amax, true);
-            uint32_t word = 0;
-#pragma unroll
-            for (int k = 0; k < 4; ++k)
-                word |= (uint32_t)(uint8_t)(int8_t)(int)(2.0f * fp4_grid_value(x[j][k], sc)) << (8 * k);
-            *reinterpret_cast<uint32_t*>(q8 + (int64_t)h * q8_stride(hd) + b * kFp4Block + f % (kFp4Block / 4) * 4) =
-                h < H ? word : 0u;
-            if (f % (kFp4Block / 4) == 0) qscale[c] = h < H ? sc * 0.25f : 0.0f;
-        }
+        for (int k = 0; k < 4; ++k)
+            word |= (uint32_t)(uint8_t)(int8_t)(int)(2.0f * fp4_grid_value(x[k], sc)) << (8 * k);
+        *reinterpret_cast<uint32_t*>(q8 + (int64_t)h * q8_stride(hd) + b * kFp4Block + f % (kFp4Block / 4) * 4) =
+            h < H ? word : 0u;
+        if (f % (kFp4Block / 4) == 0) qscale[c] = h < H ? sc * 0.25f : 0.0f;
     }
 }
 
