@@ -1,8 +1,8 @@
 // The quant-sim cache store (model/kv_cache.h): the lightning indexer's keys kept as packed FP4 rows
-// (ops/fp4_rows.h). Packing gives back every FP4-simulated float bit for bit, so quant-sim steps on such a cache
-// give the logits of the f32 store bit for bit on the CPU: prefill in chunks, decode, a batched decode group,
-// snapshots with entries and speculative rollback. An exact step on it is refused, and it takes the bytes the
-// layout promises.
+// (ops/fp4_rows.h) and the compressed KV entries as packed FP8 rows (ops/kv_rows.h). Packing gives back every
+// simulated float bit for bit, so quant-sim steps on such a cache give the logits of the f32 store bit for bit on
+// the CPU: prefill in chunks, decode, a batched decode group, snapshots with entries and speculative rollback. An
+// exact step on it is refused, and it takes the bytes the layout promises.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +12,7 @@
 #include "exec/step_runner.h"
 #include "model/deepseek4.h"
 #include "ops/fp4_rows.h"
+#include "ops/kv_rows.h"
 #include "util/step_chunks.h"
 
 using namespace dsv4;
@@ -89,6 +90,91 @@ TEST(Fp4Rows, EdgeBlocksComeBackToo) {
 
 namespace {
 
+// A KV row of dim values (the last rope of them RoPE dims) as the quant-sim rounding leaves it: fake_quant_block
+// per 64 non-RoPE dims from the row's start, the last block possibly short (fp8_sim's rule).
+std::vector<float> fp8_rounded(std::vector<float> v, int rope) {
+    const int nope = (int)v.size() - rope;
+    for (int j = 0; j < nope; j += kFp8Block) fake_quant_block(v.data() + j, std::min(kFp8Block, nope - j), false);
+    return v;
+}
+
+void expect_kv_round_trip(const std::vector<float>& v, int rope, const char* what) {
+    const int dim = (int)v.size();
+    std::vector<uint8_t> row((size_t)kv_row_bytes(dim, rope), 0xAB);
+    kv_pack_row(v.data(), dim, rope, row.data());
+    std::vector<float> back((size_t)dim);
+    kv_unpack_row(row.data(), dim, rope, back.data());
+    for (int i = 0; i < dim; ++i) {
+        if (std::isnan(v[i])) {
+            EXPECT_TRUE(std::isnan(back[i])) << what << " value " << i;
+            continue;
+        }
+        ASSERT_EQ(bits(v[i]), bits(back[i])) << what << " (dim " << dim << ", rope " << rope << ") value " << i << ": "
+                                             << v[i] << " came back as " << back[i];
+    }
+    for (int64_t j = 4 * rope + (dim - rope) + kv_row_scales(dim, rope); j < kv_row_bytes(dim, rope); ++j)
+        EXPECT_EQ(row[j], 0) << "padding";
+}
+
+}  // namespace
+
+TEST(KvRows, PackingGivesBackEveryRoundedFloatBitForBit) {
+    std::mt19937 rng(2);
+    const int shapes[][2] = {{512, 64}, {128, 64}, {83, 64}, {128, 0}, {130, 2}, {64, 63}, {200, 8}};
+    for (const auto& [dim, rope] : shapes)
+        for (float scale : {1e-12f, 1e-5f, 1e-3f, 1.0f, 7.0f, 1e20f, 1e36f})
+            for (int r = 0; r < 10; ++r) {
+                std::normal_distribution<float> n(0.0f, scale);
+                std::vector<float> v((size_t)dim);
+                for (auto& x : v) x = n(rng);
+                expect_kv_round_trip(fp8_rounded(v, rope), rope, "random row");
+            }
+    EXPECT_EQ(kv_row_bytes(512, 64), 720);  // 256 bytes of RoPE floats, 448 codes, 7 scales, padded to 16
+    EXPECT_EQ(kv_row_bytes(83, 64), 288);   // 256 + 19 + 1, padded
+    EXPECT_EQ(kv_row_bytes(128, 0), 144);   // 128 + 2, padded
+}
+
+TEST(KvRows, EdgeBlocksComeBackToo) {
+    const int dim = 192, rope = 64;  // two blocks of 64 non-RoPE dims
+    std::vector<float> v(dim, 0.0f);
+    expect_kv_round_trip(fp8_rounded(v, rope), rope, "zeros");
+    for (auto& x : v) x = -0.0f;
+    expect_kv_round_trip(fp8_rounded(v, rope), rope, "negative zeros");
+    // The largest code 448 (the recomputed scale is the same), and a block whose largest code rounds to 224 or
+    // less (its values are also codes of half the scale).
+    for (int i = 0; i < dim; ++i) v[i] = (i % 5 == 0 ? 448.0f : -3.3f) * (i < 64 ? 1.0f : 0.5f);
+    expect_kv_round_trip(fp8_rounded(v, rope), rope, "largest code 448");
+    for (int i = 0; i < dim; ++i) v[i] = i % 3 == 0 ? 226.0f : -0.01f;
+    expect_kv_round_trip(fp8_rounded(v, rope), rope, "largest code rounding down to 224");
+    // Below the amax floor (1e-4), with E4M3 subnormal codes and f32 subnormals.
+    for (int i = 0; i < dim; ++i) v[i] = (float)(i % 9) * (i < 64 ? 1e-7f : 1e-41f);
+    expect_kv_round_trip(fp8_rounded(v, rope), rope, "below the floor");
+    // One block with an infinity (its scale is infinite) beside a plain one, and a NaN among the RoPE dims.
+    for (int i = 0; i < dim; ++i) v[i] = (float)i - 20.0f;
+    v[5] = INFINITY;
+    v[70] = -INFINITY;
+    v[150] = NAN;
+    expect_kv_round_trip(fp8_rounded(v, rope), rope, "infinities");
+    // Every finite code under both signs at scale 1 (the block's amax 448 makes the scale 1).
+    std::vector<float> all;  // blocks of 448 and 63 codes: 5 blocks of non-RoPE dims, then 64 RoPE dims
+    for (uint32_t c = 0; c < 256; ++c) {
+        if ((c & 0x7f) == 0x7f) continue;
+        if (all.size() % 64 == 0) all.push_back(448.0f);
+        all.push_back(fp8_value(c));
+    }
+    all.resize(5 * 64 + 64, 1.25f);
+    expect_kv_round_trip(fp8_rounded(all, 64), 64, "every code");
+    for (uint32_t c = 0; c < 256; ++c) {
+        if ((c & 0x7f) == 0x7f) {
+            EXPECT_TRUE(std::isnan(fp8_value(c)));
+            continue;
+        }
+        EXPECT_EQ(fp8_code(fp8_value(c)), c) << "code " << c;
+    }
+}
+
+namespace {
+
 std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {
     std::mt19937 rng(seed);
     std::vector<int32_t> t(n);
@@ -124,7 +210,7 @@ protected:
 
 }  // namespace
 
-TEST_P(KvStoreTest, PackedKeysGiveTheLogitsOfF32KeysBitForBit) {
+TEST_P(KvStoreTest, PackedRowsGiveTheLogitsOfF32RowsBitForBit) {
     // 360 tokens: 90 indexer keys a CSA layer against a top-k of 8-16, so the selection decides; a prompt in
     // irregular chunks, then token by token (decode steps read the packed keys the chunks wrote).
     const auto toks = random_tokens(360, model_->config().n_vocab, 11);
@@ -134,7 +220,7 @@ TEST_P(KvStoreTest, PackedKeysGiveTheLogitsOfF32KeysBitForBit) {
     expect_same_bits(run(KvStore::exact, toks, decode), run(KvStore::quant_sim, toks, decode), "decode");
 }
 
-TEST_P(KvStoreTest, ADecodeGroupOnPackedKeysEqualsSoloF32Runs) {
+TEST_P(KvStoreTest, ADecodeGroupOnPackedRowsEqualsSoloF32Runs) {
     // Three sequences at different depths decode together (the group's per-row cache tables and the table form
     // of pack_fp4_rows), against each alone on the f32 store.
     const int64_t V = model_->config().n_vocab;
@@ -167,7 +253,7 @@ TEST_P(KvStoreTest, ADecodeGroupOnPackedKeysEqualsSoloF32Runs) {
     }
 }
 
-TEST_P(KvStoreTest, SnapshotsWithEntriesRestorePackedKeys) {
+TEST_P(KvStoreTest, SnapshotsWithEntriesRestorePackedRows) {
     // A prefix's snapshot with its entries, restored into another packed cache (prefix reuse), continues as
     // the f32 store's full run does.
     const int64_t V = model_->config().n_vocab;
@@ -188,7 +274,7 @@ TEST_P(KvStoreTest, SnapshotsWithEntriesRestorePackedKeys) {
     EXPECT_FALSE(f->restore(snap).ok());
 }
 
-TEST_P(KvStoreTest, RollbackOnPackedKeysEqualsNeverSeeingTheRejectedTokens) {
+TEST_P(KvStoreTest, RollbackOnPackedRowsEqualsNeverSeeingTheRejectedTokens) {
     const int64_t V = model_->config().n_vocab;
     const auto toks = random_tokens(140, V, 41);
     StepOptions opt;
@@ -229,17 +315,24 @@ TEST_P(KvStoreTest, AnExactStepOnAPackedCacheIsRefused) {
     EXPECT_FALSE(runner_->step_batch(items, StepOptions{}).ok());
 }
 
-TEST_P(KvStoreTest, PackedKeysTakeTheBytesOfTheirRows) {
+TEST_P(KvStoreTest, PackedRowsTakeTheBytesOfTheirRows) {
     const ModelConfig& cfg = model_->config();
     const int64_t cap = 4096;
     int csa = 0;
-    for (int il = 0; il < cfg.n_layer; ++il) csa += cfg.ratio(il) == 4 ? 1 : 0;
+    size_t entry_rows = 0;  // compressed entries of every layer
+    for (int il = 0; il < cfg.n_layer; ++il) {
+        csa += cfg.ratio(il) == 4 ? 1 : 0;
+        if (cfg.ratio(il) > 0) entry_rows += (size_t)(cap / cfg.ratio(il));
+    }
     ASSERT_GT(csa, 0);
+    ASSERT_TRUE(KvCache::packs_comp(cfg, KvStore::quant_sim));
+    EXPECT_FALSE(KvCache::packs_comp(cfg, KvStore::exact));
     const size_t f32 = KvCache::bytes_for(cfg, cap, false, KvStore::exact);
     const size_t packed = KvCache::bytes_for(cfg, cap, false, KvStore::quant_sim);
     const size_t per_layer_f32 = (size_t)(cap / 4) * cfg.index_head_dim * 4;
     const size_t per_layer_packed = (size_t)(cap / 4) * fp4_row_bytes(cfg.index_head_dim) + 16;
-    EXPECT_EQ(f32 - packed, (size_t)csa * (per_layer_f32 - per_layer_packed));
+    const size_t entry_saving = entry_rows * (4 * (size_t)cfg.head_dim - kv_row_bytes(cfg.head_dim, cfg.rope_dim));
+    EXPECT_EQ(f32 - packed, (size_t)csa * (per_layer_f32 - per_layer_packed) + entry_saving);
     auto c = model_->new_cache(cap, false, KvStore::quant_sim);
     EXPECT_EQ(c->bytes(), packed);
 }

@@ -7,6 +7,7 @@
 
 #include "cli/bench_counts.h"
 #include "ops/fp4_rows.h"
+#include "ops/kv_rows.h"
 
 namespace dsv4::cli {
 
@@ -27,31 +28,41 @@ void fill_cache_randomly(Model& m, KvCache& cache, int64_t depth) {
         }
         b.upload(dst, host.data(), (size_t)floats * sizeof(float));
     };
-    // Packed indexer keys (a quant-sim cache): random rows as the quant-sim rounding leaves them, packed once.
-    std::vector<float> packed;
-    auto fill_packed = [&](float* dst, int64_t rows) {
-        const int id = cfg.index_head_dim;
-        const int64_t rf = fp4_row_floats(id);
+    // Packed rows (a quant-sim cache): random rows as the quant-sim rounding leaves them, packed once per kind
+    // (pack_row rounds a row of dim values and packs it into rf floats).
+    auto fill_packed = [&](std::vector<float>& packed, float* dst, int64_t rows, int dim, int64_t rf, auto&& pack_row) {
         if (!dst || rows <= 0) return;
         if ((int64_t)packed.size() < rows * rf) {
-            std::vector<float> v((size_t)id);
+            std::vector<float> v((size_t)dim);
             for (int64_t r = (int64_t)packed.size() / rf; r < rows; ++r) {
                 packed.resize((size_t)((r + 1) * rf));
                 for (auto& x : v) x = u(rng);
-                for (int j = 0; j < id; j += kFp4Block) fake_quant_block(v.data() + j, kFp4Block, true);
-                fp4_pack_row(v.data(), id, reinterpret_cast<uint8_t*>(packed.data() + r * rf));
+                pack_row(v.data(), reinterpret_cast<uint8_t*>(packed.data() + r * rf));
             }
         }
         b.upload(dst, packed.data(), (size_t)(rows * rf) * sizeof(float));
     };
+    const int hd = cfg.head_dim, rd = cfg.rope_dim, id = cfg.index_head_dim;
+    auto pack_key = [&](float* v, uint8_t* row) {
+        for (int j = 0; j < id; j += kFp4Block) fake_quant_block(v + j, kFp4Block, true);
+        fp4_pack_row(v, id, row);
+    };
+    auto pack_entry = [&](float* v, uint8_t* row) {
+        for (int j = 0; j < hd - rd; j += kFp8Block) fake_quant_block(v + j, std::min(kFp8Block, hd - rd - j), false);
+        kv_pack_row(v, hd, rd, row);
+    };
+    std::vector<float> keys, entries;
     for (int il = 0; il < cfg.n_layer; ++il) {
         LayerCache& L = cache.layer(il);
-        fill(L.window, (int64_t)cfg.window * cfg.head_dim);
-        if (L.ratio > 0) fill(L.comp, depth / L.ratio * cfg.head_dim);
+        fill(L.window, (int64_t)cfg.window * hd);
+        if (L.ratio > 0 && L.comp_packed)
+            fill_packed(entries, L.comp, depth / L.ratio, hd, L.comp_row_floats, pack_entry);
+        else if (L.ratio > 0)
+            fill(L.comp, depth / L.ratio * hd);
         if (L.ratio == 4 && L.index_fp4)
-            fill_packed(L.index, depth / 4);
+            fill_packed(keys, L.index, depth / 4, id, L.index_row_floats, pack_key);
         else if (L.ratio == 4)
-            fill(L.index, depth / 4 * cfg.index_head_dim);
+            fill(L.index, depth / 4 * id);
     }
     b.synchronize();
     cache.set_pos(depth);

@@ -13,7 +13,7 @@ namespace {
 
 // The key lists every field of these structs; a new field must be added to put() below (this fails first).
 static_assert(sizeof(Weight) == 56 && sizeof(HcParams) == 32 && sizeof(HcPostArgs) == 48 && sizeof(RopeParams) == 16 &&
-                  sizeof(AttentionArgs) == 144 && sizeof(CompressorArgs) == 96 && sizeof(MoeArgs) == 240,
+                  sizeof(AttentionArgs) == 152 && sizeof(CompressorArgs) == 96 && sizeof(MoeArgs) == 240,
               "an op argument struct changed: update StepRecorder::put");
 
 constexpr size_t kArenaAlign = 256;  // the CUDA kernels' vector loads assume cudaMalloc-like alignment
@@ -190,6 +190,8 @@ void StepRecorder::put(const AttentionArgs& a) {
     put(a.pos);
     put(a.kv_win_rows);
     put(a.kv_comp_rows);
+    put(a.comp_packed);
+    put(a.comp_rope);
 }
 
 void StepRecorder::put(const CompressorArgs& a) {

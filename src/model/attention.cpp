@@ -53,13 +53,33 @@ void finish_entries(Model::Ctx& c, const CompressorWeights& w, float* out, int64
     if (indexer) c.b.hadamard(out, n, d, c.opt.quant_sim);
 }
 
+// How a cache stores a compressor's entries (model/kv_cache.h): f32 rows, packed FP4 indexer keys or packed FP8
+// KV entries.
+enum class Rows { f32, fp4, fp8 };
+
+// Entries finished in `out` ([n, d]) into their rows `rows` of `entries` (or, with `tables`, of their sequences'
+// caches), in the cache's format.
+void store_entries(Model::Ctx& c, float* entries, float* const* tables, const float* out, const int32_t* rows,
+                   int64_t n, int d, Rows format) {
+    switch (format) {
+        case Rows::fp4: c.b.pack_fp4_rows(entries, tables, out, rows, n, d); break;
+        case Rows::fp8: c.b.pack_kv_rows(entries, tables, out, rows, n, d, c.cfg.rope_dim); break;
+        case Rows::f32:
+            if (tables)
+                c.b.scatter_rows_to(tables, out, rows, n, d);
+            else
+                c.b.scatter_rows(entries, out, rows, n, d);
+            break;
+    }
+}
+
 // Run one compressor over the step's tokens from its projections and append the completed entries
 // (normalized, RoPE'd at their block start, then fake-quantized or rotated) to `entries`. The entries are
 // finished in a scratch buffer and scattered to their rows by a device index list, so a decode step's op
 // arguments do not depend on the position (step graphs replay them). Returns the number of new entries.
 int64_t compress(Model::Ctx& c, const SeqSlice& s, const CompressorWeights& w, const CompressorProj& pr, int ratio,
                  int d, float* state_kv, float* state_sc, float* entries, const RopeParams& rope, bool indexer,
-                 bool packed = false) {
+                 Rows format) {
     const int64_t n = s.n;
     const int64_t first = s.pos0 / ratio;
     const int64_t n_new = (s.pos0 + n) / ratio - first;
@@ -80,10 +100,7 @@ int64_t compress(Model::Ctx& c, const SeqSlice& s, const CompressorWeights& w, c
         for (int64_t j = 0; j < n_new; ++j) v[j] = (int32_t)(first + j);
         return v;
     });
-    if (packed)
-        c.b.pack_fp4_rows(entries, nullptr, out, rows, n_new, d);
-    else
-        c.b.scatter_rows(entries, out, rows, n_new, d);
+    store_entries(c, entries, nullptr, out, rows, n_new, d, format);
     return n_new;
 }
 
@@ -132,7 +149,7 @@ CompressorProj proj_rows(const CompressorProj& p, int64_t row0, int ratio, int d
 // the others) finished as compress() finishes them and scattered to their sequences' caches.
 void compress_group(Model::Ctx& c, const CompressorWeights& w, const CompressorProj& pr, int ratio, int d,
                     float* const* state_kv, float* const* state_sc, float* const* entries, const RopeParams& rope,
-                    bool indexer, bool packed = false) {
+                    bool indexer, Rows format) {
     const int64_t G = c.group;
     const std::vector<int64_t>& gpos = c.group_pos;
     float* out = c.f32(G * d);
@@ -152,10 +169,7 @@ void compress_group(Model::Ctx& c, const CompressorWeights& w, const CompressorP
         for (int64_t j = 0; j < G; ++j) v[j] = (gpos[j] + 1) % ratio == 0 ? (int32_t)(gpos[j] / ratio) : -1;
         return v;
     });
-    if (packed)
-        c.b.pack_fp4_rows(nullptr, entries, out, rows, G, d);
-    else
-        c.b.scatter_rows_to(entries, out, rows, G, d);
+    store_entries(c, nullptr, entries, out, rows, G, d, format);
 }
 
 // The window list of the query at position p of a step that feeds tokens from pos0 (row[win], -1 where
@@ -183,9 +197,12 @@ void build_group_tables(Model::Ctx& c) {
         }
     }
     // The group's caches store their indexer keys alike (Model::step_batch refuses mixed stores): one op serves them.
-    c.group_index_fp4 = false;
-    for (const SeqSlice& s : c.seqs)
-        if (s.n == 1) c.group_index_fp4 = KvCache::packs_index(c.cfg, s.cache->store());
+    c.group_index_fp4 = c.group_comp_packed = false;
+    for (const SeqSlice& s : c.seqs) {
+        if (s.n != 1) continue;
+        c.group_index_fp4 = KvCache::packs_index(c.cfg, s.cache->store());
+        c.group_comp_packed = KvCache::packs_comp(c.cfg, s.cache->store());
+    }
     c.group_pos.assign((size_t)G, 0);
     for (const SeqSlice& s : c.seqs)
         if (s.n == 1) c.group_pos[(size_t)s.row0] = s.pos0;
@@ -314,11 +331,12 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
             });
         }
         if (NG > 0) {
-            compress_group(c, L.compressor, pr.main, ratio, hd, T->state_kv, T->state_sc, T->comp, rope, false);
+            compress_group(c, L.compressor, pr.main, ratio, hd, T->state_kv, T->state_sc, T->comp, rope, false,
+                           c.group_comp_packed ? Rows::fp8 : Rows::f32);
             if (ratio == 4) {
                 const bool packed = c.group_index_fp4;
                 compress_group(c, L.index_compressor, pr.index, 4, id, T->index_state_kv, T->index_state_sc, T->index,
-                               rope, true, packed);
+                               rope, true, packed ? Rows::fp4 : Rows::f32);
                 c.b.indexer_topk(idx, pr.qi, pr.wts, placeholder(T->index), n_vis, NG, ih, id, top_k, T->index,
                                  packed);
             }
@@ -327,14 +345,17 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
             const SeqSlice& s = c.seqs[si];
             if (grouped(s)) continue;
             LayerCache& lc = s.cache->layer(il);
+            DSV4_CHECK(!lc.comp_packed || c.opt.quant_sim);  // Model::step_batch refuses it
             compress(c, s, L.compressor, proj_rows(pr.main, s.row0, ratio, hd), ratio, hd, lc.state_kv, lc.state_sc,
-                     lc.comp, rope, false);
+                     lc.comp, rope, false, lc.comp_packed ? Rows::fp8 : Rows::f32);
             AttentionArgs& a = args[si];
             a.kv_comp = lc.comp;
+            a.comp_packed = lc.comp_packed;
+            a.comp_rope = cfg.rope_dim;
             if (ratio == 4) {
                 DSV4_CHECK(!lc.index_fp4 || c.opt.quant_sim);  // Model::step_batch refuses it
                 compress(c, s, L.index_compressor, proj_rows(pr.index, s.row0, 4, id), 4, id, lc.index_state_kv,
-                         lc.index_state_sc, lc.index, rope, true, lc.index_fp4);
+                         lc.index_state_sc, lc.index, rope, true, lc.index_fp4 ? Rows::fp4 : Rows::f32);
                 c.b.indexer_topk(idx + s.row0 * top_k, pr.qi + s.row0 * ih * id, pr.wts + s.row0 * ih, lc.index,
                                  n_vis + s.row0, s.n, ih, id, top_k, nullptr, lc.index_fp4);
                 a.comp_idx = idx + s.row0 * top_k;
@@ -346,6 +367,8 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
         if (NG > 0) {
             group_args.kv_comp = placeholder(T->comp);
             group_args.kv_comp_rows = T->comp;
+            group_args.comp_packed = c.group_comp_packed;
+            group_args.comp_rope = cfg.rope_dim;
             if (ratio == 4) {
                 group_args.comp_idx = idx;
                 group_args.n_comp = top_k;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ops/fp4_rows.h"
+#include "ops/kv_rows.h"
 
 namespace dsv4 {
 
@@ -22,7 +23,7 @@ struct Layout {
         int ratio = 0;
         int64_t off_window = 0, off_state = 0, off_index = 0;
         int64_t state_floats = 0, index_state_floats = 0;
-        int64_t comp_floats = 0, index_floats = 0, index_row_floats = 0;
+        int64_t comp_floats = 0, comp_row_floats = 0, index_floats = 0, index_row_floats = 0;
     };
     std::vector<Layer> layers;
     int64_t rows_floats = 0;
@@ -31,7 +32,7 @@ struct Layout {
 Layout cache_layout(const ModelConfig& cfg, int64_t capacity, bool with_mtp, KvStore store) {
     const int n = cfg.n_layer + (with_mtp ? 1 : 0);
     const int64_t hd = cfg.head_dim, id = cfg.index_head_dim;
-    const bool packed = KvCache::packs_index(cfg, store);
+    const bool packed = KvCache::packs_index(cfg, store), packed_comp = KvCache::packs_comp(cfg, store);
     Layout lo;
     lo.layers.resize(n);
     for (int il = 0; il < n; ++il) {
@@ -44,7 +45,9 @@ Layout cache_layout(const ModelConfig& cfg, int64_t capacity, bool with_mtp, KvS
             L.state_floats = (int64_t)coff * L.ratio * coff * hd;
             L.off_state = lo.rows_floats;
             lo.rows_floats += 2 * L.state_floats;
-            L.comp_floats = std::max<int64_t>(1, capacity / L.ratio) * hd;
+            // Packed rows are whole 16-byte pieces, so a GPU's aligned reads stay inside the row.
+            L.comp_row_floats = packed_comp ? kv_row_floats(hd, cfg.rope_dim) : hd;
+            L.comp_floats = std::max<int64_t>(1, capacity / L.ratio) * L.comp_row_floats;
         }
         if (L.ratio == 4) {
             L.index_state_floats = 8 * 2 * id;
@@ -60,6 +63,10 @@ Layout cache_layout(const ModelConfig& cfg, int64_t capacity, bool with_mtp, KvS
 }
 
 }  // namespace
+
+bool KvCache::packs_comp(const ModelConfig& cfg, KvStore store) {
+    return store == KvStore::quant_sim && cfg.rope_dim >= 0 && cfg.rope_dim < cfg.head_dim;
+}
 
 bool KvCache::packs_index(const ModelConfig& cfg, KvStore store) {
     return store == KvStore::quant_sim && cfg.index_head_dim > 0 && cfg.index_head_dim % kFp4Block == 0;
@@ -90,6 +97,8 @@ KvCache::KvCache(const ModelConfig& cfg, Backend& backend, int64_t capacity, boo
             L.state_kv = rows_base_ + P.off_state;
             L.state_sc = L.state_kv + L.state_floats;
             L.comp = alloc(P.comp_floats);
+            L.comp_row_floats = P.comp_row_floats;
+            L.comp_packed = packs_comp(cfg, store);
         }
         if (L.ratio == 4) {
             L.index_state_kv = rows_base_ + P.off_index;
@@ -111,7 +120,7 @@ size_t KvCache::bytes_for(const ModelConfig& cfg, int64_t capacity, bool with_mt
 
 KvCache::TokenBytes KvCache::bytes_per_token(const ModelConfig& cfg, KvStore store) {
     TokenBytes t;
-    const double entry = 4.0 * cfg.head_dim;
+    const double entry = packs_comp(cfg, store) ? (double)kv_row_bytes(cfg.head_dim, cfg.rope_dim) : 4.0 * cfg.head_dim;
     const double key = packs_index(cfg, store) ? (double)fp4_row_bytes(cfg.index_head_dim) : 4.0 * cfg.index_head_dim;
     t.csa_entry = entry / 4;
     t.csa_index = key / 4;
@@ -174,7 +183,7 @@ template <class F>
 void for_each_entry_region(const std::vector<LayerCache>& layers, const ModelConfig& cfg, int64_t pos, F&& f) {
     for (int il = 0; il < cfg.n_layer && il < (int)layers.size(); ++il) {
         const LayerCache& L = layers[il];
-        if (L.comp) f(L.comp, (pos / L.ratio) * cfg.head_dim);
+        if (L.comp) f(L.comp, (pos / L.ratio) * L.comp_row_floats);
         if (L.index) f(L.index, (pos / 4) * L.index_row_floats);
     }
 }
@@ -186,6 +195,7 @@ KvCache::Snapshot KvCache::snapshot(bool with_entries) const {
     s.pos = pos_;
     s.mtp_pos = mtp_pos_;
     s.with_entries = with_entries;
+    s.store = store_;
     int64_t total = 0;
     auto count = [&](const float*, int64_t n) { total += n; };
     for_each_region(count);
@@ -218,6 +228,8 @@ KvCache::Snapshot KvCache::add_entries(const Snapshot& small) const {
 
 Status KvCache::restore(const Snapshot& s) {
     if (s.pos > capacity_) return make_error("cache snapshot position exceeds the cache capacity");
+    if (s.with_entries && s.store != store_)
+        return make_error("cache snapshot's entries are stored in another format than this cache's");
     int64_t total = 0;
     auto count = [&](const float*, int64_t n) { total += n; };
     for_each_region(count);

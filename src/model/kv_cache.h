@@ -22,10 +22,11 @@ constexpr int64_t kWindowStageRows = 8;
 // compress ratio of its layers bound it.
 int64_t kv_rollback_limit(const ModelConfig& cfg);
 
-// How a cache stores the lightning indexer's keys: exact keeps f32 rows; quant_sim keeps packed FP4 rows
-// (ops/fp4_rows.h), the codes the model's quant-sim rounding makes of them, which is lossless for that mode
-// (the same logits bit for bit) and 68 bytes a 128-value key instead of 512. A quant_sim cache serves
-// quant-sim steps only; an exact one serves both.
+// How a cache stores its append-only entries: exact keeps f32 rows; quant_sim keeps what the model's quant-sim
+// rounding makes of them, as codes: the lightning indexer's keys as packed FP4 rows (ops/fp4_rows.h: 68 bytes a
+// 128-value key instead of 512) and the compressed KV entries as packed FP8 rows (ops/kv_rows.h: 720 bytes a
+// 512-value entry with 64 RoPE dims instead of 2,048). Both are lossless for that mode (the same logits bit for
+// bit). A quant_sim cache serves quant-sim steps only; an exact one serves both.
 enum class KvStore { exact, quant_sim };
 
 // The store for caches whose steps all run with quant_sim as given (StepOptions::quant_sim).
@@ -34,7 +35,9 @@ inline KvStore kv_store_for(bool quant_sim) { return quant_sim ? KvStore::quant_
 struct LayerCache {
     int ratio = 0;
     float* window = nullptr;        // [window, head_dim], token t at row t % window; then kWindowStageRows rows
-    float* comp = nullptr;          // [capacity / ratio, head_dim]
+    float* comp = nullptr;          // [capacity / ratio, comp_row_floats]
+    int64_t comp_row_floats = 0;    // head_dim, or kv_row_floats(head_dim, rope_dim) when comp_packed
+    bool comp_packed = false;       // packed FP8 entries (KvStore::quant_sim)
     float* index = nullptr;         // [capacity / 4, index_row_floats] (ratio 4 only)
     int64_t index_row_floats = 0;   // index_head_dim, or fp4_row_floats(index_head_dim) when index_fp4
     bool index_fp4 = false;         // packed FP4 keys (KvStore::quant_sim)
@@ -80,6 +83,9 @@ public:
     // Whether the store keeps the indexer's keys packed for a model of this config (head dims of whole FP4
     // blocks; others keep f32 rows in either store).
     static bool packs_index(const ModelConfig& cfg, KvStore store);
+    // Whether the store keeps the compressed KV entries packed (FP8 codes of the non-RoPE dims; a model whose
+    // heads are all RoPE dims keeps f32 rows in either store).
+    static bool packs_comp(const ModelConfig& cfg, KvStore store);
 
     // A copy of what is not append-only (windows, compressor states, positions): context-independent in
     // size, enough to rewind this same cache. With `with_entries` it also holds the compressed and indexer
@@ -87,6 +93,7 @@ public:
     struct Snapshot {
         int64_t pos = 0, mtp_pos = 0;
         bool with_entries = false;
+        KvStore store = KvStore::exact;  // the entries' format
         std::vector<float> data;  // host copy
         size_t bytes() const { return data.size() * sizeof(float); }
     };

@@ -100,6 +100,10 @@ struct AttentionArgs {
     const int32_t* pos = nullptr;         // [n] the queries' positions, for out_rope
     const float* const* kv_win_rows = nullptr;   // [n] or null: per-query window sources (see above)
     const float* const* kv_comp_rows = nullptr;  // [n] or null: per-query compressed sources
+    // Compressed rows packed as ops/kv_rows.h (FP8 codes, scales and comp_rope f32 RoPE dims; a row is then
+    // kv_row_floats(head_dim, comp_rope) floats, 16-byte aligned) instead of head_dim floats.
+    bool comp_packed = false;
+    int comp_rope = 0;
 };
 
 // The source of query i's window rows and compressed rows (the per-query tables when given).

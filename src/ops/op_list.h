@@ -104,6 +104,13 @@ DSV4_OP(scatter_rows_to, (float* const* dst, const float* src, const int32_t* id
 // [n]) into row idx[i] of dst_rows[i] instead. The targets must be distinct.
 DSV4_OP(pack_fp4_rows, (float* dst, float* const* dst_rows, const float* src, const int32_t* idx, int64_t n, int dim),
         (dst, dst_rows, src, idx, n, dim), copied)
+// Row i of src (dim values, the last `rope` of them RoPE dims and the others FP8-simulated in blocks of 64)
+// packed (ops/kv_rows.h) into row idx[i] of dst, rows of kv_row_floats(dim, rope) floats, for every idx[i] >= 0;
+// with dst_rows (a pointer table in backend memory, [n]) into row idx[i] of dst_rows[i] instead. The targets
+// must be distinct.
+DSV4_OP(pack_kv_rows,
+        (float* dst, float* const* dst_rows, const float* src, const int32_t* idx, int64_t n, int dim, int rope),
+        (dst, dst_rows, src, idx, n, dim, rope), copied)
 
 // The token draw of ops/sample_args.h for `rows` rows: args[r] names its logits row (of n_vocab floats) and
 // its slice of `adjust`; out[r] gets the token and logprobs. All in backend memory; the logits are not

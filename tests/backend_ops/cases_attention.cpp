@@ -8,6 +8,7 @@
 
 #include "harness.h"
 #include "ops/fp4_rows.h"
+#include "ops/kv_rows.h"
 
 namespace dsv4::backend_ops {
 
@@ -26,20 +27,22 @@ constexpr double kTolBf16Attention = 8.0 * (1.0 + 2.0 / 27.0) * kUb2;
 
 // With out_rope, the output's inverse RoPE on its last 64 dims at random positions (AttentionArgs::out_rope).
 // With per_query, every query has its own window and compressed rows, named by the per-query tables
-// (kv_win_rows, kv_comp_rows: queries of different sequences).
+// (kv_win_rows, kv_comp_rows: queries of different sequences). With packed, the compressed rows are what the
+// quant-sim mode makes of them (FP8-simulated non-RoPE dims, the last 64 dims or half of a smaller head RoPE
+// dims) and go to the op packed (ops/kv_rows.h, AttentionArgs::comp_packed); the reference reads the floats.
 CaseGen attention_case(int64_t n, int H, int hd, int n_win, Comp comp, int n_comp, bool sinks, bool empty_row,
                        bool perf_only, uint64_t seed, Mode mode = Mode::F32, bool out_rope = false,
-                       bool per_query = false) {
+                       bool per_query = false, bool packed = false) {
     return [=]() {
         Case c;
         c.op = "attention";
         char buf[160];
-        std::snprintf(buf, sizeof buf, "%sn=%lld H=%d hd=%d win=%d comp=%s/%d%s%s%s%s", mode == Mode::BF16 ? "bf16 " : "",
+        std::snprintf(buf, sizeof buf, "%sn=%lld H=%d hd=%d win=%d comp=%s%s/%d%s%s%s%s", mode == Mode::BF16 ? "bf16 " : "",
                       (long long)n, H, hd, n_win,
                       comp == Comp::none  ? "none"
                       : comp == Comp::idx ? "idx"
                                           : "count",
-                      n_comp, sinks ? " sinks" : "", empty_row ? " empty-row" : "", out_rope ? " rope" : "",
+                      packed ? " fp8" : "", n_comp, sinks ? " sinks" : "", empty_row ? " empty-row" : "", out_rope ? " rope" : "",
                       per_query ? " per-query" : "");
         c.shape = buf;
         c.perf_only = perf_only;
@@ -50,6 +53,20 @@ CaseGen attention_case(int64_t n, int H, int hd, int n_win, Comp comp, int n_com
         auto q = std::make_shared<std::vector<float>>(rng.vec(n * H * hd));
         auto kvw = std::make_shared<std::vector<float>>(rng.vec(sources * W * hd));
         auto kvc = std::make_shared<std::vector<float>>(rng.vec(sources * C * hd));
+        const int comp_rope = hd > 64 ? 64 : hd / 2;
+        const int64_t crf = packed ? kv_row_floats(hd, comp_rope) : hd;  // floats a compressed row takes
+        auto kvc_data = std::make_shared<std::vector<float>>();  // the compressed rows as the op takes them
+        if (packed) {
+            kvc_data->resize((size_t)(sources * C * crf));
+            for (int64_t r = 0; r < sources * C; ++r) {
+                float* v = kvc->data() + r * hd;
+                for (int j = 0; j < hd - comp_rope; j += kFp8Block)
+                    fake_quant_block(v + j, std::min(kFp8Block, hd - comp_rope - j), false);
+                kv_pack_row(v, hd, comp_rope, reinterpret_cast<uint8_t*>(kvc_data->data() + r * crf));
+            }
+        } else {
+            *kvc_data = *kvc;
+        }
         auto snk = std::make_shared<std::vector<float>>(rng.vec(H, -1, 1));
         auto widx = std::make_shared<std::vector<int32_t>>((size_t)(n * n_win));
         for (auto& v : *widx) v = rng.uniform_int(0, 4) == 0 ? -1 : rng.uniform_int(0, W - 1);
@@ -91,9 +108,11 @@ CaseGen attention_case(int64_t n, int H, int hd, int n_win, Comp comp, int n_com
             a.win_idx = d.i32(*widx);
             a.n_win = n_win;
             if (comp != Comp::none) {
-                float* kvc_d = d.f32(*kvc);
+                float* kvc_d = d.f32(*kvc_data);
                 a.kv_comp = kvc_d;
-                if (per_query) a.kv_comp_rows = d.rows(kvc_d, n, (int64_t)C * hd);
+                a.comp_packed = packed;
+                a.comp_rope = comp_rope;
+                if (per_query) a.kv_comp_rows = d.rows(kvc_d, n, (int64_t)C * crf);
                 if (comp == Comp::idx) {
                     a.comp_idx = d.i32(*cidx);
                     a.n_comp = n_comp;
@@ -540,6 +559,26 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(attention_case(200, 5, 83, 16, Comp::count, 100, true, true, false, s, Mode::F32, true));
     out.push_back(attention_case(20, 16, 128, 32, Comp::idx, 40, true, false, false, s, Mode::BF16, true));
     out.push_back(attention_case(16, 64, 512, 64, Comp::idx, 64, true, true, false, s, Mode::BF16, true));
+    // Packed FP8 compressed rows (a quant-sim cache's), on the kernels' paths above: decode with splits (an index
+    // list, every entry, an HCA layer's deep decode on both kernels), one split, the scalar layout (head_dim 83:
+    // 19 non-RoPE dims, one short block), per-query sources, the output's RoPE, and the tensor-core kernel.
+    for (Mode m : {Mode::F32, Mode::BF16}) {
+        const bool bf = m == Mode::BF16;
+        out.push_back(attention_case(bf ? 16 : 1, 64, 512, 128, Comp::idx, 400, true, bf, false, s, m, false, false, true));
+        out.push_back(attention_case(bf ? 20 : 3, 64, 512, 128, Comp::count, 700, true, false, false, s, m, true, false,
+                                     true));
+        out.push_back(attention_case(bf ? 24 : 5, 12, 83, 16, Comp::count, 100, true, true, false, s, m, false, false,
+                                     true));
+        out.push_back(attention_case(bf ? 33 : 40, 4, 64, 0, Comp::idx, 100, false, true, false, s, m, false, false,
+                                     true));
+    }
+    out.push_back(attention_case(8, 64, 512, 128, Comp::count, 6000, true, false, false, s, Mode::F32, false, false, true));
+    out.push_back(attention_case(8, 70, 128, 32, Comp::count, 3000, true, false, false, s, Mode::F32, true, false, true));
+    out.push_back(attention_case(270, 33, 512, 16, Comp::idx, 40, false, true, false, s, Mode::F32, false, false, true));
+    out.push_back(attention_case(200, 5, 130, 16, Comp::count, 100, true, true, false, s, Mode::F32, true, false, true));
+    out.push_back(attention_case(3, 4, 1021, 16, Comp::idx, 40, true, true, false, s, Mode::F32, false, false, true));
+    out.push_back(attention_case(5, 64, 512, 128, Comp::idx, 128, true, true, false, s, Mode::F32, true, true, true));
+    out.push_back(attention_case(7, 12, 128, 32, Comp::count, 100, true, false, false, s, Mode::F32, false, true, true));
     out.push_back(indexer_case(1, 4, 64, 83, 8, false, false, s));
     out.push_back(indexer_case(7, 16, 64, 769, 16, false, false, s));
     out.push_back(indexer_case(7, 16, 128, 3000, 512, false, false, s));
@@ -641,7 +680,12 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
         out.push_back(attention_case(1, 64, 512, 128, Comp::idx, 512, true, false, true, s));
         // An HCA layer's decode (every compressed entry, counted on the device) at 4K, 128K and 1M tokens.
         for (int entries : {32, 1024, 8192})
-            out.push_back(attention_case(1, 64, 512, 128, Comp::count, entries, true, false, true, s));
+            for (bool packed : {false, true})
+                out.push_back(attention_case(1, 64, 512, 128, Comp::count, entries, true, false, true, s, Mode::F32,
+                                             false, false, packed));
+        out.push_back(attention_case(1, 64, 512, 128, Comp::idx, 512, true, false, true, s, Mode::F32, false, false, true));
+        out.push_back(attention_case(2048, 64, 512, 128, Comp::idx, 512, true, false, true, s, Mode::BF16, false, false,
+                                     true));
         out.push_back(attention_case(64, 64, 512, 128, Comp::idx, 512, true, false, true, s));
         out.push_back(attention_case(64, 64, 512, 128, Comp::idx, 512, true, false, true, s, Mode::F32, true, true));
         out.push_back(indexer_case(64, 64, 128, 1024, 512, false, true, s, true));

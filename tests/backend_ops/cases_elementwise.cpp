@@ -9,6 +9,7 @@
 
 #include "harness.h"
 #include "ops/fp4_rows.h"
+#include "ops/kv_rows.h"
 
 namespace dsv4::backend_ops {
 
@@ -223,28 +224,39 @@ CaseGen norm_rope_case(int64_t n, int heads, int hd, int pad, bool weighted, int
 
 }  // namespace
 
-// pack_fp4_rows: n rows of dim FP4-simulated values (from the rounding of random rows at scales 2^-130 ..
-// 2^100, with zero, sub-floor and infinite blocks among them) packed into a table of 2n + 1 rows at shuffled
-// distinct targets, every third row skipped, or with `table` into three tables (row i into table i % 3). The
-// destination is read as 32-bit words: the packing is exact, so every word must equal the CPU's, and the
-// reference packs on the host (ops/fp4_rows.h, the function the CPU backend runs; its exactness against the
-// rounding is tests/test_kv_store.cpp's). Untouched rows keep their poison.
-CaseGen pack_fp4_case(int64_t n, int dim, bool table, uint64_t seed) {
+// pack_fp4_rows (rope < 0) and pack_kv_rows (the last rope dims RoPE dims): n rows of dim simulated values (from
+// the rounding of random rows at scales 2^-130 .. 2^100, with zero, sub-floor and infinite blocks among them)
+// packed into a table of 2n + 1 rows at shuffled distinct targets, every third row skipped, or with `table`
+// into three tables (row i into table i % 3). The destination is read as 32-bit words: the packing is exact, so
+// every word must equal the CPU's, and the reference packs on the host (ops/fp4_rows.h, ops/kv_rows.h: the
+// functions the CPU backend runs; their exactness against the rounding is tests/test_kv_store.cpp's).
+// Untouched rows keep their poison.
+CaseGen pack_case(int64_t n, int dim, int rope, bool table, uint64_t seed) {
     return [=]() {
+        const bool fp4 = rope < 0;
         Case c;
-        c.op = "pack_fp4_rows";
-        c.shape = dims({{"n", n}, {"dim", dim}, {"table", table}});
+        c.op = fp4 ? "pack_fp4_rows" : "pack_kv_rows";
+        c.shape = fp4 ? dims({{"n", n}, {"dim", dim}, {"table", table}})
+                      : dims({{"n", n}, {"dim", dim}, {"rope", rope}, {"table", table}});
         Rng rng(case_seed(seed, c.op + c.shape));
         std::vector<float> src = rng.vec(n * dim, -1, 1);
+        const int rounded = fp4 ? dim : dim - rope, block = fp4 ? kFp4Block : kFp8Block;
         for (int64_t r = 0; r < n; ++r) {
             float* row = src.data() + r * dim;
             const int kind = (int)(r % 7);
             for (int j = 0; j < dim; ++j)
                 row[j] = kind == 0 ? 0.0f : kind == 1 ? row[j] * 1e-39f : std::ldexp(row[j], (int)(r * 37 % 230) - 130);
-            if (kind == 2) row[dim / 2] = INFINITY;
-            for (int j = 0; j < dim; j += kFp4Block) fake_quant_block(row + j, kFp4Block, true);
+            if (kind == 2) row[rounded / 2] = INFINITY;
+            for (int j = 0; j < rounded; j += block) fake_quant_block(row + j, std::min(block, rounded - j), fp4);
         }
-        const int64_t rf = fp4_row_floats(dim), rows = table ? n / 3 + 1 : 2 * n + 1, tables = table ? 3 : 1;
+        auto pack_row = [fp4, dim, rope](const float* v, uint8_t* row) {
+            if (fp4)
+                fp4_pack_row(v, dim, row);
+            else
+                kv_pack_row(v, dim, rope, row);
+        };
+        const int64_t rf = fp4 ? fp4_row_floats(dim) : kv_row_floats(dim, rope);
+        const int64_t rows = table ? n / 3 + 1 : 2 * n + 1, tables = table ? 3 : 1;
         std::vector<int32_t> idx((size_t)n);
         if (table) {
             for (int64_t i = 0; i < n; ++i) idx[i] = i % 4 == 1 ? -1 : (int32_t)(rows - 1 - i / 3);
@@ -272,8 +284,12 @@ CaseGen pack_fp4_case(int64_t n, int dim, bool table, uint64_t seed) {
                 b.upload(t, host.data(), host.size() * sizeof(float*));
                 tab = static_cast<float* const*>(t);
             }
-            in.run = [&b, dst, tab, x, id, n, dim]() {
-                b.pack_fp4_rows(tab ? nullptr : reinterpret_cast<float*>(dst), tab, x, id, n, dim);
+            in.run = [&b, dst, tab, x, id, n, dim, rope, fp4]() {
+                float* flat = tab ? nullptr : reinterpret_cast<float*>(dst);
+                if (fp4)
+                    b.pack_fp4_rows(flat, tab, x, id, n, dim);
+                else
+                    b.pack_kv_rows(flat, tab, x, id, n, dim, rope);
             };
             in.read = [&d, dst, words]() { return Arrays{d.get_i(dst, words)}; };
             return in;
@@ -283,7 +299,7 @@ CaseGen pack_fp4_case(int64_t n, int dim, bool table, uint64_t seed) {
             for (int64_t i = 0; i < n; ++i)
                 if (idx[i] >= 0) {
                     const int64_t at = ((table ? i % 3 : 0) * rows + idx[i]) * rf;
-                    fp4_pack_row(src.data() + i * dim, dim, reinterpret_cast<uint8_t*>(out.data() + at));
+                    pack_row(src.data() + i * dim, reinterpret_cast<uint8_t*>(out.data() + at));
                 }
             return Arrays{Array(out.begin(), out.end())};
         };
@@ -293,7 +309,10 @@ CaseGen pack_fp4_case(int64_t n, int dim, bool table, uint64_t seed) {
 
 void add_elementwise_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     for (auto [n, dim] : {std::pair{1, 128}, std::pair{7, 64}, std::pair{83, 128}, std::pair{40, 96}, std::pair{5, 32}})
-        for (bool table : {false, true}) out.push_back(pack_fp4_case(n, dim, table, o.seed));
+        for (bool table : {false, true}) out.push_back(pack_case(n, dim, -1, table, o.seed));
+    for (auto [n, dim, rope] : {std::tuple{1, 512, 64}, std::tuple{7, 512, 64}, std::tuple{83, 83, 64},
+                                std::tuple{40, 130, 2}, std::tuple{5, 128, 0}})
+        for (bool table : {false, true}) out.push_back(pack_case(n, dim, rope, table, o.seed));
     const uint64_t seed = o.seed;
     // dims 7, 83, 769: the scalar kernel; 512 and 4096 (16-byte aligned rows): a warp and a block per row.
     for (int64_t n : {1, 7, 83})

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <numeric>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_dot.h"
 #include "ops/fp4_rows.h"
+#include "ops/kv_rows.h"
 
 namespace dsv4 {
 
@@ -33,6 +35,37 @@ void CpuBackend::attention(const AttentionArgs& a) {
     const int H = a.n_heads, hd = a.head_dim;
     check_row_table(a.kv_win_rows, a.n, hd, "attention: kv_win_rows");
     if (a.kv_comp) check_row_table(a.kv_comp_rows, a.n, hd, "attention: kv_comp_rows");
+    DSV4_CHECK_MSG(!a.comp_packed || (a.comp_rope >= 0 && a.comp_rope < hd),
+                   "attention: packed rows of %d values with %d RoPE dims", hd, a.comp_rope);
+    // Each query's compressed rows as f32. Packed rows (ops/kv_rows.h) are unpacked first to the very floats they
+    // hold: each source once, up to the last row its queries read.
+    std::vector<const float*> comp_src((size_t)(a.kv_comp ? a.n : 0));
+    for (int64_t i = 0; i < (int64_t)comp_src.size(); ++i) comp_src[i] = attention_comp_src(a, i);
+    std::vector<std::vector<float>> unpacked;
+    if (a.kv_comp && a.comp_packed) {
+        std::map<const float*, int64_t> rows_of;  // source -> rows its queries read
+        for (int64_t i = 0; i < a.n; ++i) {
+            int64_t need = 0;
+            if (a.comp_idx) {
+                for (int c = 0; c < a.n_comp; ++c) need = std::max<int64_t>(need, a.comp_idx[i * a.n_comp + c] + 1);
+            } else {
+                need = a.comp_count[i];
+            }
+            int64_t& r = rows_of[comp_src[i]];
+            r = std::max(r, need);
+        }
+        const int64_t rf = kv_row_floats(hd, a.comp_rope);
+        std::map<const float*, const float*> unpacked_of;
+        for (const auto& [src, rows] : rows_of) {
+            std::vector<float>& v = unpacked.emplace_back((size_t)(rows * hd));
+            pool_.parallel_for(rows, 64, [&](int64_t b, int64_t e, int) {
+                for (int64_t r = b; r < e; ++r)
+                    kv_unpack_row(reinterpret_cast<const uint8_t*>(src + r * rf), hd, a.comp_rope, v.data() + r * hd);
+            });
+            unpacked_of[src] = v.data();
+        }
+        for (const float*& p : comp_src) p = unpacked_of[p];
+    }
     pool_.parallel_for(a.n * H, 1, [&](int64_t b, int64_t e, int) {
         std::vector<const float*> rows;
         std::vector<float> scores;
@@ -46,7 +79,7 @@ void CpuBackend::attention(const AttentionArgs& a) {
                 if (r >= 0) rows.push_back(kv_win + (int64_t)r * hd);
             }
             if (a.kv_comp) {
-                const float* kv_comp = attention_comp_src(a, i);
+                const float* kv_comp = comp_src[i];
                 if (a.comp_idx) {
                     for (int c = 0; c < a.n_comp; ++c) {
                         const int32_t r = a.comp_idx[i * a.n_comp + c];

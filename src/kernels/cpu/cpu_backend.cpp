@@ -14,6 +14,7 @@
 
 #include "core/check.h"
 #include "ops/fp4_rows.h"
+#include "ops/kv_rows.h"
 #include "ops/numerics.h"
 
 namespace dsv4 {
@@ -165,6 +166,15 @@ void CpuBackend::pack_fp4_rows(float* dst, float* const* dst_rows, const float* 
     for (int64_t i = 0; i < n; ++i)
         if (idx[i] >= 0)
             fp4_pack_row(src + i * dim, dim, reinterpret_cast<uint8_t*>((dst_rows ? dst_rows[i] : dst) + idx[i] * rf));
+}
+
+void CpuBackend::pack_kv_rows(float* dst, float* const* dst_rows, const float* src, const int32_t* idx, int64_t n,
+                              int dim, int rope) {
+    DSV4_CHECK_MSG(dim > rope && rope >= 0, "pack_kv_rows: %d RoPE dims of %d", rope, dim);
+    const int64_t rf = kv_row_floats(dim, rope);
+    for (int64_t i = 0; i < n; ++i)
+        if (idx[i] >= 0)
+            kv_pack_row(src + i * dim, dim, rope, reinterpret_cast<uint8_t*>((dst_rows ? dst_rows[i] : dst) + idx[i] * rf));
 }
 
 }  // namespace dsv4

@@ -13,6 +13,9 @@
 // max and sum are then warp reductions, and the PV update broadcasts each row's weight from its lane.
 // Skipped (-1) entries and the tail past the last entry are bits cleared in the tile's ballot mask, which
 // is the same in every warp, so skipping them is a uniform branch and their shared rows are never read.
+// Packed compressed rows (AttentionArgs::comp_packed; the PACKED instances) are copied as their bytes into
+// their f32 tile rows and unpacked in place once the copies land (cuda_attention_rows.cuh), before the barrier
+// that precedes the math: the math reads f32 rows either way, and the shared memory is the same.
 //
 // Few queries (decode) give too few blocks to fill the GPU, so each query's entries are also split over
 // `splits` blocks (flash-decoding): a block writes its partial running max, denominator and unnormalized
@@ -158,11 +161,31 @@ __device__ __forceinline__ void stage_rows(float* dst_tile, const float* row, un
     }
 }
 
+// stage_rows in the PACKED instances: the rows of `packed` (valid compressed rows) are packed rows, staged for
+// unpack_rows (p), which then takes the same rows in the same warps. Not committed.
+template <bool VEC>
+__device__ __forceinline__ void stage_rows_packed(float* dst_tile, const float* row, unsigned valid, unsigned packed,
+                                                  const PackedRows& p, int warp, int lane, int hd) {
+    for (int r = warp; r < kTile; r += kWarps) {
+        const float* src = (const float*)__shfl_sync(0xffffffffu, (unsigned long long)row, r);
+        if (!(valid >> r & 1)) continue;
+        float* dst = dst_tile + r * hd;
+        if (packed >> r & 1) {
+            stage_packed_row(dst, src, p, lane);
+        } else if constexpr (VEC) {
+            for (int c = 4 * lane; c < hd; c += 4 * kWarp) cp_async16(dst + c, src + c);
+        } else {
+            for (int c = lane; c < hd; c += kWarp) cp_async4(dst + c, src + c);
+        }
+    }
+}
+
 // Block (query i, head group g, split): heads g G + warp + kWarps k (k < HPW, G = kWarps HPW) over the
 // split's share of the query's entries. splits == 1: writes out; otherwise the partial (m, l) and the
 // unnormalized output of each head, part_o only where the split had a valid entry (m finite).
 // DB: two tile buffers, the next tile's copies in flight during this tile's math (deep calls of one block an SM).
-template <int NE, int HPW, bool VEC, bool DB = false>
+// PACKED: a.comp_packed (its compressed rows are packed rows, unpacked in the tile; see the top).
+template <int NE, int HPW, bool VEC, bool DB = false, bool PACKED = false>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, int splits, float2* part_ml,
                                                              float* part_o, int gate) {
     pdl_begin();
@@ -278,18 +301,37 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, in
     // Every warp resolves the tile's 32 entries itself (lane r: entry r), so the valid mask is a ballot in
     // a register, identical in all warps, and no shared memory or barrier is needed to publish it. The next
     // tile's entries are resolved before this tile's math, which hides the index loads behind it.
-    const float* row = entry_row(a, i, begin + lane, end);
+    // PACKED: a tile's packed rows are its valid compressed ones (valid & comp_lanes), each unpacked by the warp
+    // that staged it, after that warp's copies landed and before the barrier that opens the tile to every warp's
+    // math. (The f32 instances keep their calls of stage_rows as they were, so their machine code is unchanged.)
+    PackedRows pk{};
+    if constexpr (PACKED) pk = packed_rows(a, VEC);
+    const float* row = entry_row<PACKED>(a, i, begin + lane, end);
     if constexpr (DB) {  // tile 0 into buffer 0; tile t + 1's copies then fly during tile t's math
         unsigned valid = __ballot_sync(0xffffffffu, row != nullptr);
-        if (begin < end) stage_rows<VEC>(tile, row, valid, warp, lane, hd);
+        if (begin < end) {
+            if constexpr (PACKED)
+                stage_rows_packed<VEC>(tile, row, valid, valid & comp_lanes(a, begin), pk, warp, lane, hd);
+            else
+                stage_rows<VEC>(tile, row, valid, warp, lane, hd);
+        }
         cp_async_commit();
         for (int base = begin, t = 0; base < end; base += kTile, ++t) {
-            const float* next = entry_row(a, i, base + kTile + lane, end);
+            const float* next = entry_row<PACKED>(a, i, base + kTile + lane, end);
             const unsigned next_valid = __ballot_sync(0xffffffffu, next != nullptr);
             __syncthreads();  // every warp is done with the other buffer (tile t - 1's math)
-            if (next_valid) stage_rows<VEC>(tile + ((t + 1) & 1) * kTile * hd, next, next_valid, warp, lane, hd);
+            if constexpr (PACKED) {
+                if (next_valid)
+                    stage_rows_packed<VEC>(tile + ((t + 1) & 1) * kTile * hd, next, next_valid,
+                                           next_valid & comp_lanes(a, base + kTile), pk, warp, lane, hd);
+            } else {
+                if (next_valid) stage_rows<VEC>(tile + ((t + 1) & 1) * kTile * hd, next, next_valid, warp, lane, hd);
+            }
             cp_async_commit();
             cp_async_wait<1>();  // tile t's copies landed
+            if constexpr (PACKED)
+                unpack_rows<NE / 4, VEC>(tile + (t & 1) * kTile * hd, hd, valid & comp_lanes(a, base), pk, warp,
+                                         kWarps, lane);
             __syncthreads();
             if (active && valid) tile_math(tile + (t & 1) * kTile * hd, valid);
             valid = next_valid;
@@ -297,14 +339,19 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, in
     } else {
         for (int base = begin; base < end; base += kTile) {
             const unsigned valid = __ballot_sync(0xffffffffu, row != nullptr);
-            const float* next = entry_row(a, i, base + kTile + lane, end);
+            const float* next = entry_row<PACKED>(a, i, base + kTile + lane, end);
             if (valid == 0) {  // the same in every warp, so the whole block skips the barriers together
                 row = next;
                 continue;
             }
             __syncthreads();  // every warp is done reading the previous tile
-            stage_rows<VEC>(tile, row, valid, warp, lane, hd);
+            if constexpr (PACKED)
+                stage_rows_packed<VEC>(tile, row, valid, valid & comp_lanes(a, base), pk, warp, lane, hd);
+            else
+                stage_rows<VEC>(tile, row, valid, warp, lane, hd);
             cp_async_wait_all();
+            if constexpr (PACKED)
+                unpack_rows<NE / 4, VEC>(tile, hd, valid & comp_lanes(a, base), pk, warp, kWarps, lane);
             __syncthreads();
             row = next;
             if (active) tile_math(tile, valid);
@@ -393,14 +440,16 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(Attentio
 using AttentionFn = void (*)(AttentionArgs, int, float2*, float*, int);
 
 // NE values per lane per head: head_dim <= 32 NE.
-template <bool VEC, int HPW, bool DB = false>
+template <bool VEC, int HPW, bool DB, bool PACKED>
 AttentionFn kernel_for(int ne) {
-    if (ne <= 4) return attention_kernel<4, HPW, VEC, DB>;
-    if (ne <= 8) return attention_kernel<8, HPW, VEC, DB>;
-    return attention_kernel<16, HPW, VEC, DB>;
+    if (ne <= 4) return attention_kernel<4, HPW, VEC, DB, PACKED>;
+    if (ne <= 8) return attention_kernel<8, HPW, VEC, DB, PACKED>;
+    return attention_kernel<16, HPW, VEC, DB, PACKED>;
 }
 
 // The f32 kernels (attention_kernel, then attention_merge_kernel over the splits), with the output's RoPE if asked.
+// PACKED: a.comp_packed; the shapes are chosen as for f32 rows (the tiles in shared memory are the same).
+template <bool PACKED>
 void attention_f32(CudaBackend& b, const AttentionArgs& a) {
     const int H = a.n_heads, hd = a.head_dim;
     const bool vec = hd % 4 == 0 && rows_aligned16(a);
@@ -422,15 +471,15 @@ void attention_f32(CudaBackend& b, const AttentionArgs& a) {
     AttentionFn kernel = nullptr;
     if (ne > 16) {
         hpw = 1;
-        kernel = vec ? attention_kernel<32, 1, true> : attention_kernel<32, 1, false>;
+        kernel = vec ? attention_kernel<32, 1, true, false, PACKED> : attention_kernel<32, 1, false, false, PACKED>;
     } else if (vec && blocks_for(4) >= 2 * sms) {
         hpw = 4;
-        kernel = kernel_for<true, 4>(ne);
+        kernel = kernel_for<true, 4, false, PACKED>(ne);
     } else if (blocks_for(2) < sms) {
         hpw = 1;
-        kernel = vec ? kernel_for<true, 1>(ne) : kernel_for<false, 1>(ne);
+        kernel = vec ? kernel_for<true, 1, false, PACKED>(ne) : kernel_for<false, 1, false, PACKED>(ne);
     } else {
-        kernel = vec ? kernel_for<true, 2>(ne) : kernel_for<false, 2>(ne);
+        kernel = vec ? kernel_for<true, 2, false, PACKED>(ne) : kernel_for<false, 2, false, PACKED>(ne);
     }
     // An HCA layer's decode (every compressed entry, counted on the device: up to ~8K rows deep in a context): four
     // heads a warp make four FMAs of each row value read from shared memory where one head makes one, and the
@@ -440,7 +489,7 @@ void attention_f32(CudaBackend& b, const AttentionArgs& a) {
     // decides, on the device: both kernels are launched with the same splits, and each returns at once for the
     // queries of the other (gate: the one-head kernel takes fewer than kDeepEntries entries, this one the rest).
     AttentionFn deep = nullptr;
-    if (vec && ne <= 16 && nq == 1 && a.kv_comp && !a.comp_idx) deep = kernel_for<true, 4, true>(ne);
+    if (vec && ne <= 16 && nq == 1 && a.kv_comp && !a.comp_idx) deep = kernel_for<true, 4, true, PACKED>(ne);
 
     // Split each query's entries only when the (query, head group) blocks leave SMs idle. Where the entry count is
     // known here (index lists, the window alone) the splits fill the SMs once, never below kMinSplitEntries
@@ -505,6 +554,8 @@ void CudaBackend::attention(const AttentionArgs& a) {
     const RopeParams& r = a.out_rope;
     DSV4_CHECK_MSG(!r.freqs || (a.pos && r.rope_dim >= 0 && r.rope_dim <= hd && r.rope_dim % 2 == 0),
                    "attention: the output's RoPE on %d of %d dims needs positions and an even count", r.rope_dim, hd);
+    DSV4_CHECK_MSG(!a.comp_packed || (a.comp_rope >= 0 && a.comp_rope < hd),
+                   "attention: packed compressed rows with %d RoPE dims of %d", a.comp_rope, hd);
     // The f32 kernels rotate the output where they store it, a RoPE pair in one thread or two neighbouring lanes,
     // which needs the pairs to start at an even dim. Otherwise, and after the tensor-core kernel (bf16 mode,
     // prefill-sized calls), the attention runs without it and the rope op follows.
@@ -515,8 +566,10 @@ void CudaBackend::attention(const AttentionArgs& a) {
     const bool rotate_in_kernel = (hd - r.rope_dim) % 2 == 0;
     if (tc)
         launch_attention_tc(*this, plain);
+    else if (a.comp_packed)
+        attention_f32<true>(*this, rotate_in_kernel ? a : plain);
     else
-        attention_f32(*this, rotate_in_kernel ? a : plain);
+        attention_f32<false>(*this, rotate_in_kernel ? a : plain);
     ran(kernel_name(k));
     if (r.freqs && (tc || !rotate_in_kernel)) rope(a.out, a.n, H, hd, (int64_t)H * hd, a.pos, r, true);
 }

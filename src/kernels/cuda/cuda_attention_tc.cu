@@ -12,6 +12,9 @@
 // in shared memory. The two warps of an m-tile each take half of head_dim: partial scores over their half,
 // summed through shared memory (a two-warp barrier), then both run the same online softmax on the full scores
 // and each accumulates O for its half of the dims (head_dim 512: 16 x 256 f32 accumulators per warp).
+// Packed compressed rows (AttentionArgs::comp_packed; the PACKED instances) are copied as their bytes into their
+// f32 tile rows and unpacked in place once the copies land, before the barrier that opens the tile to the math
+// (cuda_attention_rows.cuh): the tiles, the fragments and the shared memory are the same.
 //
 // Shared-memory layout: a Q row is head_dim + 16 bf16 and a tile row head_dim + 8 floats, so the fragment loads
 // of a warp hit distinct banks; the columns of a score tile are the tile's rows in the order col_entry() gives,
@@ -73,8 +76,8 @@ struct TcLayout {
 };
 
 // Block: query blockIdx.x / groups, heads [h0, h0 + 16 mtiles) with h0 = (blockIdx.x % groups) 16 mtiles;
-// 64 mtiles threads.
-template <int HD>
+// 64 mtiles threads. PACKED: a.comp_packed.
+template <int HD, bool PACKED>
 __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) attention_tc_kernel(AttentionArgs a, int groups) {
     pdl_begin();
     using L = TcLayout<HD>;
@@ -113,24 +116,52 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) attention_tc_kernel(Atten
                 cp_async16_zfill(dst + r * kRs + 4 * c, ok ? src + 4 * c : a.q, ok);
         }
     };
+    // load_tile in the PACKED instances: the rows of `packed` (the tile's valid compressed rows) are packed rows,
+    // staged for unpack_rows, which then takes the same rows in the same warps.
+    PackedRows pk{};
+    if constexpr (PACKED) pk = packed_rows(a, true);
+    auto load_tile_packed = [&](int buf, const float* row, unsigned valid, unsigned packed) {
+        float* dst = tiles + buf * kTile * kRs;
+        for (int r = warp; r < kTile; r += n_warps) {
+            const float* src = (const float*)__shfl_sync(0xffffffffu, (unsigned long long)row, r);
+            if (packed >> r & 1) {
+                stage_packed_row(dst + r * kRs, src, pk, lane);
+                continue;
+            }
+            const bool ok = valid >> r & 1;
+            for (int c = lane; c < HD / 4; c += kWarp)
+                cp_async16_zfill(dst + r * kRs + 4 * c, ok ? src + 4 * c : a.q, ok);
+        }
+    };
 
     float o[kNTiles][4];  // rows g, g + 8 of the m-tile; dims half kHalf + 8 nt + 2t (+1)
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
     float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.0f, 0.0f};
 
-    const float* row = entry_row(a, i, lane, total);
+    const float* row = entry_row<PACKED>(a, i, lane, total);
     unsigned valid = __ballot_sync(0xffffffffu, row != nullptr);
-    load_tile(0, row, valid);
+    if constexpr (PACKED)
+        load_tile_packed(0, row, valid, valid & comp_lanes(a, 0));
+    else
+        load_tile(0, row, valid);
     cp_async_commit();
-    row = entry_row(a, i, kTile + lane, total);
+    row = entry_row<PACKED>(a, i, kTile + lane, total);
     for (int base = 0, it = 0; base < total; base += kTile, ++it) {
         const unsigned next_valid = __ballot_sync(0xffffffffu, row != nullptr);
         __syncthreads();  // every warp is done with tile it - 1, whose buffer the next copies refill
-        if (base + kTile < total) load_tile((it + 1) & 1, row, next_valid);
+        if constexpr (PACKED) {
+            if (base + kTile < total)
+                load_tile_packed((it + 1) & 1, row, next_valid, next_valid & comp_lanes(a, base + kTile));
+        } else {
+            if (base + kTile < total) load_tile((it + 1) & 1, row, next_valid);
+        }
         cp_async_commit();
-        row = entry_row(a, i, base + 2 * kTile + lane, total);
+        row = entry_row<PACKED>(a, i, base + 2 * kTile + lane, total);
         cp_async_wait<1>();
+        if constexpr (PACKED)  // tile it's packed rows, each by the warp that staged it, once its copies landed
+            unpack_rows<(HD + 127) / 128, true>(tiles + (it & 1) * kTile * kRs, kRs, valid & comp_lanes(a, base), pk,
+                                                warp, n_warps, lane);
         __syncthreads();  // tile it (and, on the first pass, Q) is in shared memory
         const unsigned cur = valid;
         valid = next_valid;
@@ -255,9 +286,9 @@ struct TcLaunch {
 template <int HD>
 void launch_tc(CudaBackend& b, const AttentionArgs& a) {
     const TcLaunch<HD> l(a);
-    CUDA_CHECK(cudaFuncSetAttribute(attention_tc_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)l.smem));
-    launch_pdl(attention_tc_kernel<HD>, (unsigned)(a.n * l.groups), 2 * l.mtiles * kWarp, l.smem, b.stream(), a,
-               l.groups);
+    const auto kernel = a.comp_packed ? attention_tc_kernel<HD, true> : attention_tc_kernel<HD, false>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)l.smem));
+    launch_pdl(kernel, (unsigned)(a.n * l.groups), 2 * l.mtiles * kWarp, l.smem, b.stream(), a, l.groups);
     CUDA_CHECK_LAUNCH();
 }
 

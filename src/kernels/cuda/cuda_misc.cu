@@ -3,6 +3,7 @@
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "ops/fp4_rows.h"
+#include "ops/kv_rows.h"
 
 namespace dsv4::cuda {
 
@@ -81,6 +82,23 @@ __global__ void pack_fp4_rows_kernel(float* dst, float* const* dst_rows, const f
     }
 }
 
+// A thread per FP8 block of a row's non-RoPE dims (ops/kv_rows.h); the block-0 thread also writes the RoPE dims
+// and the padding.
+__global__ void pack_kv_rows_kernel(float* dst, float* const* dst_rows, const float* src, const int32_t* idx,
+                                    int64_t n, int dim, int rope) {
+    pdl_begin();
+    const int nb = (int)kv_row_scales(dim, rope);
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n * nb; t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = t / nb;
+        const int b = (int)(t % nb);
+        const int32_t r = idx[i];
+        if (r < 0) continue;
+        uint8_t* row = reinterpret_cast<uint8_t*>((dst_rows ? dst_rows[i] : dst) + (int64_t)r * kv_row_floats(dim, rope));
+        kv_pack_block(src + i * dim, dim, rope, b, row);
+        if (b == 0) kv_pack_rest(src + i * dim, dim, rope, row);
+    }
+}
+
 }  // namespace
 
 void CudaBackend::fill(float* dst, float value, int64_t n) {
@@ -143,6 +161,16 @@ void CudaBackend::pack_fp4_rows(float* dst, float* const* dst_rows, const float*
     if (n <= 0) return;
     launch_pdl(pack_fp4_rows_kernel, grid_for(n * (dim / kFp4Block), kThreads), kThreads, 0, stream_, dst, dst_rows,
                src, idx, n, dim);
+    CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::pack_kv_rows(float* dst, float* const* dst_rows, const float* src, const int32_t* idx, int64_t n,
+                               int dim, int rope) {
+    if (skipped("pack_kv_rows")) return;
+    DSV4_CHECK_MSG(dim > rope && rope >= 0, "pack_kv_rows: %d RoPE dims of %d", rope, dim);
+    if (n <= 0) return;
+    launch_pdl(pack_kv_rows_kernel, grid_for(n * kv_row_scales(dim, rope), kThreads), kThreads, 0, stream_, dst,
+               dst_rows, src, idx, n, dim, rope);
     CUDA_CHECK_LAUNCH();
 }
 
