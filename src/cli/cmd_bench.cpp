@@ -51,7 +51,7 @@ int cmd_bench(int argc, char** argv) {
     std::string ctx_list = "0";
     int64_t n_prompt = 128, n_gen = 32, chunk = 256, repeat = 1;
     bool json = false, exact = false, profile = false;
-    double peak_gbs = 0, peak_tflops = 0;
+    double peak_gbs = 0, peak_tflops = 0, prefill_limit = 0;
     DeviceOptions dev;
     add_model_options(app, mo, false);
     add_synth_options(app, synth, "benchmark");
@@ -81,6 +81,10 @@ int cmd_bench(int argc, char** argv) {
                  "type; the ops do not overlap while profiled)");
     app.add_flag("--json", json, "print one JSON object instead of a table");
     bool no_graphs = false, skip_fill = false;
+    app.add_option("--prefill-limit", prefill_limit,
+                   "stop the prefill at the first chunk boundary past this many seconds and report what it reached "
+                   "(a 1M-token prompt within a time budget); 0: the whole prompt")
+        ->check(CLI::NonNegativeNumber);
     app.add_flag("--skip-fill", skip_fill,
                  "reach each --ctx depth without prefilling it: the cache's windows and entries get random values "
                  "and its position is set (decode timing at depth in seconds instead of minutes; the logits mean "
@@ -168,19 +172,39 @@ int cmd_bench(int argc, char** argv) {
     opt.graphs = !no_graphs;
     std::vector<float> logits;
 
-    // Prefill from position 0.
+    // Prefill from position 0, timed in segments of depth (about eighths of the prompt, whole chunks), so a long
+    // prompt shows how its rate falls with the context; --prefill-limit stops it at a chunk boundary.
     auto prompt = random_tokens(n_prompt);
-    auto t0 = Clock::now();
-    for (int64_t b = 0; b < n_prompt; b += chunk) {
+    const int64_t seg_chunks = std::max<int64_t>(1, (n_prompt + 8 * chunk - 1) / (8 * chunk));
+    nlohmann::ordered_json segments = nlohmann::ordered_json::array();
+    const size_t free0 = profiler.memory_free();
+    size_t free_min = free0;
+    int64_t done = 0;
+    auto t0 = Clock::now(), seg_t0 = t0;
+    for (int64_t b = 0, k = 0; b < n_prompt; b += chunk, ++k) {
         const int64_t e = std::min(n_prompt, b + chunk);
         Status s = runner.step(*cache, std::span<const int32_t>(prompt.data() + b, e - b), opt, e == n_prompt ? &logits : nullptr);
         if (!s.ok()) return fail(s.error());
+        done = e;
+        const bool stop = prefill_limit > 0 && seconds_since(t0) >= prefill_limit;
+        if ((k + 1) % seg_chunks == 0 || e == n_prompt || stop) {
+            profiler.synchronize();
+            free_min = std::min(free_min, profiler.memory_free());
+            const int64_t from = segments.empty() ? 0 : segments.back()["to"].get<int64_t>();
+            const double secs = seconds_since(seg_t0);
+            segments.push_back({{"from", from}, {"to", e}, {"seconds", secs}, {"tokens_per_s", (e - from) / secs}});
+            if (!json && seg_chunks > 1)  // a long prompt's progress, as it goes
+                std::fprintf(stderr, "prefill  %lld of %lld tokens, %.1f tokens/s at depth %lld..%lld\n", (long long)e,
+                             (long long)n_prompt, (e - from) / secs, (long long)from, (long long)e);
+            seg_t0 = Clock::now();
+        }
+        if (stop) break;
     }
     profiler.synchronize();
     const double prefill_s = seconds_since(t0);
 
     const double bytes_per_token = decode_weight_bytes(m);
-    const double tflops = prefill_flops(m, n_prompt, chunk) / prefill_s / 1e12;
+    const double tflops = prefill_flops(m, done, chunk) / prefill_s / 1e12;
     nlohmann::ordered_json out;
     out["model"] = synth.preset.empty() ? mo.path : "synth:" + synth.preset;
     if (!synth.preset.empty()) {
@@ -202,9 +226,17 @@ int cmd_bench(int argc, char** argv) {
                                  {"hca_layer", kvb.hca},
                                  {"all_layers", kvb.all}};
     out["load_seconds"] = load_s;
-    out["prefill"] = {{"tokens", n_prompt}, {"chunk", chunk}, {"seconds", prefill_s},
-                      {"tokens_per_s", n_prompt / prefill_s}, {"tflop_per_s", tflops}};
+    out["prefill"] = {{"tokens", done}, {"chunk", chunk}, {"seconds", prefill_s},
+                      {"tokens_per_s", done / prefill_s}, {"tflop_per_s", tflops}};
+    if (done < n_prompt) out["prefill"]["stopped"] = {{"asked_tokens", n_prompt}, {"limit_seconds", prefill_limit}};
     if (peak_tflops > 0) out["prefill"]["fraction_of_peak"] = tflops / peak_tflops;
+    out["prefill"]["segments"] = segments;
+    // Device memory the prefill took beyond what was in use before it (sampled at the segments' ends: the cache,
+    // the step's scratch and recorded graphs), on backends that report free memory.
+    if (free0 != SIZE_MAX) {
+        out["prefill"]["device_memory_free_gb"] = free_min / 1e9;
+        out["prefill"]["device_memory_taken_gb"] = (double)(free0 - std::min(free0, free_min)) / 1e9;
+    }
     out["decode"] = nlohmann::ordered_json::array();
     for (int64_t depth : depths) {
         // Bring the cache to `depth` tokens (untimed), then time single-token decode steps.
@@ -348,10 +380,21 @@ int cmd_bench(int argc, char** argv) {
                 "indexer keys %.0f), an HCA layer %.1f\n",
                 kvb.all, store == KvStore::quant_sim ? "quant-sim" : "exact", kvb.csa_entry + kvb.csa_index,
                 kvb.csa_entry, kvb.csa_index, kvb.hca);
-    std::printf("prefill  %lld tokens in %.3f s: %.1f tokens/s, %.4g TFLOP/s", (long long)n_prompt, prefill_s,
-                n_prompt / prefill_s, tflops);
+    std::printf("prefill  %lld tokens in %.3f s: %.1f tokens/s, %.4g TFLOP/s", (long long)done, prefill_s,
+                done / prefill_s, tflops);
     if (peak_tflops > 0) std::printf(" (%.1f%% of %.0f TFLOP/s)", 100 * tflops / peak_tflops, peak_tflops);
+    if (done < n_prompt)
+        std::printf(" (stopped by --prefill-limit %.0f s at %lld of %lld tokens)", prefill_limit, (long long)done,
+                    (long long)n_prompt);
     std::printf("\n");
+    if (segments.size() > 1)
+        for (const auto& g : segments)
+            std::printf("prefill  depth %lld..%lld: %.1f tokens/s\n", (long long)g["from"].get<int64_t>(),
+                        (long long)g["to"].get<int64_t>(), g["tokens_per_s"].get<double>());
+    if (out["prefill"].contains("device_memory_free_gb"))
+        std::printf("memory   the prefill took %.2f GB of device memory, %.2f GB free at the least\n",
+                    out["prefill"]["device_memory_taken_gb"].get<double>(),
+                    out["prefill"]["device_memory_free_gb"].get<double>());
     for (const auto& d : out["decode"]) {
         std::printf("decode   ctx %-7lld %lld tokens in %.3f s: %.2f tokens/s, %.2f GB/s of weights",
                     (long long)d["context"].get<int64_t>(), (long long)d["tokens"].get<int64_t>(),

@@ -57,6 +57,20 @@ g = r.get("step_graphs", {})
 check(g.get("segments") == 2 * gen + 2 and g.get("replays", 0) > 0 and g["eager"] + g["replays"] == g["segments"],
       f"the timed decode steps ran as step graphs: {g}")
 
+# The prefill in segments of depth: contiguous from 0 to the prompt's end, each measured.
+segs = r["prefill"].get("segments", [])
+check(segs and segs[0]["from"] == 0 and segs[-1]["to"] == 16 and all(g["tokens_per_s"] > 0 for g in segs)
+      and all(a["to"] == b["from"] for a, b in zip(segs, segs[1:])), f"prefill segments: {segs}")
+# --prefill-limit: a prompt stopped at the first chunk boundary past the limit (here the first), and said so.
+lim = subprocess.run([dsv4, "bench", "--synth", "tiny", "--prompt", "3000", "--prefill-chunk", "16", "--gen", "1",
+                      "--ctx", "0", "--json", "--prefill-limit", "1e-6", "--device", "cpu", "--threads", "2"],
+                     capture_output=True, text=True, timeout=300)
+if lim.returncode != 0:
+    failures.append(f"bench --prefill-limit failed ({lim.returncode}): {lim.stderr[-1000:]}")
+else:
+    pl = json.loads(lim.stdout)["prefill"]
+    check(pl["tokens"] == 16 and pl.get("stopped", {}).get("asked_tokens") == 3000 and pl["tokens_per_s"] > 0
+          and [(g["from"], g["to"]) for g in pl["segments"]] == [(0, 16)], f"prefill stopped by the limit: {pl}")
 # --skip-fill: the depth is reached without prefilling (a 4000-token prefill would take far longer here).
 skip = subprocess.run([dsv4, "bench", "--synth", "tiny", "--prompt", "4", "--gen", "2", "--ctx", "4000", "--json",
                        "--skip-fill", "--device", "cpu", "--threads", "2", "--no-graphs"],
