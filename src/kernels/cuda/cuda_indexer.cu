@@ -23,8 +23,8 @@
 //     to its slot of scratch.
 // Merge kernel (several splits): a 1024-thread block per query stages the candidates in shared memory when
 // they fit (else reads them from global memory at every pass), radix-selects the top k, sorts and writes;
-// for one or two queries (decode) raw scores of at most kRankMax keys are ranked instead, by kRankMax / 32
-// blocks per query (rank_raw).
+// for one or two queries (decode) raw scores of at most kRankMax keys, or the histogram path's gathered candidates
+// when they are at most that many, are ranked instead, by kRankMax / 32 blocks per query (rank_keys).
 // Scratch: n x splits x top_k keys (and on the histogram path twice that for the gathered candidates plus a
 // histogram per query), nothing of the context's size beyond that. The selection machinery (radix select,
 // gather, compaction, the running buffer, the sort) is cuda_indexer_select.cuh; the packed keys' scoring
@@ -431,32 +431,35 @@ __global__ void __launch_bounds__(kThreads, 2) indexer_score_kernel(ScoreArgs a)
     for (int j = threadIdx.x; j < a.top_k; j += kThreads) slot[j] = j < count ? s.buf[j] : 0;
 }
 
-// Raw scores of at most kWarp gridDim.y keys (decode of one or two queries, contexts up to 4 kRankMax tokens):
-// the list by ranks, spread over the query's blocks. Block y takes keys [kWarp y, + kWarp), lane l of every warp
-// key kWarp y + l; each warp counts, for its lane's key, the larger keys among its share of all nv (a warp's
-// kWarp candidates at a time, broadcast by shuffles); the warps' counts meet in shared memory as integers, so
-// the rank (the number of larger keys: keys are unique, ranks a permutation) is exact, and a key ranked below
-// top_k is written to its place. Block 0 writes -1 past nv.
+// At most kWarp gridDim.y candidates (decode of one or two queries: the raw scores of contexts up to 4 kRankMax
+// tokens, or the histogram path's gathered keys when they are that few): the list by ranks, spread over the
+// query's blocks. Block y takes candidates [kWarp y, + kWarp), lane l of every warp candidate kWarp y + l; each
+// warp counts, for its lane's key, the larger keys among its share of all nc (a warp's kWarp candidates at a
+// time, broadcast by shuffles); the warps' counts meet in shared memory as integers, so the rank (the number of
+// larger keys: keys are unique, ranks a permutation) is exact, and a key ranked below top_k is written to its
+// place. With every key of the top k among the candidates (the gathered ones hold them all, and every candidate
+// outside the top k has those k above it) the ranks are the ranks among all keys. Block 0 writes -1 past nc.
 constexpr int kRankQueries = 2;  // queries per call that get kRankMax / kWarp blocks each
-__device__ void rank_raw(const uint32_t* bits, int nv, int32_t* o, int top_k) {
+template <class Src>
+__device__ void rank_keys(Src src, int nc, int32_t* o, int top_k) {
     __shared__ int above_s[kWarp];
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
     const int e = kWarp * (int)blockIdx.y + lane;
     if (threadIdx.x < kWarp) above_s[threadIdx.x] = 0;
     __syncthreads();
-    const uint64_t mine = e < nv ? make_key(bits[e], e) : 0;
+    const uint64_t mine = e < nc ? src(e) : 0;
     int above = 0;
-    for (int c0 = kWarp * warp; c0 < nv; c0 += kWarp * n_warps) {
+    for (int c0 = kWarp * warp; c0 < nc; c0 += kWarp * n_warps) {
         const int c = c0 + lane;
-        const uint64_t cand = c < nv ? make_key(bits[c], c) : 0;
+        const uint64_t cand = c < nc ? src(c) : 0;
 #pragma unroll 8
         for (int t = 0; t < kWarp; ++t) above += __shfl_sync(kFullMask, cand, t) > mine ? 1 : 0;
     }
     atomicAdd(&above_s[lane], above);
     __syncthreads();
-    if (warp == 0 && e < nv && above_s[lane] < top_k) o[above_s[lane]] = key_index(mine);
+    if (warp == 0 && e < nc && above_s[lane] < top_k) o[above_s[lane]] = key_index(mine);
     if (blockIdx.y == 0)
-        for (int j = nv + threadIdx.x; j < top_k; j += blockDim.x) o[j] = -1;
+        for (int j = nc + threadIdx.x; j < top_k; j += blockDim.x) o[j] = -1;
 }
 
 // Packed keys: each query's heads as int8 rows and block scales, once per call (fp4_index::load_queries) for all
@@ -512,8 +515,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Block (query, y): the top k of the query's splits' candidates, sorted: by ranks over the query's blocks
-// (rank_raw) where the grid has them for its raw scores, else by block y = 0 alone (on the histogram path, over
-// the gathered candidates). Shared memory: the output buffer [k2 = power of two >= top_k], the histogram
+// (rank_keys) where the grid has them for its raw scores or its gathered candidates (the histogram path), else
+// by block y = 0 alone (a radix select over the candidates, then a sort). Shared memory: the output buffer [k2 = power of two >= top_k], the histogram
 // [kBins], then `area_bytes` to stage the candidates in.
 __global__ void __launch_bounds__(kMergeThreads)
     indexer_merge_kernel(int32_t* out, const uint64_t* part, const int32_t* n_visible, int top_k, int k2, int splits,
@@ -530,7 +533,16 @@ __global__ void __launch_bounds__(kMergeThreads)
     const SplitRange r = split_range(nv, splits, top_k, wide);
     const uint64_t* region = part + i * splits * top_k;
     if (k > 0 && r.raw && nv <= kWarp * (int)gridDim.y) {  // uniform over the block
-        if (kWarp * (int)blockIdx.y < nv) rank_raw(reinterpret_cast<const uint32_t*>(region), nv, o, top_k);
+        if (kWarp * (int)blockIdx.y < nv) rank_keys(ScoreBitsSrc{reinterpret_cast<const uint32_t*>(region)}, nv, o, top_k);
+        return;
+    }
+    // The histogram path's gathered candidates (at least k; deep in a context a few thousand of several hundred
+    // thousand keys): ranked over the query's blocks when they fit them, which needs no sort (one block's radix
+    // select and sort of them took 22.8 us at 262,144 keys on an H100).
+    const uint64_t* gathered = r.hist ? cand + i * 2 * (int64_t)splits * top_k : nullptr;
+    const int n_gathered = r.hist ? cand_count[i] : 0;
+    if (k > 0 && r.hist && n_gathered <= kWarp * (int)gridDim.y) {  // uniform over the block
+        if (kWarp * (int)blockIdx.y < n_gathered) rank_keys(KeySrc{gathered}, n_gathered, o, top_k);
         return;
     }
     if (blockIdx.y > 0) return;
@@ -541,8 +553,7 @@ __global__ void __launch_bounds__(kMergeThreads)
     if (threadIdx.x == 0) sh.count = 0;
     __syncthreads();
     if (r.hist)  // the gathered candidates
-        select_staged<KeySrc>(cand + i * 2 * (int64_t)splits * top_k, cand_count[i], area, area_bytes, k, hist, sorted,
-                              sh);
+        select_staged<KeySrc>(gathered, n_gathered, area, area_bytes, k, hist, sorted, sh);
     else if (r.raw)  // raw score bits by key index
         select_staged<ScoreBitsSrc>(reinterpret_cast<const uint32_t*>(region), nv, area, area_bytes, k, hist, sorted, sh);
     else  // each active split's best top_k keys
