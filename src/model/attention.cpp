@@ -196,13 +196,10 @@ void build_group_tables(Model::Ctx& c) {
             for (int k = 0; k < kKinds; ++k) host[((size_t)il * kKinds + k) * G + s.row0] = ptrs[k];
         }
     }
-    // The group's caches store their indexer keys alike (Model::step_batch refuses mixed stores): one op serves them.
-    c.group_index_fp4 = c.group_comp_packed = false;
-    for (const SeqSlice& s : c.seqs) {
-        if (s.n != 1) continue;
-        c.group_index_fp4 = KvCache::packs_index(c.cfg, s.cache->store());
-        c.group_comp_packed = KvCache::packs_comp(c.cfg, s.cache->store());
-    }
+    // The group's caches store their entries alike (Model::step_batch refuses mixed stores): one op serves them.
+    c.group_store = KvStore::exact;
+    for (const SeqSlice& s : c.seqs)
+        if (s.n == 1) c.group_store = s.cache->store();
     c.group_pos.assign((size_t)G, 0);
     for (const SeqSlice& s : c.seqs)
         if (s.n == 1) c.group_pos[(size_t)s.row0] = s.pos0;
@@ -331,10 +328,11 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
             });
         }
         if (NG > 0) {
+            const bool comp_packed = KvCache::packs_comp(cfg, c.group_store);
             compress_group(c, L.compressor, pr.main, ratio, hd, T->state_kv, T->state_sc, T->comp, rope, false,
-                           c.group_comp_packed ? Rows::fp8 : Rows::f32);
+                           comp_packed ? Rows::fp8 : Rows::f32);
             if (ratio == 4) {
-                const bool packed = c.group_index_fp4;
+                const bool packed = KvCache::packs_index(cfg, c.group_store);
                 compress_group(c, L.index_compressor, pr.index, 4, id, T->index_state_kv, T->index_state_sc, T->index,
                                rope, true, packed ? Rows::fp4 : Rows::f32);
                 c.b.indexer_topk(idx, pr.qi, pr.wts, placeholder(T->index), n_vis, NG, ih, id, top_k, T->index,
@@ -367,7 +365,7 @@ void Model::attention_forward(Ctx& c, int il, const LayerWeights& L, const float
         if (NG > 0) {
             group_args.kv_comp = placeholder(T->comp);
             group_args.kv_comp_rows = T->comp;
-            group_args.comp_packed = c.group_comp_packed;
+            group_args.comp_packed = KvCache::packs_comp(cfg, c.group_store);
             group_args.comp_rope = cfg.rope_dim;
             if (ratio == 4) {
                 group_args.comp_idx = idx;

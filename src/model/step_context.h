@@ -46,8 +46,7 @@ struct Model::Ctx {
     int64_t group = 0;
     std::vector<GroupTables> group_tables;  // per layer, when group > 0
     std::vector<int64_t> group_pos;         // [group] the position of each group row
-    bool group_index_fp4 = false;           // when group > 0: the group's caches pack their indexer keys
-    bool group_comp_packed = false;         // when group > 0: the group's caches pack their compressed entries
+    KvStore group_store = KvStore::exact;   // when group > 0: how the group's caches store their entries
     std::vector<void*> scratch;            // released by release() or when the step ends
     std::vector<void*> persistent;         // i32_memo lists: kept for the whole step
     std::map<std::string, int32_t*> memo;  // see i32_memo

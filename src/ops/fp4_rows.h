@@ -40,15 +40,6 @@ DSV4_HD float fp4_value(uint32_t nib) {
     return nib & 8u ? -y : y;
 }
 
-// The scale of an E8M0 byte (255: infinity, the scale of a block holding an infinity).
-DSV4_HD float fp4_scale(uint32_t e) { return nm_from_bits(e << 23); }
-
-// The E2M1 value of an FP4-simulated x in a block of scale s (x / s exactly, on the grid). A NaN is x only
-// where s is infinite (fake_quant_value's 0 * inf), and 0 times that scale gives it back.
-DSV4_HD float fp4_grid_value(float x, float s) {
-    return x != x ? 0.0f : fp4_e2m1_round(fminf(fmaxf(x / s, -kFp4Max), kFp4Max));
-}
-
 // Pack block b (values 32 b .. 32 b + 31) of a row of dim FP4-simulated values.
 DSV4_HD void fp4_pack_block(const float* v, int dim, int b, uint8_t* row) {
     const float* x = v + b * kFp4Block;
@@ -58,7 +49,7 @@ DSV4_HD void fp4_pack_block(const float* v, int dim, int b, uint8_t* row) {
     row[dim / 2 + b] = (uint8_t)((nm_bits(s) >> 23) & 255u);
     for (int i = 0; i < kFp4Block; i += 2) {
         row[(b * kFp4Block + i) / 2] =
-            (uint8_t)(fp4_code(fp4_grid_value(x[i], s)) | fp4_code(fp4_grid_value(x[i + 1], s)) << 4);
+            (uint8_t)(fp4_code(packed_grid_value(x[i], s, true)) | fp4_code(packed_grid_value(x[i + 1], s, true)) << 4);
     }
 }
 
@@ -78,7 +69,7 @@ DSV4_HD void fp4_unpack_row(const uint8_t* row, int dim, float* v) {
     float value[16];
     for (uint32_t c = 0; c < 16; ++c) value[c] = fp4_value(c);
     for (int b = 0; b < dim / kFp4Block; ++b) {
-        const float s = fp4_scale(row[dim / 2 + b]);
+        const float s = e8m0_scale(row[dim / 2 + b]);
         const uint8_t* codes = row + b * kFp4Block / 2;
         float* out = v + b * kFp4Block;
         for (int j = 0; j < kFp4Block / 2; ++j) {

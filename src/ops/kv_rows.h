@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "format/fp8.h"
 #include "ops/numerics.h"
 
 namespace dsv4 {
@@ -39,20 +40,6 @@ DSV4_HD uint32_t fp8_code(float y) {
     return sign | (((b >> 23) - 120u) << 3) | ((b >> 20) & 7u);  // exponent e - 127 + 7, the top 3 mantissa bits
 }
 
-// The E4M3 value of a code byte (NaN for 0x7f / 0xff), without denormal floats on the way.
-DSV4_HD float fp8_value(uint32_t c) {
-    const uint32_t e = (c >> 3) & 15u, m = c & 7u;
-    float a = e == 0 ? (float)m * 0.001953125f : nm_from_bits((e + 120u) << 23 | m << 20);
-    if (e == 15 && m == 7) a = nm_from_bits(0x7fc00000u);
-    return c & 0x80u ? -a : a;
-}
-
-// The E4M3 value of an FP8-simulated x in a block of scale s (x / s exactly, on the grid). A NaN is x only
-// where s is infinite (fake_quant_value's 0 * inf), and 0 times that scale gives it back.
-DSV4_HD float fp8_grid_value(float x, float s) {
-    return x != x ? 0.0f : fp8_e4m3_round(fminf(fmaxf(x / s, -kFp8Max), kFp8Max));
-}
-
 // Pack block b (non-RoPE values 64 b .. 64 b + 63, fewer in a partial last block) of a row.
 DSV4_HD void kv_pack_block(const float* v, int dim, int rope, int b, uint8_t* row) {
     const int nope = dim - rope, lo = b * kFp8Block, hi = lo + kFp8Block < nope ? lo + kFp8Block : nope;
@@ -61,7 +48,7 @@ DSV4_HD void kv_pack_block(const float* v, int dim, int rope, int b, uint8_t* ro
     const float s = fake_quant_scale(amax, false);
     uint8_t* codes = row + 4 * rope;
     codes[nope + b] = (uint8_t)((nm_bits(s) >> 23) & 255u);
-    for (int i = lo; i < hi; ++i) codes[i] = (uint8_t)fp8_code(fp8_grid_value(v[i], s));
+    for (int i = lo; i < hi; ++i) codes[i] = (uint8_t)fp8_code(packed_grid_value(v[i], s, false));
 }
 
 // The RoPE dims' floats and the padding after the scales.
@@ -77,14 +64,15 @@ DSV4_HD void kv_pack_row(const float* v, int dim, int rope, uint8_t* row) {
     kv_pack_rest(v, dim, rope, row);
 }
 
-// The scale of an E8M0 byte (255: infinity, the scale of a block holding an infinity).
-DSV4_HD float fp8_scale(uint32_t e) { return nm_from_bits(e << 23); }
-
-// Unpack a row: value(code) * its block's scale, then the RoPE dims.
-DSV4_HD void kv_unpack_row(const uint8_t* row, int dim, int rope, float* v) {
+// Unpack a row: each block's scale once, then value(code) * scale (format/fp8.h's decode), then the RoPE dims.
+// Host code (the CPU backend, tests); the CUDA kernels decode with the hardware's conversion.
+inline void kv_unpack_row(const uint8_t* row, int dim, int rope, float* v) {
     const int nope = dim - rope;
     const uint8_t* codes = row + 4 * rope;
-    for (int i = 0; i < nope; ++i) v[i] = fp8_value(codes[i]) * fp8_scale(codes[nope + i / kFp8Block]);
+    for (int lo = 0; lo < nope; lo += kFp8Block) {
+        const float s = e8m0_scale(codes[nope + lo / kFp8Block]);
+        for (int i = lo; i < nope && i < lo + kFp8Block; ++i) v[i] = fp8_e4m3_to_f32(codes[i]) * s;
+    }
     const float* tail = reinterpret_cast<const float*>(row);
     for (int j = 0; j < rope; ++j) v[nope + j] = tail[j];
 }

@@ -71,13 +71,22 @@ DSV4_HD float fake_quant_scale(float amax, bool fp4) {
     amax = fmaxf(amax, fp4 ? kFp4AmaxFloor : kFp8AmaxFloor);
     return pow2_ceil(amax * (1.0f / fmax));
 }
-// One value of a block with scale s: round(clamp(x / s)) * s.
-DSV4_HD float fake_quant_value(float x, float s, bool fp4) {
+// The grid value (an E2M1 or E4M3 value) of x in a block with scale s: round(clamp(x / s)).
+DSV4_HD float fake_quant_grid(float x, float s, bool fp4) {
     const float fmax = fp4 ? kFp4Max : kFp8Max;
-    float y = fminf(fmaxf(x / s, -fmax), fmax);
-    y = fp4 ? fp4_e2m1_round(y) : fp8_e4m3_round(y);
-    return y * s;
+    const float y = fminf(fmaxf(x / s, -fmax), fmax);
+    return fp4 ? fp4_e2m1_round(y) : fp8_e4m3_round(y);
 }
+// One value of a block with scale s: round(clamp(x / s)) * s.
+DSV4_HD float fake_quant_value(float x, float s, bool fp4) { return fake_quant_grid(x, s, fp4) * s; }
+
+// The grid value of an already fake-quantized x in a block of scale s (x / s exactly, on the grid), as packed
+// rows store it (ops/fp4_rows.h, ops/kv_rows.h). A NaN is x only where s is infinite (fake_quant_value's 0 * inf),
+// and 0 times that scale gives it back.
+DSV4_HD float packed_grid_value(float x, float s, bool fp4) { return x != x ? 0.0f : fake_quant_grid(x, s, fp4); }
+
+// The scale of an E8M0 byte, 2^(e - 127) (255: infinity, the scale of a block holding an infinity).
+DSV4_HD float e8m0_scale(uint32_t e) { return nm_from_bits(e << 23); }
 
 // Fake-quantize one block of n values in place.
 DSV4_HD void fake_quant_block(float* x, int n, bool fp4) {

@@ -106,9 +106,9 @@ __device__ __forceinline__ void stage_packed_row(float* dst, const float* src, c
     }
 }
 
-// fp8_value (ops/kv_rows.h) of the four E4M3 codes of c, lowest byte first, times the block scale s. The
-// hardware's E4M3 -> f16 conversion (two codes an instruction) is exact, every E4M3 value being an f16 (NaN
-// stays a NaN), and so is f16 -> f32: the product is the CPU's fp8_value(code) * fp8_scale(e) bit for bit.
+// The E4M3 values of the four codes of c, lowest byte first, times the block scale s. The hardware's E4M3 -> f16
+// conversion (two codes an instruction) is exact, every E4M3 value being an f16 (NaN stays a NaN), and so is
+// f16 -> f32: the product is the CPU's fp8_e4m3_to_f32(code) * e8m0_scale(e) (format/fp8.h) bit for bit.
 __device__ __forceinline__ float4 fp8x4_scaled(uint32_t c, float s) {
     const __half2 lo(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(c & 0xffffu), __NV_E4M3));
     const __half2 hi(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(c >> 16), __NV_E4M3));
@@ -142,7 +142,7 @@ __device__ __forceinline__ void unpack_rows(float* tile, int stride, unsigned ro
 #pragma unroll
         for (int k = 0; k < W; ++k) {
             const int w = lane + kWarp * k, d = 4 * w;
-            const float s = fp8_scale(__shfl_sync(0xffffffffu, scale, w / 16));
+            const float s = e8m0_scale(__shfl_sync(0xffffffffu, scale, w / 16));
             if (d >= p.nope) continue;
             const float4 v = fp8x4_scaled(code[k], s);
             if (VEC && d + 4 <= p.nope) {

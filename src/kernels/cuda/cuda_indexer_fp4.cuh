@@ -63,7 +63,7 @@ __device__ void load_queries(const float* q, int H, int hd, int H_pad, int8_t* q
         uint32_t word = 0;
 #pragma unroll
         for (int k = 0; k < 4; ++k)
-            word |= (uint32_t)(uint8_t)(int8_t)(int)(2.0f * fp4_grid_value(x[k], sc)) << (8 * k);
+            word |= (uint32_t)(uint8_t)(int8_t)(int)(2.0f * packed_grid_value(x[k], sc, true)) << (8 * k);
         *reinterpret_cast<uint32_t*>(q8 + (int64_t)h * q8_stride(hd) + b * kFp4Block + f % (kFp4Block / 4) * 4) =
             h < H ? word : 0u;
         if (f % (kFp4Block / 4) == 0) qscale[c] = h < H ? sc * 0.25f : 0.0f;
@@ -95,8 +95,8 @@ __device__ __forceinline__ float4 warp_tile_scores(const int8_t* q8, const float
                 b0[n] = fp4x4_to_s8(*reinterpret_cast<const uint16_t*>(mine + 2 * tig));
                 b1[n] = fp4x4_to_s8(*reinterpret_cast<const uint16_t*>(mine + 8 + 2 * tig));
                 const uint8_t* sc = krow + (8 * n + 2 * tig) * rb + hd / 2 + b;  // its two C columns' keys' scales
-                k0[n] = fp4_scale(sc[0]);
-                k1[n] = fp4_scale(sc[rb]);
+                k0[n] = e8m0_scale(sc[0]);
+                k1[n] = e8m0_scale(sc[rb]);
             }
 #pragma unroll
             for (int m = 0; m < kM; ++m) {
