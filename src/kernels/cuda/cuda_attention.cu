@@ -39,10 +39,10 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarp;
 constexpr int kTile = kWarp;          // entries per tile: the butterfly leaves one row's score per lane
 constexpr int kMaxHeadDim = 1024;     // 32 values per lane per head
-constexpr int kMaxSplits = 2 * kWarp;  // the merge kernel reduces a query's splits in one warp, 2 a lane
+constexpr int kMaxSplits = kAttentionMaxSplits;
 constexpr int kMinSplitEntries = 16;  // fewer entries per split would be mostly fixed cost
 constexpr int kDeepEntries = 2048;    // from this many entries an HCA layer's decode takes four heads a warp
-constexpr int64_t kDecodeQueries = 8;  // up to this many queries take one query's shape (see attention_f32)
+constexpr int64_t kDecodeQueries = kAttentionDecodeQueries;  // one query's shape (see attention_f32)
 constexpr int kMergeThreads = 128;
 
 // A lane's NE values of a head_dim vector (dims past hd read as 0, never touched): with VEC, value e is dim
@@ -537,14 +537,23 @@ void attention_f32(CudaBackend& b, const AttentionArgs& a) {
                    gate);
         CUDA_CHECK_LAUNCH();
     }
-    if (splits == 1) return;
-    const auto merge = splits <= kWarp ? attention_merge_kernel<kWarp> : attention_merge_kernel<kMaxSplits>;
-    launch_pdl(merge, dim3((unsigned)(a.n * H), ceil_div(hd, kMergeThreads)), kMergeThreads, 0, b.stream(), a, splits,
-               part_ml, part_o);
-    CUDA_CHECK_LAUNCH();
+    if (splits > 1) merge_attention_splits(b, a, splits, part_ml, part_o);
 }
 
 }  // namespace
+
+bool merge_attention_splits(CudaBackend& b, const AttentionArgs& a, int splits, const float2* part_ml,
+                            const float* part_o) {
+    DSV4_CHECK(splits > 1 && splits <= kMaxSplits);
+    const bool rotate = a.out_rope.freqs && (a.head_dim - a.out_rope.rope_dim) % 2 == 0;
+    AttentionArgs m = a;
+    if (!rotate) m.out_rope = RopeParams{};
+    const auto merge = splits <= kWarp ? attention_merge_kernel<kWarp> : attention_merge_kernel<kMaxSplits>;
+    launch_pdl(merge, dim3((unsigned)(a.n * a.n_heads), ceil_div(a.head_dim, kMergeThreads)), kMergeThreads, 0,
+               b.stream(), m, splits, part_ml, part_o);
+    CUDA_CHECK_LAUNCH();
+    return rotate;
+}
 
 void CudaBackend::attention(const AttentionArgs& a) {
     if (skipped("attention")) return;
@@ -562,16 +571,16 @@ void CudaBackend::attention(const AttentionArgs& a) {
     AttentionArgs plain = a;
     plain.out_rope = RopeParams{};
     const AttentionKernel k = select_attention(*this, plain);
-    const bool tc = k == AttentionKernel::tc_bf16;
     const bool rotate_in_kernel = (hd - r.rope_dim) % 2 == 0;
-    if (tc)
-        launch_attention_tc(*this, plain);
+    bool rotated = rotate_in_kernel;
+    if (k == AttentionKernel::tc_bf16)
+        rotated = launch_attention_tc(*this, a);
     else if (a.comp_packed)
         attention_f32<true>(*this, rotate_in_kernel ? a : plain);
     else
         attention_f32<false>(*this, rotate_in_kernel ? a : plain);
     ran(kernel_name(k));
-    if (r.freqs && (tc || !rotate_in_kernel)) rope(a.out, a.n, H, hd, (int64_t)H * hd, a.pos, r, true);
+    if (r.freqs && !rotated) rope(a.out, a.n, H, hd, (int64_t)H * hd, a.pos, r, true);
 }
 
 }  // namespace dsv4::cuda

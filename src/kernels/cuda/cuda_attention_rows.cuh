@@ -1,5 +1,5 @@
-// The KV rows of sparse attention (AttentionArgs in ops/backend.h), shared by the f32 kernels
-// (cuda_attention.cu) and the tensor-core prefill kernel (cuda_attention_tc.cu).
+// What the f32 kernels (cuda_attention.cu) and the tensor-core kernel (cuda_attention_tc.cu) of sparse attention
+// share: the KV rows (AttentionArgs in ops/backend.h) and the merge of a decode call's splits.
 //
 // Packed compressed rows (AttentionArgs::comp_packed, ops/kv_rows.h) reach the kernels' f32 tiles in shared
 // memory without any extra shared memory: the RoPE floats are copied by cp.async straight to their dims
@@ -19,6 +19,22 @@
 #include "ops/kv_rows.h"
 
 namespace dsv4::cuda {
+
+class CudaBackend;
+
+// Decode-sized calls: up to this many queries are shaped (heads per block, splits) as one query is, on both
+// kernels, so that a query's arithmetic (which entries each split sums, the merge's order) is the same whether it
+// is decoded alone or verified with a speculative step's others: a token's output does not depend on its step.
+constexpr int64_t kAttentionDecodeQueries = 8;
+// The most splits of a query's entries: attention_merge_kernel reduces a query's splits in one warp, 2 a lane.
+constexpr int kAttentionMaxSplits = 2 * kWarp;
+
+// The merge of the splits (cuda_attention.cu): out = the splits' partial outputs (running max, denominator and
+// unnormalized output per (query, split, head), part_o written only where the split had a valid entry) combined,
+// the sink added to the denominator, normalized; zeros for a query without a valid entry. With a.out_rope, the
+// output's inverse RoPE when head_dim - rope_dim is even (returns whether it applied it).
+bool merge_attention_splits(CudaBackend& b, const AttentionArgs& a, int splits, const float2* part_ml,
+                            const float* part_o);
 
 // Query i's window and compressed sources (the per-query tables when given; ops/backend.h).
 __device__ __forceinline__ const float* win_src(const AttentionArgs& a, int64_t i) {

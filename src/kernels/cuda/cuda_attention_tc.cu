@@ -75,10 +75,15 @@ struct TcLayout {
     static size_t smem(int mtiles) { return 2 * kTileBytes + kXchgBytes + (size_t)16 * mtiles * kQStride * 2; }
 };
 
-// Block: query blockIdx.x / groups, heads [h0, h0 + 16 mtiles) with h0 = (blockIdx.x % groups) 16 mtiles;
-// 64 mtiles threads. PACKED: a.comp_packed.
-template <int HD, bool PACKED>
-__global__ void __launch_bounds__(kMaxWarps* kWarp, 1) attention_tc_kernel(AttentionArgs a, int groups) {
+// Block: query qg / groups, heads [h0, h0 + 16 mtiles) with h0 = (qg % groups) 16 mtiles, where qg = blockIdx.x
+// (SPLIT: qg = blockIdx.x / splits, the split blockIdx.x % splits); 64 mtiles threads. PACKED: a.comp_packed.
+// SPLIT (decode): the block takes its split's share of the query's entries, whole tiles of them (a query uses as
+// many splits as it has tiles, at most `splits`; the others write an empty partial), and writes the partial
+// running max, denominator and unnormalized output of each head, part_o only where the split had a valid entry,
+// in the layout attention_merge_kernel reads (cuda_attention.cu).
+template <int HD, bool PACKED, bool SPLIT = false>
+__global__ void __launch_bounds__(kMaxWarps* kWarp, 1) attention_tc_kernel(AttentionArgs a, int groups, int splits,
+                                                                           float2* part_ml, float* part_o) {
     pdl_begin();
     using L = TcLayout<HD>;
     constexpr int kHalf = L::kHalf, kRs = L::kRowStride, kQs = L::kQStride;
@@ -93,8 +98,25 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) attention_tc_kernel(Atten
     const int n_warps = blockDim.x / kWarp, G = 8 * n_warps;
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
     const int mt = warp / 2, half = warp % 2, g = lane / 4, t = lane % 4;
-    const int64_t i = blockIdx.x / groups;
-    const int h0 = (int)(blockIdx.x % groups) * G;
+    const int split = SPLIT ? (int)(blockIdx.x % (unsigned)splits) : 0;
+    const int64_t qg = SPLIT ? blockIdx.x / (unsigned)splits : blockIdx.x;
+    const int64_t i = qg / groups;
+    const int h0 = (int)(qg % groups) * G;
+
+    const int total = entry_count(a, i);
+    int begin = 0, end = total;
+    if constexpr (SPLIT) {
+        const int tiles = (total + kTile - 1) / kTile;
+        const int used = max(1, min(splits, tiles));
+        const int per = (tiles + used - 1) / used * kTile;
+        begin = (int)min((int64_t)total, (int64_t)split * per);
+        end = min(total, begin + per);
+        if (begin >= end) {  // a split this query does not use: an empty partial, without staging Q
+            for (int r = threadIdx.x; r < G; r += blockDim.x)
+                if (h0 + r < H) part_ml[(i * splits + split) * H + h0 + r] = make_float2(-INFINITY, 0.0f);
+            return;
+        }
+    }
 
     // Q of the block's heads as bf16 (heads past H: zeros, computed on and never written).
     for (int idx = threadIdx.x; idx < G * (HD / 4); idx += blockDim.x) {
@@ -106,7 +128,6 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) attention_tc_kernel(Atten
 
     // Every warp resolves the tile's 32 entries itself (lane r: entry r), so the valid mask is a ballot
     // identical in all warps; a warp copies rows warp, warp + n_warps, ... of a tile.
-    const int total = entry_count(a, i);
     auto load_tile = [&](int buf, const float* row, unsigned valid) {
         float* dst = tiles + buf * kTile * kRs;
         for (int r = warp; r < kTile; r += n_warps) {
@@ -139,25 +160,25 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) attention_tc_kernel(Atten
     for (int nt = 0; nt < kNTiles; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
     float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.0f, 0.0f};
 
-    const float* row = entry_row<PACKED>(a, i, lane, total);
+    const float* row = entry_row<PACKED>(a, i, begin + lane, end);
     unsigned valid = __ballot_sync(0xffffffffu, row != nullptr);
     if constexpr (PACKED)
-        load_tile_packed(0, row, valid, valid & comp_lanes(a, 0));
+        load_tile_packed(0, row, valid, valid & comp_lanes(a, begin));
     else
         load_tile(0, row, valid);
     cp_async_commit();
-    row = entry_row<PACKED>(a, i, kTile + lane, total);
-    for (int base = 0, it = 0; base < total; base += kTile, ++it) {
+    row = entry_row<PACKED>(a, i, begin + kTile + lane, end);
+    for (int base = begin, it = 0; base < end; base += kTile, ++it) {
         const unsigned next_valid = __ballot_sync(0xffffffffu, row != nullptr);
         __syncthreads();  // every warp is done with tile it - 1, whose buffer the next copies refill
         if constexpr (PACKED) {
-            if (base + kTile < total)
+            if (base + kTile < end)
                 load_tile_packed((it + 1) & 1, row, next_valid, next_valid & comp_lanes(a, base + kTile));
         } else {
-            if (base + kTile < total) load_tile((it + 1) & 1, row, next_valid);
+            if (base + kTile < end) load_tile((it + 1) & 1, row, next_valid);
         }
         cp_async_commit();
-        row = entry_row<PACKED>(a, i, base + 2 * kTile + lane, total);
+        row = entry_row<PACKED>(a, i, base + 2 * kTile + lane, end);
         cp_async_wait<1>();
         if constexpr (PACKED)  // tile it's packed rows, each by the warp that staged it, once its copies landed
             unpack_rows<(HD + 127) / 128, true>(tiles + (it & 1) * kTile * kRs, kRs, valid & comp_lanes(a, base), pk,
@@ -261,6 +282,16 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1) attention_tc_kernel(Atten
         l_r[r] += __shfl_xor_sync(0xffffffffu, l_r[r], 2);
         const int h = h0 + mt * 16 + g + 8 * r;
         if (h >= H) continue;
+        if constexpr (SPLIT) {
+            const int64_t slot = (i * splits + split) * H + h;
+            if (half == 0 && t == 0) part_ml[slot] = make_float2(m_r[r], l_r[r]);
+            if (m_r[r] == -INFINITY) continue;
+            float* dst = part_o + slot * HD + half * kHalf + 2 * t;
+#pragma unroll
+            for (int nt = 0; nt < kNTiles; ++nt)
+                *reinterpret_cast<float2*>(dst + 8 * nt) = make_float2(o[nt][2 * r], o[nt][2 * r + 1]);
+            continue;
+        }
         float inv = 0.0f;
         if (m_r[r] != -INFINITY) inv = 1.0f / (l_r[r] + (a.sinks ? expf(a.sinks[h] - m_r[r]) : 0.0f));
         float* dst = a.out + (i * H + h) * HD + half * kHalf + 2 * t;
@@ -279,17 +310,48 @@ struct TcLaunch {
           groups((a.n_heads + 16 * mtiles - 1) / (16 * mtiles)),
           smem(TcLayout<HD>::smem(mtiles)) {}
     bool fits(const CudaBackend& b, const AttentionArgs& a) const {
-        return smem <= (size_t)b.props().sharedMemPerBlockOptin && a.n * groups <= INT32_MAX;
+        return smem <= (size_t)b.props().sharedMemPerBlockOptin && a.n * groups * kAttentionMaxSplits <= INT32_MAX;
     }
 };
 
+// Splits of each query's entries: one for prefill-sized calls; decode-sized ones (at most kAttentionDecodeQueries
+// queries, shaped as one query's, as the f32 kernel does, so that a token's output does not depend on the step it
+// ran in) split their tiles over blocks until the blocks fill the SMs once, or take kAttentionMaxSplits where the
+// entry count is on the device (an HCA layer's every compressed entry), of which each query uses as many as it has
+// tiles.
+int tc_splits(const CudaBackend& b, const AttentionArgs& a, int groups) {
+    const int64_t sms = b.props().multiProcessorCount;
+    if (a.n > kAttentionDecodeQueries || groups >= sms) return 1;
+    if (a.kv_comp && !a.comp_idx) return kAttentionMaxSplits;
+    const int64_t entries = a.n_win + (a.kv_comp ? a.n_comp : 0);
+    const int64_t s = std::min<int64_t>({(sms + groups - 1) / groups, (entries + kTile - 1) / kTile,
+                                         (int64_t)kAttentionMaxSplits});
+    return (int)std::max<int64_t>(s, 1);
+}
+
+// Returns whether the output's RoPE was applied (by the merge of splits).
 template <int HD>
-void launch_tc(CudaBackend& b, const AttentionArgs& a) {
+bool launch_tc(CudaBackend& b, const AttentionArgs& a) {
     const TcLaunch<HD> l(a);
-    const auto kernel = a.comp_packed ? attention_tc_kernel<HD, true> : attention_tc_kernel<HD, false>;
+    const int splits = tc_splits(b, a, l.groups);
+    if (splits == 1) {
+        const auto kernel = a.comp_packed ? attention_tc_kernel<HD, true> : attention_tc_kernel<HD, false>;
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)l.smem));
+        launch_pdl(kernel, (unsigned)(a.n * l.groups), 2 * l.mtiles * kWarp, l.smem, b.stream(), a, l.groups, 1,
+                   nullptr, nullptr);
+        CUDA_CHECK_LAUNCH();
+        return false;
+    }
+    const auto kernel = a.comp_packed ? attention_tc_kernel<HD, true, true> : attention_tc_kernel<HD, false, true>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)l.smem));
-    launch_pdl(kernel, (unsigned)(a.n * l.groups), 2 * l.mtiles * kWarp, l.smem, b.stream(), a, l.groups);
+    CudaBackend::Scratch s(b);
+    const int64_t slots = a.n * splits * a.n_heads;
+    float2* part_ml = s.get<float2>(slots);
+    float* part_o = s.get<float>(slots * HD);
+    launch_pdl(kernel, (unsigned)(a.n * l.groups * splits), 2 * l.mtiles * kWarp, l.smem, b.stream(), a, l.groups,
+               splits, part_ml, part_o);
     CUDA_CHECK_LAUNCH();
+    return merge_attention_splits(b, a, splits, part_ml, part_o);
 }
 
 // Calls f with the head_dim as a template constant; false for a head_dim without a kernel.
@@ -325,9 +387,11 @@ bool attention_tc_serves(const CudaBackend& b, const AttentionArgs& a) {
     return has && fits;
 }
 
-void launch_attention_tc(CudaBackend& b, const AttentionArgs& a) {
+bool launch_attention_tc(CudaBackend& b, const AttentionArgs& a) {
     DSV4_CHECK(attention_tc_serves(b, a));
-    with_head_dim(a.head_dim, [&](auto hd) { launch_tc<decltype(hd)::value>(b, a); });
+    bool rotated = false;
+    with_head_dim(a.head_dim, [&](auto hd) { rotated = launch_tc<decltype(hd)::value>(b, a); });
+    return rotated;
 }
 
 }  // namespace dsv4::cuda
