@@ -538,7 +538,8 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(attention_case(18, 70, 128, 40, Comp::none, 0, true, false, false, s, Mode::BF16));
     out.push_back(attention_case(33, 4, 64, 0, Comp::idx, 100, false, true, false, s, Mode::BF16));
     out.push_back(attention_case(16, 12, 83, 16, Comp::count, 50, true, true, false, s, Mode::BF16));
-    // The tensor-core kernel's decode (bf16 mode, up to 8 queries: each query's tiles split over blocks and merged):
+    // The tensor-core kernel's decode (bf16 mode, up to 8 queries shaped as one: each query's tiles split over blocks
+    // and merged):
     // an index list (splits from the SM count, skipped entries, an empty query), every entry counted on the device
     // (64 splits, of which a query uses as many as it has tiles: few, and deep with several tiles a split), a partial
     // second head group (70 heads), the output's RoPE applied by the merge, packed rows, the window alone; head_dim
@@ -554,6 +555,11 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(attention_case(2, 16, 64, 40, Comp::none, 0, false, false, false, s, Mode::BF16, true));
     out.push_back(attention_case(7, 20, 256, 16, Comp::idx, 64, true, true, false, s, Mode::BF16));
     out.push_back(attention_case(2, 12, 83, 16, Comp::count, 100, true, false, false, s, Mode::BF16));
+    // Chunks of 9..64 queries whose blocks leave SMs idle: a few splits each (every entry counted on the device, an
+    // index list with the output's RoPE).
+    out.push_back(attention_case(12, 64, 512, 128, Comp::count, 900, true, true, false, s, Mode::BF16, true, false,
+                                 true));
+    out.push_back(attention_case(32, 64, 512, 64, Comp::idx, 200, true, false, false, s, Mode::BF16, true));
     // The output's inverse RoPE (out_rope), on every path that writes the output: the merge of splits (decode:
     // 64 heads of 512, also with an empty query; head_dim 130 in the scalar layout, 1024), the kernel's own store
     // with one split (n = 40 and 270: two and four heads per warp; 130 and 1024 in the scalar and widest layouts),
@@ -707,6 +713,9 @@ void add_attention_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
         for (int entries : {32, 1024, 8192})
             out.push_back(attention_case(1, 64, 512, 128, Comp::count, entries, true, false, true, s, Mode::BF16, true,
                                          false, true));
+        // A short prompt's chunk (32 queries: a few splits each).
+        out.push_back(attention_case(32, 64, 512, 128, Comp::idx, 512, true, false, true, s, Mode::BF16, true, false,
+                                     true));
         out.push_back(attention_case(2048, 64, 512, 128, Comp::idx, 512, true, false, true, s, Mode::BF16, false, false,
                                      true));
         out.push_back(attention_case(64, 64, 512, 128, Comp::idx, 512, true, false, true, s));

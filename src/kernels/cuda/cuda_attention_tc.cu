@@ -1,4 +1,4 @@
-// Sparse attention of prefill chunks on tensor cores, in the bf16 GEMM mode (GemmPrecision::BF16).
+// Sparse attention on tensor cores, in the bf16 GEMM mode (GemmPrecision::BF16): prefill chunks and decode.
 //
 // Why it pays: K = V and every head of a query reads the same KV rows (MQA), so one query's attention is two
 // small matrix products, S = Q K^T (heads x entries, over head_dim) and O = P V (heads x head_dim, over
@@ -7,7 +7,8 @@
 // the numerics the official model uses; the f32 mode keeps the exact kernel.
 //
 // Block: one query and a group of up to 64 heads (4 m-tiles of 16; fewer heads: fewer m-tiles), two warps per
-// m-tile. Entries go in tiles of 32 rows, staged in shared memory as f32 by cp.async (double-buffered: the next
+// m-tile; where those blocks would leave SMs idle (decode, short chunks) each query's tiles are also split over
+// blocks (tc_splits), whose partial results the f32 kernels' merge combines (cuda_attention.cu). Entries go in tiles of 32 rows, staged in shared memory as f32 by cp.async (double-buffered: the next
 // tile's copies fly while this one is multiplied; skipped entries are zero-filled rows), and Q is kept as bf16
 // in shared memory. The two warps of an m-tile each take half of head_dim: partial scores over their half,
 // summed through shared memory (a two-warp barrier), then both run the same online softmax on the full scores
@@ -314,18 +315,23 @@ struct TcLaunch {
     }
 };
 
-// Splits of each query's entries: one for prefill-sized calls; decode-sized ones (at most kAttentionDecodeQueries
-// queries, shaped as one query's, as the f32 kernel does, so that a token's output does not depend on the step it
-// ran in) split their tiles over blocks until the blocks fill the SMs once, or take kAttentionMaxSplits where the
-// entry count is on the device (an HCA layer's every compressed entry), of which each query uses as many as it has
-// tiles.
+// Splits of each query's entries, so that the blocks fill the SMs once: none where the (query, head group) blocks
+// already do (prefill chunks). Up to kAttentionDecodeQueries queries are shaped as one query (as the f32 kernel
+// does, so that a token's output does not depend on the step it ran in): where the entry count is counted on the
+// device (an HCA layer's every compressed entry, growing under one step graph), kAttentionMaxSplits, of which each
+// query uses as many as it has tiles. Otherwise as many as fill the SMs, at most one a tile where the count is known
+// here (an index list, the window).
 int tc_splits(const CudaBackend& b, const AttentionArgs& a, int groups) {
     const int64_t sms = b.props().multiProcessorCount;
-    if (a.n > kAttentionDecodeQueries || groups >= sms) return 1;
-    if (a.kv_comp && !a.comp_idx) return kAttentionMaxSplits;
-    const int64_t entries = a.n_win + (a.kv_comp ? a.n_comp : 0);
-    const int64_t s = std::min<int64_t>({(sms + groups - 1) / groups, (entries + kTile - 1) / kTile,
-                                         (int64_t)kAttentionMaxSplits});
+    const int64_t nq = a.n <= kAttentionDecodeQueries ? 1 : a.n, blocks = nq * groups;
+    if (blocks >= sms) return 1;
+    int64_t s = std::min<int64_t>((sms + blocks - 1) / blocks, kAttentionMaxSplits);
+    if (a.kv_comp && !a.comp_idx) {
+        if (nq == 1) s = kAttentionMaxSplits;
+    } else {
+        const int64_t entries = a.n_win + (a.kv_comp ? a.n_comp : 0);
+        s = std::min<int64_t>(s, (entries + kTile - 1) / kTile);
+    }
     return (int)std::max<int64_t>(s, 1);
 }
 

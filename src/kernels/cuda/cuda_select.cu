@@ -1,6 +1,5 @@
 // Kernel selection of the CUDA backend (cuda_select.cuh): per op, the order in which kernels are preferred and
 // the thresholds that order rests on. Host code only.
-#include "kernels/cuda/cuda_attention_rows.cuh"
 #include "kernels/cuda/cuda_attention_tc.cuh"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_gemm_tc.cuh"
@@ -155,11 +154,9 @@ bool attention_kernel_serves(const CudaBackend& b, AttentionKernel k, const Atte
 AttentionKernel select_attention(const CudaBackend& b, const AttentionArgs& a) {
     const auto& f = b.force().attention;
     if (f && attention_kernel_serves(b, *f, a)) return *f;
-    // The bf16 mode's prefill-sized calls and decode-sized ones (one query's shape, entries split over blocks) on
-    // the tensor cores; the calls in between (kAttentionDecodeQueries < n < kTcMinRows), whose one block per query
-    // leaves most SMs idle, and the f32 mode on the f32 kernels.
-    const bool tc_size = a.n >= kTcMinRows || a.n <= kAttentionDecodeQueries;
-    return tc_size && attention_tc_serves(b, a) ? AttentionKernel::tc_bf16 : AttentionKernel::f32;
+    // The bf16 mode's calls of every size on the tensor cores (the few queries of decode and short chunks with
+    // their entries split over blocks); the f32 mode on the f32 kernels.
+    return attention_tc_serves(b, a) ? AttentionKernel::tc_bf16 : AttentionKernel::f32;
 }
 
 HcPreNormKernel select_hc_pre_norm(const CudaBackend& b, int64_t dim, const float* x, const float* H,
