@@ -542,17 +542,14 @@ void attention_f32(CudaBackend& b, const AttentionArgs& a) {
 
 }  // namespace
 
-bool merge_attention_splits(CudaBackend& b, const AttentionArgs& a, int splits, const float2* part_ml,
+void merge_attention_splits(CudaBackend& b, const AttentionArgs& a, int splits, const float2* part_ml,
                             const float* part_o) {
     DSV4_CHECK(splits > 1 && splits <= kMaxSplits);
-    const bool rotate = a.out_rope.freqs && (a.head_dim - a.out_rope.rope_dim) % 2 == 0;
-    AttentionArgs m = a;
-    if (!rotate) m.out_rope = RopeParams{};
+    DSV4_CHECK(!a.out_rope.freqs || (a.head_dim - a.out_rope.rope_dim) % 2 == 0);
     const auto merge = splits <= kWarp ? attention_merge_kernel<kWarp> : attention_merge_kernel<kMaxSplits>;
     launch_pdl(merge, dim3((unsigned)(a.n * a.n_heads), ceil_div(a.head_dim, kMergeThreads)), kMergeThreads, 0,
-               b.stream(), m, splits, part_ml, part_o);
+               b.stream(), a, splits, part_ml, part_o);
     CUDA_CHECK_LAUNCH();
-    return rotate;
 }
 
 void CudaBackend::attention(const AttentionArgs& a) {
@@ -566,19 +563,21 @@ void CudaBackend::attention(const AttentionArgs& a) {
     DSV4_CHECK_MSG(!a.comp_packed || (a.comp_rope >= 0 && a.comp_rope < hd),
                    "attention: packed compressed rows with %d RoPE dims of %d", a.comp_rope, hd);
     // The f32 kernels rotate the output where they store it, a RoPE pair in one thread or two neighbouring lanes,
-    // which needs the pairs to start at an even dim. Otherwise, and after the tensor-core kernel (bf16 mode,
-    // prefill-sized calls), the attention runs without it and the rope op follows.
+    // which needs the pairs to start at an even dim, and so does the merge of splits (either kernel's). Otherwise,
+    // and after the tensor-core kernel's one-split calls (prefill), the attention runs without it and the rope op
+    // follows.
     AttentionArgs plain = a;
     plain.out_rope = RopeParams{};
     const AttentionKernel k = select_attention(*this, plain);
     const bool rotate_in_kernel = (hd - r.rope_dim) % 2 == 0;
-    bool rotated = rotate_in_kernel;
+    const AttentionArgs& args = rotate_in_kernel ? a : plain;
+    bool rotated = rotate_in_kernel;  // the tensor-core kernel's output is rotated only by a merge of its splits
     if (k == AttentionKernel::tc_bf16)
-        rotated = launch_attention_tc(*this, a);
+        rotated = launch_attention_tc(*this, args) && rotate_in_kernel;
     else if (a.comp_packed)
-        attention_f32<true>(*this, rotate_in_kernel ? a : plain);
+        attention_f32<true>(*this, args);
     else
-        attention_f32<false>(*this, rotate_in_kernel ? a : plain);
+        attention_f32<false>(*this, args);
     ran(kernel_name(k));
     if (r.freqs && !rotated) rope(a.out, a.n, H, hd, (int64_t)H * hd, a.pos, r, true);
 }

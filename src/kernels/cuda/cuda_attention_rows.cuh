@@ -32,8 +32,8 @@ constexpr int kAttentionMaxSplits = 2 * kWarp;
 // The merge of the splits (cuda_attention.cu): out = the splits' partial outputs (running max, denominator and
 // unnormalized output per (query, split, head), part_o written only where the split had a valid entry) combined,
 // the sink added to the denominator, normalized; zeros for a query without a valid entry. With a.out_rope, the
-// output's inverse RoPE when head_dim - rope_dim is even (returns whether it applied it).
-bool merge_attention_splits(CudaBackend& b, const AttentionArgs& a, int splits, const float2* part_ml,
+// output's inverse RoPE (its pairs must start at even dims: head_dim - rope_dim even).
+void merge_attention_splits(CudaBackend& b, const AttentionArgs& a, int splits, const float2* part_ml,
                             const float* part_o);
 
 // Query i's window and compressed sources (the per-query tables when given; ops/backend.h).

@@ -8,7 +8,8 @@
 //
 // Block: one query and a group of up to 64 heads (4 m-tiles of 16; fewer heads: fewer m-tiles), two warps per
 // m-tile; where those blocks would leave SMs idle (decode, short chunks) each query's tiles are also split over
-// blocks (tc_splits), whose partial results the f32 kernels' merge combines (cuda_attention.cu). Entries go in tiles of 32 rows, staged in shared memory as f32 by cp.async (double-buffered: the next
+// blocks (tc_splits), whose partial results the f32 kernels' merge combines (cuda_attention.cu). Entries go in
+// tiles of 32 rows, staged in shared memory as f32 by cp.async (double-buffered: the next
 // tile's copies fly while this one is multiplied; skipped entries are zero-filled rows), and Q is kept as bf16
 // in shared memory. The two warps of an m-tile each take half of head_dim: partial scores over their half,
 // summed through shared memory (a two-warp barrier), then both run the same online softmax on the full scores
@@ -335,29 +336,25 @@ int tc_splits(const CudaBackend& b, const AttentionArgs& a, int groups) {
     return (int)std::max<int64_t>(s, 1);
 }
 
-// Returns whether the output's RoPE was applied (by the merge of splits).
+// One split: the kernel writes out itself, no partials (as attention_f32). Returns whether the splits were merged.
 template <int HD>
 bool launch_tc(CudaBackend& b, const AttentionArgs& a) {
     const TcLaunch<HD> l(a);
     const int splits = tc_splits(b, a, l.groups);
-    if (splits == 1) {
-        const auto kernel = a.comp_packed ? attention_tc_kernel<HD, true> : attention_tc_kernel<HD, false>;
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)l.smem));
-        launch_pdl(kernel, (unsigned)(a.n * l.groups), 2 * l.mtiles * kWarp, l.smem, b.stream(), a, l.groups, 1,
-                   nullptr, nullptr);
-        CUDA_CHECK_LAUNCH();
-        return false;
-    }
-    const auto kernel = a.comp_packed ? attention_tc_kernel<HD, true, true> : attention_tc_kernel<HD, false, true>;
+    const auto kernel = splits > 1 ? (a.comp_packed ? attention_tc_kernel<HD, true, true>
+                                                    : attention_tc_kernel<HD, false, true>)
+                                   : (a.comp_packed ? attention_tc_kernel<HD, true> : attention_tc_kernel<HD, false>);
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)l.smem));
     CudaBackend::Scratch s(b);
-    const int64_t slots = a.n * splits * a.n_heads;
-    float2* part_ml = s.get<float2>(slots);
-    float* part_o = s.get<float>(slots * HD);
+    const int64_t slots = splits > 1 ? a.n * splits * a.n_heads : 0;
+    float2* part_ml = splits > 1 ? s.get<float2>(slots) : nullptr;
+    float* part_o = splits > 1 ? s.get<float>(slots * HD) : nullptr;
     launch_pdl(kernel, (unsigned)(a.n * l.groups * splits), 2 * l.mtiles * kWarp, l.smem, b.stream(), a, l.groups,
                splits, part_ml, part_o);
     CUDA_CHECK_LAUNCH();
-    return merge_attention_splits(b, a, splits, part_ml, part_o);
+    if (splits == 1) return false;
+    merge_attention_splits(b, a, splits, part_ml, part_o);
+    return true;
 }
 
 // Calls f with the head_dim as a template constant; false for a head_dim without a kernel.
@@ -395,9 +392,9 @@ bool attention_tc_serves(const CudaBackend& b, const AttentionArgs& a) {
 
 bool launch_attention_tc(CudaBackend& b, const AttentionArgs& a) {
     DSV4_CHECK(attention_tc_serves(b, a));
-    bool rotated = false;
-    with_head_dim(a.head_dim, [&](auto hd) { rotated = launch_tc<decltype(hd)::value>(b, a); });
-    return rotated;
+    bool merged = false;
+    with_head_dim(a.head_dim, [&](auto hd) { merged = launch_tc<decltype(hd)::value>(b, a); });
+    return merged;
 }
 
 }  // namespace dsv4::cuda
