@@ -248,6 +248,22 @@ TEST(GemvDigits, SignedGridBytesAreTheGridTimesItsSigns) {
     check_signed_grid("IQ2_S", quant::kIq2sGrid, 1024);
 }
 
+// iq1_word on every IQ1 grid word (bytes -1, 0, 1) with both shift signs: the bytes 8 g + 1 or 8 g - 1.
+TEST(GemvDigits, Iq1WordsAreEightTimesTheGridPlusTheShift) {
+    for (int e = 0; e < 2048; ++e)
+        for (int half = 0; half < 2; ++half) {
+            const uint32_t g = (uint32_t)(quant::kIq1sGrid[e] >> (32 * half));
+            for (bool neg : {false, true}) {
+                const uint32_t w = iq1_word(g, neg);
+                for (int j = 0; j < 4; ++j) {
+                    const int gj = (int)(int8_t)(g >> (8 * j));
+                    ASSERT_TRUE(gj >= -1 && gj <= 1) << "IQ1 entry " << e;
+                    ASSERT_EQ((int)(int8_t)(w >> (8 * j)), 8 * gj + (neg ? -1 : 1)) << "entry " << e << " neg " << neg;
+                }
+            }
+        }
+}
+
 TEST(GemvDigits, Iq3_XXSDotMatchesTheF32Dot) {
     for (uint32_t seed = 1; seed <= 20; ++seed) check_codec<GgmlType::IQ3_XXS>(2048, seed);
 }

@@ -250,8 +250,9 @@ void add_decode_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(moe_case(iq, q2, 13, 32, 5, 512, 256, 10.0f, {}, " n*k=65", o.seed));  // the grouped path
     out.push_back(moe_case(iq, q2, 1, 8, 6, 4096, 2048, 10.0f, {}, " V4-Flash widths", o.seed));
     out.push_back(moe_case(GgmlType::Q8_0, GgmlType::Q6_K, 2, 8, 6, 1024, 512, 0.0f, {}, " mixed", o.seed));
-    // The kernels with the activation in registers (one token): IQ2_XXS gate/up (cuda_moe_gate_up_xreg.cu, D a
-    // multiple of 512) and Q2_K down (cuda_moe_down_xreg.cu, F a multiple of 512, k * F / 512 <= 32 warps),
+    // The kernels with the activation in registers (one token), V4-Flash's formats: IQ2_XXS gate/up
+    // (cuda_moe_gate_up_xreg.cu, D a multiple of 512) and Q2_K down (cuda_moe_down_xreg.cu, F a multiple of 512,
+    // k * F / 512 <= 32 warps),
     // whole 32-value blocks per lane where D (F) is a multiple of 1024, else halves. D = 1536 and 3072: rows
     // of 396 and 792 bytes (each row starts at another offset in its 16-byte word); F = 1536 with 5 slots (15
     // warps, down rows of 504 bytes); repeated experts in a token (the summation order's ties); 8 slots.
@@ -260,6 +261,17 @@ void add_decode_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(moe_case(iq, q2, 1, 8, 6, 512, 512, 0.0f, {3, 3, 1, 6, 0, 6}, " repeated ids, xreg", o.seed));
     out.push_back(moe_case(iq, q2, 1, 32, 8, 512, 512, 10.0f, {}, " k=8, xreg", o.seed));
     out.push_back(moe_case(GgmlType::Q8_0, q2, 1, 8, 5, 512, 1536, 0.0f, {}, " xreg down odd widths", o.seed));
+    // The register kernels of every format with a LaneCodec (cuda_gemv_xreg_lanes.cuh), gate/up and down of the
+    // format: half blocks per lane for gate/up (D = 1536; rows starting at other offsets in their 16-byte word
+    // for most formats) with whole ones for down (F = 1024); the other way round with 5 slots (F = 1536: 15
+    // warps); 3 tokens with experts shared between them.
+    for (GgmlType t : {GgmlType::IQ1_S, GgmlType::IQ1_M, GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S,
+                       GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::Q2_K}) {
+        out.push_back(moe_case(t, t, 1, 8, 6, 1536, 1024, 10.0f, {}, " xreg", o.seed));
+        out.push_back(moe_case(t, t, 1, 8, 5, 3072, 1536, 0.0f, {}, " xreg", o.seed));
+        out.push_back(moe_case(t, t, 3, 8, 4, 1024, 512, 10.0f, {5, 1, 7, 2, 1, 5, 0, 3, 2, 7, 5, 1}, " shared ids, xreg",
+                               o.seed));
+    }
     // The register kernels for 2-4 tokens (a speculative verify step), with experts shared between tokens.
     out.push_back(moe_case(iq, q2, 2, 8, 6, 3072, 1024, 10.0f, {}, " 2 tokens, xreg", o.seed));
     out.push_back(moe_case(iq, q2, 3, 8, 4, 512, 512, 10.0f, {5, 1, 7, 2, 1, 5, 0, 3, 2, 7, 5, 1}, " shared ids, xreg",

@@ -313,6 +313,11 @@ void add_tensor_core_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     for (GgmlType t : weight_types())
         if (ggml_traits(t).block_elems > 1 && 256 % ggml_traits(t).block_elems == 0)
             out.push_back(experts_case(bf16, t, t, 20, 64, 6, 512, 256, 10.0f, false, o.seed));
+    // The register kernels' two-plane activations (a batch below tc_blocks' pairs) with whole blocks per lane, for
+    // every format they take.
+    for (GgmlType t : {GgmlType::IQ1_S, GgmlType::IQ1_M, GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S,
+                       GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::Q2_K})
+        out.push_back(experts_case(bf16, t, t, 20, 64, 6, 1024, 1024, 10.0f, false, o.seed));
     out.push_back(experts_case(bf16, GgmlType::IQ2_XXS, GgmlType::Q2_K, 16, 256, 6, 1024, 512, 10.0f, false, o.seed));
     out.push_back(experts_case(bf16, GgmlType::IQ2_XXS, GgmlType::Q2_K, 40, 32, 6, 512, 512, 10.0f, false, o.seed));
     out.push_back(experts_case(bf16, GgmlType::Q8_0, GgmlType::Q4_K, 64, 8, 4, 768, 256, 10.0f, false, o.seed));

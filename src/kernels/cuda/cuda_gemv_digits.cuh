@@ -413,6 +413,17 @@ DSV4_GV uint32_t signed_bytes(uint32_t g, uint32_t s) {
     return (g ^ (one * 0xFFu)) + one;
 }
 
+// Four IQ1 grid values g in {-1, 0, 1} (int8 bytes) with the shift's sign as the int8 bytes of 8 g + 1 (neg false)
+// or 8 g - 1 (neg true): the IQ1 weight dl (g +- 1/8) is (dl / 8) (8 g +- 1), so the shift needs no sums of
+// the activations. 8 g is each byte shifted by 3 (the bits shifted into the next byte cleared), its low 3 bits
+// zero, so + 1 is an OR; 8 g - 1 = ~(8 (-g)), with -g the bytes of g whose bit 0 is set (the nonzero ones)
+// flipped in bits 1..7.
+DSV4_GV uint32_t iq1_word(uint32_t g, bool neg) {
+    const uint32_t t = neg ? g ^ ((g & 0x01010101u) * 0xFEu) : g;
+    const uint32_t y = (t << 3) & 0xF8F8F8F8u;
+    return neg ? ~y : y | 0x01010101u;
+}
+
 // A group of 8 weights: its two 4-byte grid entries lo, hi with sign byte s (the low nibble for lo) as the two
 // int8 weight words w[0], w[1].
 DSV4_GV void signed_group(uint32_t* w, uint32_t lo, uint32_t hi, uint32_t s) {

@@ -255,8 +255,8 @@ void launch_moe_decode(CudaBackend& b, const MoeArgs& a, bool xreg) {
     const bool gate_digits = has_digit_codec(a.gate.type);
     const bool down_digits = has_digit_codec(a.down.type);
     const int planes = moe_xreg_planes(b, a);  // of the register kernels
-    // IQ2_XXS gate/up with the token's activation in registers (it quantizes x itself), else the pipelined
-    // kernel over x's digits.
+    // Gate/up with the token's activation in registers where a LaneCodec serves (it quantizes x itself), else the
+    // pipelined kernel (over x's digits for the digit codecs).
     if (xreg && moe_gate_up_xreg_serves(a)) {
         launch_moe_gate_up_xreg(a, p.h, planes, b.tables(), b.stream());
     } else {
@@ -275,9 +275,9 @@ void launch_moe_decode(CudaBackend& b, const MoeArgs& a, bool xreg) {
         });
     }
     CUDA_CHECK_LAUNCH();
-    // Q2_K down with h in registers (it quantizes h itself), else the pipelined kernel over h's digits.
+    // Down with h in registers where a LaneCodec serves (it quantizes h itself), else the pipelined kernel.
     if (xreg && moe_down_xreg_serves(a)) {
-        launch_moe_down_xreg(a, p.h, planes, b.stream());
+        launch_moe_down_xreg(a, p.h, planes, b.tables(), b.stream());
     } else {
         if (down_digits) {
             XDigits* hq = s.get<XDigits>(P * (F / kDigitBlock));

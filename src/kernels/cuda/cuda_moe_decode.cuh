@@ -51,15 +51,16 @@ constexpr int64_t kMoeDecodePairs = 512;
 int moe_xreg_planes(const CudaBackend& b, const MoeArgs& a);
 
 // The gate/up half with the token's activation in registers (cuda_moe_gate_up_xreg.cu): h[pair, f] =
-// SwiGLU(gate, up) * routing weight for IQ2_XXS gate and up stacks with D a multiple of 512 (at most 16384),
-// up to kMoeDecodePairs pairs.
+// SwiGLU(gate, up) * routing weight for gate and up stacks of one format with a LaneCodec (cuda_gemv_xreg_lanes.cuh:
+// IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, Q2_K) and D a multiple of 512 (at most 16384), up to
+// kMoeDecodePairs pairs.
 bool moe_gate_up_xreg_serves(const MoeArgs& a);
 void launch_moe_gate_up_xreg(const MoeArgs& a, float* h, int planes, const QuantTables& t, cudaStream_t s);
 
 // The down half with h (the gate/up result, [n * k, F]) in registers (cuda_moe_down_xreg.cu): out = the sum
-// over each token's slots of h W_down^T, in the CPU's order, for a Q2_K down stack with F a multiple of 512
-// and k * F / 512 <= 32, up to kMoeDecodePairs pairs.
+// over each token's slots of h W_down^T, in the CPU's order, for a down stack of a format with a LaneCodec, F a
+// multiple of 512 and k * F / 512 <= 32, up to kMoeDecodePairs pairs.
 bool moe_down_xreg_serves(const MoeArgs& a);
-void launch_moe_down_xreg(const MoeArgs& a, const float* h, int planes, cudaStream_t s);
+void launch_moe_down_xreg(const MoeArgs& a, const float* h, int planes, const QuantTables& t, cudaStream_t s);
 
 }  // namespace dsv4::cuda

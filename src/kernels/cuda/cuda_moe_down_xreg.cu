@@ -1,13 +1,14 @@
 // MoE down projection and sum at decode with the activations in registers (the form of cuda_gemv_q8_xreg.cu,
-// shared pieces in cuda_gemv_xreg.cuh), for a Q2_K down stack (V4-Flash's routed experts). The pipelined
-// kernel (moe_down_sum_kernel in cuda_moe_decode.cu) needs h quantized by a kernel of its own and re-reads the
-// digits for every row pair; it ran at 21.5 us per layer with 24.6% occupancy.
+// shared pieces in cuda_gemv_xreg.cuh), for a down stack of a format with a LaneCodec (cuda_gemv_xreg_lanes.cuh:
+// V4-Flash's Q2_K, the 1- to 3-bit i-quants). The pipelined kernel (moe_down_sum_kernel in cuda_moe_decode.cu)
+// needs h quantized by a kernel of its own and re-reads the digits for every row pair; it ran at 21.5 us per
+// layer with 24.6% occupancy on Q2_K.
 //
 // A block takes one token and a run of output rows d. Its warps are the token's k slots times F / 512 H
 // slices: warp group i holds the i-th slot in the CPU's summation order (ascending expert id, ties by slot)
 // and lane l of slice s the values [512 H s + 16 H l, + 16 H) of that slot's h row as digits (with their f32
-// sums, for Q2_K's block minimum). Each warp streams its slice of its expert's rows d (two 84-byte Q2_K
-// blocks per 512 values) through its ring, four rows to a stage; every 32 rows warp 0 adds, for each row,
+// sums, for Q2_K's block minimum). Each warp streams its slice of its expert's rows d (2 H blocks of 256 values)
+// through its ring, four rows to a stage; every 32 rows warp 0 adds, for each row,
 // the slices of each slot and then the slots in order, and writes the token's output.
 #include <algorithm>
 #include <cstdio>
@@ -15,7 +16,9 @@
 #include <cstring>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_gemv_stream.cuh"
 #include "kernels/cuda/cuda_gemv_xreg.cuh"
+#include "kernels/cuda/cuda_gemv_xreg_lanes.cuh"
 #include "kernels/cuda/cuda_moe_decode.cuh"
 
 namespace dsv4::cuda {
@@ -41,13 +44,16 @@ struct Params {
     int64_t blocks_per_token;
 };
 
-template <int H>
+template <GgmlType T, int H>
 struct Geom {
-    static constexpr int kValues = 16 * H;  // per lane: H Q2_K units (16 values each)
+    using C = LaneCodec<T>;
+    static constexpr int kValues = 16 * H;  // per lane
     static constexpr int kWords = 4 * H;
-    static constexpr int kSliceValues = kWarp * kValues;             // 512 H
-    static constexpr int kSliceBytes = kSliceValues / 256 * 84;      // 168 H
-    static constexpr int kSlotWords = (12 + kSliceBytes + 15) / 16;  // covering words from a 4-aligned start
+    static constexpr int kSliceValues = kWarp * kValues;               // 512 H
+    static constexpr int kSliceBytes = kSliceValues / 256 * C::kBytes;  // 2 H blocks
+    // Covering words from a kAlign-aligned start, and a spare word for the lanes' aligned over-reads where the
+    // format is read at any alignment (as the gate/up kernel's).
+    static constexpr int kSlotWords = (16 - C::kAlign + kSliceBytes + 15) / 16 + (C::kAlign < 4 ? 1 : 0);
     static constexpr size_t smem(int w) { return block_smem(w, kStages * kRows * kSlotWords * 16); }
 };
 
@@ -57,10 +63,14 @@ template <int H>
 constexpr int kMaxThreads = H == 2 ? 24 * kWarp : kMaxWarps * kWarp;
 
 // P: the activation's digit planes (3: the exact digits; 2: the bf16 mode's, gemv::digits2_of4).
-template <int H, int P>
-__global__ void __launch_bounds__(kMaxThreads<H>, 1) moe_down_xreg_kernel(const __grid_constant__ Params a) {
-    using G = Geom<H>;
+template <GgmlType T, int H, int P>
+__global__ void __launch_bounds__(kMaxThreads<H>, 1)
+    moe_down_xreg_kernel(const __grid_constant__ Params a, QuantTables tb) {
+    using G = Geom<T, H>;
+    using C = LaneCodec<T>;
     extern __shared__ uint4 smem[];
+    __shared__ uint32_t lut_mem[LutStorage<T>::kWords];
+    const Lut lut = build_lut<T>(lut_mem, tb);  // every thread, before any exit
     __shared__ int item_expert[kMaxSlots], item_pair[kMaxSlots];
     const int n_warps = blockDim.x / kWarp, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
     const int64_t token = blockIdx.x / a.blocks_per_token;
@@ -86,7 +96,7 @@ __global__ void __launch_bounds__(kMaxThreads<H>, 1) moe_down_xreg_kernel(const 
     const uint8_t* base = a.down + (size_t)item_expert[item] * a.D * rb + (size_t)slice * G::kSliceBytes;
     // Row r of the block: d(r) = d0 + r, clamped into the matrix (rows past the block's last are read, not
     // used); the offset in the expert is 32-bit (D * row_bytes < 2^32: launch_moe_down_xreg). row_sh(r): its
-    // address mod 16 (a multiple of 4: row_bytes and the matrix are 4-byte aligned).
+    // address mod 16 (a multiple of the format's kAlign: so are row_bytes and the matrix).
     auto row_d = [&](int r) { return min((uint32_t)d0 + (uint32_t)r, last); };
     auto row = [&](int r) { return base + row_d(r) * rb; };
     const uint32_t sh_base = (uint32_t)reinterpret_cast<uintptr_t>(base) & 15, rb15 = rb & 15;
@@ -99,8 +109,9 @@ __global__ void __launch_bounds__(kMaxThreads<H>, 1) moe_down_xreg_kernel(const 
     uint32_t a0[G::kWords], a1[G::kWords], a2[G::kWords];
     float xsum[H];
     const int vo = G::kValues * lane;  // the lane's first value in the slice
-    const float sx =
-        lane_digits<H, P>(a.h + (int64_t)item_pair[item] * a.F + slice * G::kSliceValues + vo, a0, a1, a2, xsum);
+    const float sx = lane_digits<H, P>(a.h + (int64_t)item_pair[item] * a.F + slice * G::kSliceValues + vo, a0, a1,
+                                       a2, C::kSums ? xsum : nullptr);
+    const int block_at = C::kBytes * (vo >> 8), v0 = vo & 255;  // the lane's block in the slice, its first value
 
     constexpr uint32_t kSlotBytes = G::kSlotWords * 16;
     RingCursor<kStages, kRows * kSlotBytes> stage(ring);
@@ -111,32 +122,7 @@ __global__ void __launch_bounds__(kMaxThreads<H>, 1) moe_down_xreg_kernel(const 
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
             const uint32_t p = stage_at + r * kSlotBytes + row_sh(kRows * s + r);  // row(kRows s + r)'s slice
-            // The lane's 16 H values lie in one 256-value block: its d and dmin once per row.
-            const uint32_t blk = p + 84 * (vo >> 8);
-            const uint32_t dd = lds32(blk + 80);
-            const float d_all = half_bits(dd), d_min = half_bits(dd >> 16);
-            const uint32_t sc2 = H == 2 ? lds16(blk + ((vo & 255) >> 4)) : 0;
-            float y = 0.0f;
-#pragma unroll
-            for (int hh = 0; hh < H; ++hh) {
-                // Unit u of block b (DigitCodec<Q2_K>): values 128 n + 32 g + 16 h + l of the block.
-                const int v = vo + 16 * hh, u = (v & 255) >> 4;
-                const int n = u >> 3, g = (u >> 1) & 3, h = u & 1;
-                uint32_t w[4];
-#pragma unroll
-                for (int i = 0; i < 4; ++i) w[i] = (lds32(blk + 16 + 32 * n + 16 * h + 4 * i) >> (2 * g)) & 0x03030303u;
-                // The scale byte of unit u: units 2 m and 2 m + 1 of H = 2 lanes as one 16-bit load.
-                const uint32_t sc = H == 2 ? (sc2 >> (8 * hh)) & 255 : lds8(blk + u);
-                const float dl = mul_rn(d_all, small_to_float(sc & 15));
-                const float ml = mul_rn(d_min, small_to_float(sc >> 4));
-                uint32_t b0[4], b1[4], b2[4];
-#pragma unroll
-                for (int i = 0; i < 4; ++i) b0[i] = a0[4 * hh + i], b1[i] = a1[4 * hh + i], b2[i] = a2[4 * hh + i];
-                DigitSums ds;
-                digit_dot<false, 4, P>(w, b0, b1, b2, ds);
-                y = fmaf(dl * sx, digit_value(ds), fmaf(-ml, xsum[hh], y));
-            }
-            acc[r] = y;
+            acc[r] = C::template dot<H, P>(p + block_at, v0, lut, a0, a1, a2, sx, xsum);
         }
         __syncwarp();                           // every lane is done with this slot before a later issue() refills it
         const float k = butterfly4(acc, lane);  // lane 8 r: row r's warp sum
@@ -157,53 +143,63 @@ __global__ void __launch_bounds__(kMaxThreads<H>, 1) moe_down_xreg_kernel(const 
 }
 
 // Blocks of w warps per SM with H values per lane (0: such a block cannot run here).
-template <int H, int P = 3>
+template <GgmlType T, int H, int P = 3>
 int blocks_per_sm_h(int w) {
-    return blocks_per_sm<moe_down_xreg_kernel<H, P>, Geom<H>>(w);
+    return blocks_per_sm<moe_down_xreg_kernel<T, H, P>, Geom<T, H>>(w);
 }
 
-template <int H, int P>
-void launch_h(Params p, int64_t n, int w, cudaStream_t s) {
-    const int bps = blocks_per_sm_h<H, P>(w);
+template <GgmlType T, int H, int P>
+void launch_h(Params p, int64_t n, int w, const QuantTables& t, cudaStream_t s) {
+    const int bps = blocks_per_sm_h<T, H, P>(w);
     DSV4_CHECK(bps > 0);
     const int64_t wave = (int64_t)bps * device_limits().sms;
     const int64_t per = (n * p.D + wave * kRows - 1) / (wave * kRows) * kRows;  // rows per block, whole stages
     p.rows_per_block = per;
     p.blocks_per_token = (p.D + per - 1) / per;
-    launch_pdl(moe_down_xreg_kernel<H, P>, (unsigned)(n * p.blocks_per_token), w * kWarp, Geom<H>::smem(w), s, p);
+    launch_pdl(moe_down_xreg_kernel<T, H, P>, (unsigned)(n * p.blocks_per_token), w * kWarp, Geom<T, H>::smem(w), s,
+               p, t);
 }
 
-// The values per lane: H = 2 (a whole Q2_K sub-block run per lane) where F allows, as the gate/up kernel.
+// The values per lane: H = 2 (32 values) where F allows, as the gate/up kernel.
 int lane_h(int64_t F) { return F % 1024 == 0 ? 2 : 1; }
 
 }  // namespace
 
 bool moe_down_xreg_serves(const MoeArgs& a) {
     // Up to kMoeDecodePairs pairs, as the gate/up kernel: a token's blocks sum its slots as for one token.
-    if (a.n < 1 || a.n * a.k > kMoeDecodePairs || a.down.type != GgmlType::Q2_K || a.k < 1 || a.k > kMaxSlots)
+    if (a.n < 1 || a.n * a.k > kMoeDecodePairs || !has_lane_codec(a.down.type) || a.k < 1 || a.k > kMaxSlots)
         return false;
     const int64_t F = a.down.cols, D = a.down.rows;
-    if (F % 512 != 0 || D < 1 || a.down.row_bytes % 4 != 0 || reinterpret_cast<uintptr_t>(a.down.data) % 4 != 0)
-        return false;
+    if (F % 512 != 0 || D < 1) return false;
     if ((uint64_t)D * a.down.row_bytes > UINT32_MAX) return false;  // 32-bit offsets in an expert
     const int hv = lane_h(F);
     const int64_t w = F / (512 * hv) * a.k;
     if (w > kMaxWarps) return false;
-    return hv == 2 ? blocks_per_sm_h<2>((int)w) > 0 : blocks_per_sm_h<1>((int)w) > 0;
+    bool ok = false;
+    with_lane_codec(a.down.type, [&](auto tc) {
+        constexpr GgmlType T = decltype(tc)::value;
+        constexpr int kAlign = LaneCodec<T>::kAlign;
+        if (a.down.row_bytes % kAlign != 0 || reinterpret_cast<uintptr_t>(a.down.data) % kAlign != 0) return;
+        ok = hv == 2 ? blocks_per_sm_h<T, 2>((int)w) > 0 : blocks_per_sm_h<T, 1>((int)w) > 0;
+    });
+    return ok;
 }
 
-void launch_moe_down_xreg(const MoeArgs& a, const float* h, int planes, cudaStream_t s) {
+void launch_moe_down_xreg(const MoeArgs& a, const float* h, int planes, const QuantTables& t, cudaStream_t s) {
     DSV4_CHECK(moe_down_xreg_serves(a));
     const int64_t F = a.down.cols, D = a.down.rows;
     const int hv = lane_h(F);
     const int64_t slices = F / (512 * hv), w = slices * a.k;
     const Params p{h, a.ids, a.out, a.down.data, a.down.row_bytes, D, F, a.k, (int)a.down.n_experts, (int)slices, 0, 0};
-    with_planes(planes, [&](auto pl) {
-        constexpr int P = decltype(pl)::value;
-        if (hv == 2)
-            launch_h<2, P>(p, a.n, (int)w, s);
-        else
-            launch_h<1, P>(p, a.n, (int)w, s);
+    with_lane_codec(a.down.type, [&](auto tc) {
+        constexpr GgmlType T = decltype(tc)::value;
+        with_planes(planes, [&](auto pl) {
+            constexpr int P = decltype(pl)::value;
+            if (hv == 2)
+                launch_h<T, 2, P>(p, a.n, (int)w, t, s);
+            else
+                launch_h<T, 1, P>(p, a.n, (int)w, t, s);
+        });
     });
 }
 

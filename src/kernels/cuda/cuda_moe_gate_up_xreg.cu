@@ -1,15 +1,16 @@
 // MoE gate/up at decode with the token's activation in registers (the form of cuda_gemv_q8_xreg.cu, shared
-// pieces in cuda_gemv_xreg.cuh), for IQ2_XXS gate and up stacks (V4-Flash's routed experts). The pipelined
-// kernel (moe_gate_up_kernel in cuda_moe_decode.cu) re-reads the activation digits for every row pair from
-// L1 and ran at 30 us per layer, the same from L2 as from HBM: bound by its own latency, not by memory.
+// pieces in cuda_gemv_xreg.cuh), for gate and up stacks of a format with a LaneCodec (cuda_gemv_xreg_lanes.cuh:
+// V4-Flash's IQ2_XXS, the other 1- to 3-bit i-quants, Q2_K). The pipelined kernel (moe_gate_up_kernel in
+// cuda_moe_decode.cu) re-reads the activation digits for every row pair from L1 and ran at 30 us per layer on
+// IQ2_XXS, the same from L2 as from HBM: bound by its own latency, not by memory.
 //
 // A block takes one (token, slot) pair and a run of f_per_block rows f of its expert: the gate and up rows of
 // each f, interleaved (gate f, up f, gate f + 1, ...), four to a stage. Lane l of warp w holds values
 // [512 H w + 16 H l, + 16 H) of the token's x as digits it computes itself (so no quantize kernel runs before
-// this one); each warp copies the 132 H bytes of its slice of a row (two IQ2_XXS blocks per 512 values,
-// starting anywhere in a 16-byte word) into its ring and multiplies its lanes' grid values (the shared-memory
-// tables of the pipelined codec) by the digits. Every 16 f, warp 0 adds the warps' sums in warp order and
-// writes h[pair, f] = SwiGLU(gate, up) * the routing weight, as the pipelined kernel does.
+// this one); each warp copies its slice of a row (2 H blocks of 256 values, starting anywhere in a 16-byte word)
+// into its ring and multiplies its lanes' weights (LaneCodec::dot) by the digits. Every 16 f, warp 0 adds the
+// warps' sums in warp order and writes h[pair, f] = SwiGLU(gate, up) * the routing weight, as the pipelined
+// kernel does.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_gemv_stream.cuh"
 #include "kernels/cuda/cuda_gemv_xreg.cuh"
+#include "kernels/cuda/cuda_gemv_xreg_lanes.cuh"
 #include "kernels/cuda/cuda_moe_decode.cuh"
 
 namespace dsv4::cuda {
@@ -27,9 +29,7 @@ namespace {
 using namespace gemv;
 using namespace xreg;
 
-constexpr int kStages = 6;  // ring depth: a stage is only 4 x 132 H bytes per warp, so five are in flight
-
-using Iq2 = DigitCodec<GgmlType::IQ2_XXS>;
+constexpr int kStages = 6;  // ring depth: a stage is only 4 x 132 H bytes per warp (IQ2_XXS), so five are in flight
 
 struct Params {
     const float* x;        // [n, D]
@@ -46,15 +46,17 @@ struct Params {
     int blocks_per_pair;
 };
 
-template <int H>
+template <GgmlType T, int H>
 struct Geom {
-    static constexpr int kValues = 16 * H;                       // per lane
-    static constexpr int kWords = 4 * H;                         // weight words and digit words per plane
-    static constexpr int kSliceValues = kWarp * kValues;         // per warp: 512 H
-    static constexpr int kSliceBytes = kSliceValues / 256 * 66;  // 132 H
-    // 16-byte words of a row's slot: those covering the slice from any offset in its first word, and one
-    // spare word that the last lane's aligned over-read (lds_words_any) may touch.
-    static constexpr int kSlotWords = (15 + kSliceBytes + 15) / 16 + 1;
+    using C = LaneCodec<T>;
+    static constexpr int kValues = 16 * H;                             // per lane
+    static constexpr int kWords = 4 * H;                               // digit words per plane
+    static constexpr int kSliceValues = kWarp * kValues;               // per warp: 512 H
+    static constexpr int kSliceBytes = kSliceValues / 256 * C::kBytes;  // 2 H blocks
+    // 16-byte words of a row's slot: those covering the slice from any offset in its first word (a multiple of
+    // kAlign), and for the formats read at any alignment one spare word that the last lane's aligned over-read
+    // (lds_words_any) may touch.
+    static constexpr int kSlotWords = (16 - C::kAlign + kSliceBytes + 15) / 16 + (C::kAlign < 4 ? 1 : 0);
     static constexpr size_t smem(int w) { return block_smem(w, kStages * kRows * kSlotWords * 16); }
 };
 
@@ -62,13 +64,14 @@ struct Geom {
 // thread where a 1024-thread bound held it to 64 and it recomputed lane constants in every stage; at 128-thread
 // blocks the shared memory keeps 7 blocks on an SM either way.
 // P: the activation's digit planes (3: the exact digits; 2: the bf16 mode's, gemv::digits2_of4).
-template <int H, int P>
+template <GgmlType T, int H, int P>
 __global__ void __launch_bounds__(kMaxWarps* kWarp / H, 1)
     moe_gate_up_xreg_kernel(const __grid_constant__ Params a, QuantTables tb) {
-    using G = Geom<H>;
+    using G = Geom<T, H>;
+    using C = LaneCodec<T>;
     extern __shared__ uint4 smem[];
-    __shared__ uint32_t lut_mem[LutStorage<GgmlType::IQ2_XXS>::kWords];
-    const Lut lut = build_lut<GgmlType::IQ2_XXS>(lut_mem, tb);  // every thread, before any exit
+    __shared__ uint32_t lut_mem[LutStorage<T>::kWords];
+    const Lut lut = build_lut<T>(lut_mem, tb);  // every thread, before any exit
     const int n_warps = blockDim.x / kWarp, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
     const int pair = (int)blockIdx.x / a.blocks_per_pair;
     const int f0 = ((int)blockIdx.x % a.blocks_per_pair) * a.f_per_block;
@@ -95,10 +98,11 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp / H, 1)
     ring_start<kStages>(n_stages, issue);
 
     uint32_t a0[G::kWords], a1[G::kWords], a2[G::kWords];
+    float xsum[H];
     const int vo = G::kValues * lane;  // the lane's first value in the slice
-    const float sx = lane_digits<H, P>(a.x + (int64_t)(pair / a.k) * a.D + warp * G::kSliceValues + vo, a0, a1, a2);
-    const int block_at = 66 * (vo >> 8), unit_at = block_at + 2 + 8 * ((vo & 255) >> 5);
-    const int entry0 = (vo & 31) >> 3;  // the lane's first grid entry in its unit (0, or 2 for H = 1's odd lanes)
+    const float sx = lane_digits<H, P>(a.x + (int64_t)(pair / a.k) * a.D + warp * G::kSliceValues + vo, a0, a1, a2,
+                                       C::kSums ? xsum : nullptr);
+    const int block_at = C::kBytes * (vo >> 8), v0 = vo & 255;  // the lane's block in the slice, its first value
 
     constexpr uint32_t kSlotBytes = G::kSlotWords * 16;
     RingCursor<kStages, kRows * kSlotBytes> stage(ring);
@@ -109,20 +113,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp / H, 1)
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
             const uint32_t p = stage_at + r * kSlotBytes + row_sh(kRows * s + r);  // row(kRows s + r)'s slice
-            uint32_t q[2];  // the unit's 4 grid indices, then its 4 x 7 sign bits and 4-bit scale
-            lds_words_any(p + unit_at, q);
-            const float db = mul_rn(mul_rn(half_bits(lds16(p + block_at)), 0.5f + small_to_float(q[1] >> 28)), 0.25f);
-            uint32_t w[G::kWords];
-#pragma unroll
-            for (int i = 0; i < 2 * H; ++i) {
-                const int l = entry0 + i;
-                const uint32_t sel = lut.grid[(q[0] >> (8 * l)) & 255] + lut.sign[(q[1] >> (7 * l)) & 127];
-                w[2 * i] = prmt(Iq2::kSignedLo, Iq2::kSignedHi, sel);
-                w[2 * i + 1] = prmt(Iq2::kSignedLo, Iq2::kSignedHi, sel >> 16);
-            }
-            DigitSums ds;
-            digit_dot<true, G::kWords, P>(w, a0, a1, a2, ds);
-            acc[r] = (db * sx) * digit_value(ds);
+            acc[r] = C::template dot<H, P>(p + block_at, v0, lut, a0, a1, a2, sx, xsum);
         }
         __syncwarp();                           // every lane is done with this slot before a later issue() refills it
         const float k = butterfly4(acc, lane);  // lane 8 r: row r's warp sum
@@ -147,25 +138,25 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp / H, 1)
 }
 
 // Blocks of w warps per SM with H values per lane (0: such a block cannot run here).
-template <int H, int P = 3>
+template <GgmlType T, int H, int P = 3>
 int blocks_per_sm_h(int w) {
-    return blocks_per_sm<moe_gate_up_xreg_kernel<H, P>, Geom<H>>(w);
+    return blocks_per_sm<moe_gate_up_xreg_kernel<T, H, P>, Geom<T, H>>(w);
 }
 
-template <int H, int P>
+template <GgmlType T, int H, int P>
 void launch_h(Params p, int64_t pairs, int w, const QuantTables& t, cudaStream_t s) {
-    const int bps = blocks_per_sm_h<H, P>(w);
+    const int bps = blocks_per_sm_h<T, H, P>(w);
     DSV4_CHECK(bps > 0);
     const int64_t wave = (int64_t)bps * device_limits().sms;
     const int64_t rows = pairs * 2 * p.F;
     const int64_t per = (rows + wave * kRows - 1) / (wave * kRows) * kRows;  // rows per block, whole stages
     p.f_per_block = (int)(per / 2);
     p.blocks_per_pair = (p.F + p.f_per_block - 1) / p.f_per_block;
-    launch_pdl(moe_gate_up_xreg_kernel<H, P>, (unsigned)(pairs * p.blocks_per_pair), w * kWarp, Geom<H>::smem(w), s, p,
-               t);
+    launch_pdl(moe_gate_up_xreg_kernel<T, H, P>, (unsigned)(pairs * p.blocks_per_pair), w * kWarp,
+               Geom<T, H>::smem(w), s, p, t);
 }
 
-// H = 2 (a whole IQ2_XXS sub-block per lane) where D allows: faster than H = 1 for V4-Flash's experts.
+// H = 2 (a whole 32-value sub-block per lane) where D allows: faster than H = 1 for V4-Flash's experts.
 bool whole_blocks(int64_t D) { return D % 1024 == 0; }
 
 }  // namespace
@@ -174,14 +165,21 @@ bool moe_gate_up_xreg_serves(const MoeArgs& a) {
     // Up to kMoeDecodePairs pairs: each pair is its own run of blocks, with the one-token arithmetic, so a token's
     // output does not depend on the step's other tokens.
     if (a.n < 1 || a.n * a.k > kMoeDecodePairs) return false;
-    if (a.gate.type != GgmlType::IQ2_XXS || a.up.type != GgmlType::IQ2_XXS) return false;
+    if (!has_lane_codec(a.gate.type) || a.up.type != a.gate.type) return false;
     const int64_t D = a.gate.cols, F = a.gate.rows, pairs = a.n * a.k;
     if (a.up.cols != D || a.up.rows != F || a.gate.row_bytes != a.up.row_bytes || pairs < 1 || F < 1) return false;
-    if (D % 512 != 0 || D > 512 * kMaxWarps || !aligned16(a.x) || a.gate.row_bytes % 2 != 0) return false;
-    if (reinterpret_cast<uintptr_t>(a.gate.data) % 2 != 0 || reinterpret_cast<uintptr_t>(a.up.data) % 2 != 0)
-        return false;
+    if (D % 512 != 0 || D > 512 * kMaxWarps || !aligned16(a.x)) return false;
     if ((uint64_t)F * a.gate.row_bytes > UINT32_MAX || pairs * 2 * F > INT32_MAX) return false;  // 32-bit offsets
-    return whole_blocks(D) ? blocks_per_sm_h<2>((int)(D / 1024)) > 0 : blocks_per_sm_h<1>((int)(D / 512)) > 0;
+    bool ok = false;
+    with_lane_codec(a.gate.type, [&](auto tc) {
+        constexpr GgmlType T = decltype(tc)::value;
+        constexpr int kAlign = LaneCodec<T>::kAlign;
+        if (a.gate.row_bytes % kAlign != 0 || reinterpret_cast<uintptr_t>(a.gate.data) % kAlign != 0 ||
+            reinterpret_cast<uintptr_t>(a.up.data) % kAlign != 0)
+            return;
+        ok = whole_blocks(D) ? blocks_per_sm_h<T, 2>((int)(D / 1024)) > 0 : blocks_per_sm_h<T, 1>((int)(D / 512)) > 0;
+    });
+    return ok;
 }
 
 void launch_moe_gate_up_xreg(const MoeArgs& a, float* h, int planes, const QuantTables& t, cudaStream_t s) {
@@ -189,12 +187,15 @@ void launch_moe_gate_up_xreg(const MoeArgs& a, float* h, int planes, const Quant
     const int64_t D = a.gate.cols, F = a.gate.rows, pairs = a.n * a.k;
     const Params p{a.x, a.ids, a.weights, h, a.gate.data, a.up.data, a.gate.row_bytes, D, (int)F, a.k,
                    (int)a.gate.n_experts, a.clamp, 0, 0};
-    with_planes(planes, [&](auto pl) {
-        constexpr int P = decltype(pl)::value;
-        if (whole_blocks(D))
-            launch_h<2, P>(p, pairs, (int)(D / 1024), t, s);
-        else
-            launch_h<1, P>(p, pairs, (int)(D / 512), t, s);
+    with_lane_codec(a.gate.type, [&](auto tc) {
+        constexpr GgmlType T = decltype(tc)::value;
+        with_planes(planes, [&](auto pl) {
+            constexpr int P = decltype(pl)::value;
+            if (whole_blocks(D))
+                launch_h<T, 2, P>(p, pairs, (int)(D / 1024), t, s);
+            else
+                launch_h<T, 1, P>(p, pairs, (int)(D / 512), t, s);
+        });
     });
 }
 
