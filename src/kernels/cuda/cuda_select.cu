@@ -1,5 +1,6 @@
 // Kernel selection of the CUDA backend (cuda_select.cuh): per op, the order in which kernels are preferred and
 // the thresholds that order rests on. Host code only.
+#include "kernels/cuda/cuda_attention_rows.cuh"
 #include "kernels/cuda/cuda_attention_tc.cuh"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_gemm_tc.cuh"
@@ -87,6 +88,8 @@ bool matmul_kernel_serves(const CudaBackend& b, MatmulKernel k, const MatmulCall
             return single && c.allow_tc && !p.offsets && b.gemm_precision() == GemmPrecision::BF16;
         case MatmulKernel::q8_xreg:
             return c.digits && gemv_q8_xreg_serves(c.ps, c.count, c.with_norm, c.norm);
+        case MatmulKernel::lane_xreg:
+            return c.digits && !c.with_norm && gemv_lane_xreg_serves(c.ps, c.count);
         case MatmulKernel::gemv_digits:
             return !c.with_norm && c.digits && gemv::has_digit_codec(p.type) && gemv_pipelined_serves(c.ps, c.count);
         case MatmulKernel::gemv_f32:
@@ -107,6 +110,7 @@ std::optional<MatmulKernel> select_matmul(const CudaBackend& b, const MatmulCall
         return MatmulKernel::tc_blocks;
     if (p.n >= kTcMinRows && serves(MatmulKernel::tc_bf16)) return MatmulKernel::tc_bf16;
     if (weight_bytes(c) >= kXregMinBytes && serves(MatmulKernel::q8_xreg)) return MatmulKernel::q8_xreg;
+    if (weight_bytes(c) >= kXregMinBytes && serves(MatmulKernel::lane_xreg)) return MatmulKernel::lane_xreg;
     if (serves(MatmulKernel::gemv_digits)) return MatmulKernel::gemv_digits;
     if (serves(MatmulKernel::gemv_f32)) return MatmulKernel::gemv_f32;
     if (c.count > 1 || c.with_norm) return std::nullopt;
@@ -155,7 +159,11 @@ AttentionKernel select_attention(const CudaBackend& b, const AttentionArgs& a) {
     const auto& f = b.force().attention;
     if (f && attention_kernel_serves(b, *f, a)) return *f;
     // The bf16 mode's calls of every size on the tensor cores (the few queries of decode and short chunks with
-    // their entries split over blocks); the f32 mode on the f32 kernels.
+    // their entries split over blocks), but decode-shaped calls over the window alone: there the split kernel's
+    // fixed cost (staging the heads' query, merging its splits) is most of the call (H100, 64 heads of 512 over
+    // 128 window rows: 20.3 us against the f32 kernels' 14.7; with compressed entries the tensor cores win from
+    // ~500 of them, 1,024: 25.8 against 37.7). The f32 mode on the f32 kernels.
+    if (a.n <= kAttentionDecodeQueries && a.kv_comp == nullptr) return AttentionKernel::f32;
     return attention_tc_serves(b, a) ? AttentionKernel::tc_bf16 : AttentionKernel::f32;
 }
 
