@@ -226,6 +226,16 @@ void add_decode_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
     out.push_back(gemv_case(q8, 1, 4096, 3, 4096, 3, 0, o.seed));
     out.push_back(gemv_case(q8, 1, 2048, 33, 2048, 33, 1, o.seed));
     out.push_back(gemv_case(q8, 1, 16384, 5000, 16384, 5000, 0, o.seed));
+    // The GEMV of one row in registers for the lane-codec formats (cuda_gemv_lane_xreg.cu: K a multiple of 512):
+    // half blocks per lane (K = 1536, rows at other offsets in their 16-byte word for most formats), whole ones
+    // (K = 4096, 300 rows: several stages and chunks), a partial stage (3 rows) and a row view from row 1.
+    for (GgmlType t : {GgmlType::IQ1_S, GgmlType::IQ1_M, GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S,
+                       GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::Q2_K}) {
+        out.push_back(gemv_case(t, 1, 1536, 83, 1536 + 4, 83, 0, o.seed));
+        out.push_back(gemv_case(t, 1, 4096, 300, 4096, 300, 0, o.seed));
+        out.push_back(gemv_case(t, 1, 1024, 3, 1024, 3, 0, o.seed));
+        out.push_back(gemv_case(t, 1, 2048, 33, 2048, 33, 1, o.seed));
+    }
     // The same kernel for the 2-4 tokens of a speculative verify step (every row's digits in registers, up to
     // 16 warps: K <= 8192), strided activations and outputs, a partial stage, and the normed form.
     for (int64_t n : {2, 3, 4}) {

@@ -219,6 +219,13 @@ void add_matmul_cases(std::vector<CaseGen>& out, const BuildOptions& o) {
         for (int g = 0; g < 8; ++g) groups.push_back({q8, 512, 64 + g, 512 * g, 80 * g});
         out.push_back(matmul_batch_case(groups, 1, 8 * 512, 8 * 80, o.seed));
     }
+    // The same for the lane-codec formats (cuda_gemv_lane_xreg.cu): projections of one input and grouped slices.
+    for (GgmlType t : {GgmlType::IQ1_M, GgmlType::IQ2_XS, GgmlType::IQ3_S}) {
+        out.push_back(matmul_batch_case({{t, 1536, 96, 0, 0}, {t, 1536, 33, 0, 96}}, 1, 1536, 129, o.seed));
+        std::vector<BatchJobSpec> groups;
+        for (int g = 0; g < 4; ++g) groups.push_back({t, 1024, 40 + g, 1024 * g, 50 * g});
+        out.push_back(matmul_batch_case(groups, 1, 4 * 1024, 4 * 50, o.seed));
+    }
     // A one-job GEMV with at least 8 row groups (2 rows each) per resident warp runs on the persistent grid
     // (the LM head's form on a GPU): 100001 rows of 3 blocks (an odd last group), 1 and 3 activation rows,
     // a format with activation digits and one without.

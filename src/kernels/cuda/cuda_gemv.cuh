@@ -34,4 +34,10 @@ bool gemv_q8_xreg_serves(const MatmulParams* ps, int count, bool with_norm, cons
 void launch_gemv_q8_xreg(const MatmulParams* ps, int count, cudaStream_t s);
 void launch_gemv_q8_xreg_norm(const MatmulParams& p, const float* norm, float eps, cudaStream_t s);
 
+// The same for the formats with a lane codec (cuda_gemv_lane_xreg.cu: IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S,
+// IQ3_XXS, IQ3_S, Q2_K): 1..16 matmuls of one activation row that share K (a multiple of 512, at most 16384) and
+// the format, rows and matrices aligned to the format's lane codec, 16-byte aligned inputs.
+bool gemv_lane_xreg_serves(const MatmulParams* ps, int count);
+void launch_gemv_lane_xreg(const MatmulParams* ps, int count, const QuantTables& t, cudaStream_t s);
+
 }  // namespace dsv4::cuda

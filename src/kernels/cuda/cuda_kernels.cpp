@@ -11,9 +11,10 @@ namespace {
 template <class E, size_t N>
 using Names = std::array<std::pair<E, const char*>, N>;
 
-constexpr Names<MatmulKernel, 7> kMatmul = {{{MatmulKernel::tc_blocks, "tc_blocks"},
+constexpr Names<MatmulKernel, 8> kMatmul = {{{MatmulKernel::tc_blocks, "tc_blocks"},
                                              {MatmulKernel::tc_bf16, "tc_bf16"},
                                              {MatmulKernel::q8_xreg, "q8_xreg"},
+                                             {MatmulKernel::lane_xreg, "lane_xreg"},
                                              {MatmulKernel::gemv_digits, "gemv_digits"},
                                              {MatmulKernel::gemv_f32, "gemv_f32"},
                                              {MatmulKernel::gemv_warp, "gemv_warp"},

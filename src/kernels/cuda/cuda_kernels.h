@@ -18,6 +18,7 @@ enum class MatmulKernel : uint8_t {
     tc_blocks,    // 16..64 rows: tensor cores on weight blocks decoded in shared memory (bf16 mode only)
     tc_bf16,      // tensor cores: weight slabs decoded to bf16, cuBLAS (bf16 mode only)
     q8_xreg,      // Q8_0, one row: the activation held in registers as digits (cuda_gemv_q8_xreg.cu)
+    lane_xreg,    // the lane-codec formats (1- to 3-bit i-quants, Q2_K), one row: the same (cuda_gemv_lane_xreg.cu)
     gemv_digits,  // n <= 8: the pipelined GEMV over activation digits (Q8_0, Q2_K, IQ2_XXS)
     gemv_f32,     // n <= 8: the pipelined GEMV over f32 activations (the formats of cuda_gemv_codecs.cuh)
     gemv_warp,    // any format, any n: a warp per weight row, 8 activation rows per pass (also grouped rows)

@@ -185,6 +185,9 @@ void launch_matmul(const MatmulParams& p, MatmulKernel k, const QuantTables& t, 
         case MatmulKernel::q8_xreg:
             launch_gemv_q8_xreg(&p, 1, s);
             break;
+        case MatmulKernel::lane_xreg:
+            launch_gemv_lane_xreg(&p, 1, t, s);
+            break;
         case MatmulKernel::gemv_digits:
         case MatmulKernel::gemv_f32:
             launch_gemv_pipelined(&p, 1, k == MatmulKernel::gemv_digits, t, s, digits);
@@ -309,6 +312,8 @@ void CudaBackend::matmul_batch(std::span<const MatmulJob> jobs, int64_t n) {
             matmul_tc_blocks(*this, ps.data(), (int)ps.size());
         else if (*k == MatmulKernel::q8_xreg)
             launch_gemv_q8_xreg(ps.data(), (int)ps.size(), stream_);
+        else if (*k == MatmulKernel::lane_xreg)
+            launch_gemv_lane_xreg(ps.data(), (int)ps.size(), tables_, stream_);
         else
             launch_gemv_pipelined(ps.data(), (int)ps.size(), *k == MatmulKernel::gemv_digits, tables_, stream_, &digits);
         CUDA_CHECK_LAUNCH();

@@ -110,7 +110,9 @@ std::optional<MatmulKernel> select_matmul(const CudaBackend& b, const MatmulCall
         return MatmulKernel::tc_blocks;
     if (p.n >= kTcMinRows && serves(MatmulKernel::tc_bf16)) return MatmulKernel::tc_bf16;
     if (weight_bytes(c) >= kXregMinBytes && serves(MatmulKernel::q8_xreg)) return MatmulKernel::q8_xreg;
-    if (weight_bytes(c) >= kXregMinBytes && serves(MatmulKernel::lane_xreg)) return MatmulKernel::lane_xreg;
+    // lane_xreg (the lane-codec formats' register GEMV) is not chosen yet: compiled but not yet run on a GPU, it
+    // serves `--kernel matmul=lane_xreg` and the conformance test's forced reruns until a GPU run has checked it
+    // and measured it against the pipelined GEMV (bench_gemv --every-type --n 1 with and without --force).
     if (serves(MatmulKernel::gemv_digits)) return MatmulKernel::gemv_digits;
     if (serves(MatmulKernel::gemv_f32)) return MatmulKernel::gemv_f32;
     if (c.count > 1 || c.with_norm) return std::nullopt;
