@@ -29,17 +29,7 @@ constexpr int kMaxJobs = kGemvMaxJobs;
 constexpr int kStages = 6;  // ring depth: a stage is 4 x 2 H blocks per warp (66 to 110 bytes each)
 
 template <GgmlType T, int H>
-struct Geom {
-    using C = LaneCodec<T>;
-    static constexpr int kValues = 16 * H;                             // per lane
-    static constexpr int kWords = 4 * H;                               // digit words per plane
-    static constexpr int kSliceValues = kWarp * kValues;               // per warp: 512 H
-    static constexpr int kSliceBytes = kSliceValues / 256 * C::kBytes;  // 2 H blocks
-    // Covering words from a kAlign-aligned start, and a spare word for the lanes' aligned over-reads where the
-    // format is read at any alignment (as the MoE register kernels').
-    static constexpr int kSlotWords = (16 - C::kAlign + kSliceBytes + 15) / 16 + (C::kAlign < 4 ? 1 : 0);
-    static constexpr size_t smem(int w) { return block_smem(w, kStages * kRows * kSlotWords * 16); }
-};
+using Geom = LaneGeom<T, H, kStages>;
 
 struct Job {
     const uint8_t* w;

@@ -338,6 +338,21 @@ struct LaneCodec<GgmlType::Q2_K> {
     }
 };
 
+// A warp's share of a row in the register kernels of these formats, and a block's shared memory: lanes of 16 H
+// values, so a warp's slice of a row is 2 H blocks of 256 values; a ring slot holds the 16-byte words covering a
+// slice from any kAlign-aligned start, plus, for the formats read at any alignment, one spare word that the last
+// lane's aligned over-read (lds_words_any) may touch; kStages slots of kRows rows per warp.
+template <GgmlType T, int H, int kStages>
+struct LaneGeom {
+    using C = LaneCodec<T>;
+    static constexpr int kValues = 16 * H;                              // per lane
+    static constexpr int kWords = 4 * H;                                // digit words per plane
+    static constexpr int kSliceValues = kWarp * kValues;                // per warp: 512 H
+    static constexpr int kSliceBytes = kSliceValues / 256 * C::kBytes;  // 2 H blocks
+    static constexpr int kSlotWords = (16 - C::kAlign + kSliceBytes + 15) / 16 + (C::kAlign < 4 ? 1 : 0);
+    static constexpr size_t smem(int w) { return block_smem(w, kStages * kRows * kSlotWords * 16); }
+};
+
 // Whether the register kernels have a LaneCodec for format t.
 constexpr bool has_lane_codec(GgmlType t) {
     return t == GgmlType::IQ2_XXS || t == GgmlType::IQ2_XS || t == GgmlType::IQ2_S || t == GgmlType::IQ3_XXS ||

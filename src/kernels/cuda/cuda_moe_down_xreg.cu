@@ -45,17 +45,7 @@ struct Params {
 };
 
 template <GgmlType T, int H>
-struct Geom {
-    using C = LaneCodec<T>;
-    static constexpr int kValues = 16 * H;  // per lane
-    static constexpr int kWords = 4 * H;
-    static constexpr int kSliceValues = kWarp * kValues;               // 512 H
-    static constexpr int kSliceBytes = kSliceValues / 256 * C::kBytes;  // 2 H blocks
-    // Covering words from a kAlign-aligned start, and a spare word for the lanes' aligned over-reads where the
-    // format is read at any alignment (as the gate/up kernel's).
-    static constexpr int kSlotWords = (16 - C::kAlign + kSliceBytes + 15) / 16 + (C::kAlign < 4 ? 1 : 0);
-    static constexpr size_t smem(int w) { return block_smem(w, kStages * kRows * kSlotWords * 16); }
-};
+using Geom = LaneGeom<T, H, kStages>;
 
 // Launch bounds: H = 2 blocks of at most 24 warps (k F / 1024 of them: 12 for V4-Flash), so the compiler may
 // take up to 85 registers a thread (a 1024-thread bound held it to 64); two 12-warp blocks still fit an SM.

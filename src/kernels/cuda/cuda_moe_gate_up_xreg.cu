@@ -47,18 +47,7 @@ struct Params {
 };
 
 template <GgmlType T, int H>
-struct Geom {
-    using C = LaneCodec<T>;
-    static constexpr int kValues = 16 * H;                             // per lane
-    static constexpr int kWords = 4 * H;                               // digit words per plane
-    static constexpr int kSliceValues = kWarp * kValues;               // per warp: 512 H
-    static constexpr int kSliceBytes = kSliceValues / 256 * C::kBytes;  // 2 H blocks
-    // 16-byte words of a row's slot: those covering the slice from any offset in its first word (a multiple of
-    // kAlign), and for the formats read at any alignment one spare word that the last lane's aligned over-read
-    // (lds_words_any) may touch.
-    static constexpr int kSlotWords = (16 - C::kAlign + kSliceBytes + 15) / 16 + (C::kAlign < 4 ? 1 : 0);
-    static constexpr size_t smem(int w) { return block_smem(w, kStages * kRows * kSlotWords * 16); }
-};
+using Geom = LaneGeom<T, H, kStages>;
 
 // Launch bounds: H = 2 blocks have at most 16 warps (D <= 16384), so the compiler may take 72 registers a
 // thread where a 1024-thread bound held it to 64 and it recomputed lane constants in every stage; at 128-thread
