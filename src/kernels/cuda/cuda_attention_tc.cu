@@ -346,9 +346,13 @@ bool launch_tc(CudaBackend& b, const AttentionArgs& a) {
                                    : (a.comp_packed ? attention_tc_kernel<HD, true> : attention_tc_kernel<HD, false>);
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)l.smem));
     CudaBackend::Scratch s(b);
-    const int64_t slots = splits > 1 ? a.n * splits * a.n_heads : 0;
-    float2* part_ml = splits > 1 ? s.get<float2>(slots) : nullptr;
-    float* part_o = splits > 1 ? s.get<float>(slots * HD) : nullptr;
+    float2* part_ml = nullptr;
+    float* part_o = nullptr;
+    if (splits > 1) {
+        const int64_t slots = a.n * splits * a.n_heads;
+        part_ml = s.get<float2>(slots);
+        part_o = s.get<float>(slots * HD);
+    }
     launch_pdl(kernel, (unsigned)(a.n * l.groups * splits), 2 * l.mtiles * kWarp, l.smem, b.stream(), a, l.groups,
                splits, part_ml, part_o);
     CUDA_CHECK_LAUNCH();

@@ -50,16 +50,14 @@ template <GgmlType T, int H>
 __global__ void __launch_bounds__(kMaxWarps* kWarp / H, 1)
     gemv_lane_xreg_kernel(const __grid_constant__ Batch b, QuantTables tb) {
     using G = Geom<T, H>;
-    using C = LaneCodec<T>;
     extern __shared__ uint4 smem[];
     __shared__ uint32_t lut_mem[LutStorage<T>::kWords];
     const Lut lut = build_lut<T>(lut_mem, tb);  // every thread, before any exit
     const int n_warps = blockDim.x / kWarp, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-    int j = 0;
-    while (j + 1 < b.count && (int64_t)blockIdx.x >= b.job[j + 1].block0) ++j;
-    const Job& J = b.job[j];
-    const int64_t r0 = ((int64_t)blockIdx.x - J.block0) * b.rows_per_block;
-    const int rows = (int)(J.M - r0 < b.rows_per_block ? J.M - r0 : b.rows_per_block);
+    const BlockRows br = block_rows(b);
+    const Job& J = b.job[br.job];
+    const int64_t r0 = br.r0;
+    const int rows = br.rows;
     const int n_stages = (rows + kRows - 1) / kRows;
     uint4* ring = smem + (size_t)warp * kStages * kRows * G::kSlotWords;
     float* sums = reinterpret_cast<float*>(smem + (size_t)n_warps * kStages * kRows * G::kSlotWords);
@@ -74,36 +72,17 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp / H, 1)
     ring_start<kStages>(n_stages, issue);
     pdl_begin();  // the weights are on their way; now wait for the kernel that wrote x
 
-    uint32_t a0[G::kWords], a1[G::kWords], a2[G::kWords];
-    float xsum[H];
-    const int vo = G::kValues * lane;  // the lane's first value in the slice
-    const float sx = lane_digits<H>(J.x + (int64_t)warp * G::kSliceValues + vo, a0, a1, a2, C::kSums ? xsum : nullptr);
-    const int block_at = C::kBytes * (vo >> 8), v0 = vo & 255;  // the lane's block in the slice, its first value
-
-    constexpr uint32_t kSlotBytes = G::kSlotWords * 16;
-    RingCursor<kStages, kRows * kSlotBytes> stage(ring);
-    for (int s = 0; s < n_stages; ++s, stage.next()) {
-        ring_wait<kStages>(s, n_stages, issue);
-        const uint32_t stage_at = stage.at();
-        float acc[kRows];
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-            // row(kRows s + r)'s slice: its slot plus its address mod 16
-            const uint32_t p = stage_at + r * kSlotBytes + (uint32_t)(reinterpret_cast<uintptr_t>(row(kRows * s + r)) & 15);
-            acc[r] = C::template dot<H, 3>(p + block_at, v0, lut, a0, a1, a2, sx, xsum);
+    auto row_sh = [&](int i) { return (uint32_t)(reinterpret_cast<uintptr_t>(row(i)) & 15); };
+    const float* x = J.x + (int64_t)warp * G::kSliceValues;
+    auto flush = [&](const float* buf, int row0) {
+        const int r = row0 + lane;
+        if (r < rows) {
+            float t = buf[lane];
+            for (int w = 1; w < n_warps; ++w) t += buf[w * kChunk + lane];
+            J.y[r0 + r] = t;
         }
-        __syncwarp();                           // every lane is done with this slot before a later issue() refills it
-        const float k = butterfly4(acc, lane);  // lane 8 r: row r's warp sum
-        stash_sums(k, s, n_stages, sums, n_warps, [&](const float* buf, int row0) {
-            const int r = row0 + lane;
-            if (r < rows) {
-                float t = buf[lane];
-                for (int w = 1; w < n_warps; ++w) t += buf[w * kChunk + lane];
-                J.y[r0 + r] = t;
-            }
-        });
-    }
-    cp_async_wait<0>();
+    };
+    lane_stages<T, H, 3, kStages>(x, ring, n_stages, issue, row_sh, lut, sums, n_warps, flush);
 }
 
 // H = 2 (a whole 32-value sub-block per lane) where K allows, as the MoE register kernels.
@@ -121,8 +100,7 @@ void launch_h(const MatmulParams* ps, int count, const QuantTables& t, cudaStrea
     DSV4_CHECK(bps > 0);
     int64_t rows = 0;
     for (int j = 0; j < count; ++j) rows += ps[j].M;
-    const int64_t wave = (int64_t)bps * device_limits().sms;
-    const int64_t per = (rows + wave * kRows - 1) / (wave * kRows) * kRows;  // at least one stage
+    const int64_t per = wave_rows_per_block(rows, bps);
     Batch b{};
     int64_t blocks = 0;
     for (int j = 0; j < count; ++j) {

@@ -77,11 +77,10 @@ __global__ void __launch_bounds__((NR == 1 ? kMaxWarps : kMaxWarpsRows) * kWarp,
     using G = Geom<H, kStages, NR>;
     extern __shared__ uint4 smem[];
     const int n_warps = blockDim.x / kWarp, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-    int j = 0;
-    while (j + 1 < b.count && (int64_t)blockIdx.x >= b.job[j + 1].block0) ++j;
-    const Job& J = b.job[j];
-    const int64_t r0 = ((int64_t)blockIdx.x - J.block0) * b.rows_per_block;
-    const int rows = (int)(J.M - r0 < b.rows_per_block ? J.M - r0 : b.rows_per_block);
+    const BlockRows br = block_rows(b);
+    const Job& J = b.job[br.job];
+    const int64_t r0 = br.r0;
+    const int rows = br.rows;
     const int n_stages = (rows + kRows - 1) / kRows;
     uint4* ring = smem + (size_t)warp * kStages * kRows * G::kSliceWords;
     float* sums = reinterpret_cast<float*>(smem + (size_t)n_warps * kStages * kRows * G::kSliceWords);
@@ -204,8 +203,7 @@ void launch_batch(const MatmulParams* ps, int count, RowNorm norm, cudaStream_t 
     DSV4_CHECK(bps > 0);
     int64_t rows = 0;
     for (int j = 0; j < count; ++j) rows += ps[j].M;
-    const int64_t wave = (int64_t)bps * device_limits().sms;
-    const int64_t per = (rows + wave * kRows - 1) / (wave * kRows) * kRows;  // at least one stage
+    const int64_t per = wave_rows_per_block(rows, bps);
     Batch b{};
     int64_t blocks = 0;
     for (int j = 0; j < count; ++j) {

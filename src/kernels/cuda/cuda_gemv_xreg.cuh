@@ -222,6 +222,28 @@ __device__ __forceinline__ void stash_sums(float k, int s, int n_stages, float* 
     stash_sums_rows<1>(one, s, n_stages, sums, n_warps, [&](int, const float* buf, int row0) { flush(buf, row0); });
 }
 
+// Rows per block (whole stages, at least one) for a one-wave grid: blocks_per_sm blocks on every SM sharing `rows`.
+inline int64_t wave_rows_per_block(int64_t rows, int blocks_per_sm) {
+    const int64_t wave = (int64_t)blocks_per_sm * device_limits().sms;
+    return (rows + wave * kRows - 1) / (wave * kRows) * kRows;
+}
+
+// The job of this block in a batch (Batch::job[0 .. count), each job's blocks consecutive from its block0, every
+// block rows_per_block rows of its job but the last), the block's first row in it and its row count.
+struct BlockRows {
+    int job;
+    int64_t r0;
+    int rows;
+};
+template <class Batch>
+__device__ __forceinline__ BlockRows block_rows(const Batch& b) {
+    int j = 0;
+    while (j + 1 < b.count && (int64_t)blockIdx.x >= b.job[j + 1].block0) ++j;
+    const auto& J = b.job[j];
+    const int64_t r0 = ((int64_t)blockIdx.x - J.block0) * b.rows_per_block;
+    return {j, r0, (int)(J.M - r0 < b.rows_per_block ? J.M - r0 : b.rows_per_block)};
+}
+
 // Resident blocks per SM of kernel K for blocks of w = 1..kMaxWarps warps whose dynamic shared memory is
 // smem(w): 0 where such a block cannot run (its static and dynamic shared memory past the device's limit, or
 // more threads than the kernel's launch bounds allow).

@@ -155,7 +155,8 @@ struct LaneCodec<GgmlType::IQ2_S> : GridLane<LaneCodec<GgmlType::IQ2_S>> {
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
             const int l = 2 * h + i;
-            const uint64_t e = gemv::ld_table(lut.grid64, ((un.qs >> (8 * l)) & 255) | ((un.qh << (8 - 2 * l)) & 0x300u));
+            const uint32_t idx = ((un.qs >> (8 * l)) & 255) | ((un.qh << (8 - 2 * l)) & 0x300u);
+            const uint64_t e = gemv::ld_table(lut.grid64, idx);
             gemv::signed_group(w + 2 * i, (uint32_t)e, (uint32_t)(e >> 32), un.sg >> (8 * l));
         }
     }
@@ -223,7 +224,8 @@ struct LaneCodec<GgmlType::IQ3_S> : GridLane<LaneCodec<GgmlType::IQ3_S>> {
             const uint32_t i12 = word_of(un.qs, l >> 1) >> (16 * (l & 1));
             const uint32_t i1 = (i12 & 255) | ((un.qh << (8 - 2 * l)) & 256);
             const uint32_t i2 = ((i12 >> 8) & 255) | ((un.qh << (7 - 2 * l)) & 256);
-            gemv::signed_group(w + 2 * i, gemv::ld_table(lut.grid32, i1), gemv::ld_table(lut.grid32, i2), un.sg >> (8 * l));
+            gemv::signed_group(w + 2 * i, gemv::ld_table(lut.grid32, i1), gemv::ld_table(lut.grid32, i2),
+                               un.sg >> (8 * l));
         }
     }
 };
@@ -352,6 +354,42 @@ struct LaneGeom {
     static constexpr int kSlotWords = (16 - C::kAlign + kSliceBytes + 15) / 16 + (C::kAlign < 4 ? 1 : 0);
     static constexpr size_t smem(int w) { return block_smem(w, kStages * kRows * kSlotWords * 16); }
 };
+
+// The part every lane-codec register kernel shares once its ring is started and its input is ready: the lane's
+// 16 H values of the warp's input slice x_slice as digits (lane_digits; P planes), then for each of n_stages stages
+// (issue: the ring's copies, as ring_wait takes them) the 4 rows' products (row i's slice at its slot plus row_sh(i),
+// its address mod 16), their warp sums by butterfly4, and flush (as stash_sums calls it) at the end of every kChunk
+// rows and after the last stage.
+template <GgmlType T, int H, int P, int kStages, class Issue, class RowSh, class Flush>
+__device__ __forceinline__ void lane_stages(const float* x_slice, const uint4* ring, int n_stages, Issue&& issue,
+                                            RowSh&& row_sh, const gemv::Lut& lut, float* sums, int n_warps,
+                                            Flush&& flush) {
+    using G = LaneGeom<T, H, kStages>;
+    using C = LaneCodec<T>;
+    const int lane = threadIdx.x % kWarp;
+    uint32_t a0[G::kWords], a1[G::kWords], a2[G::kWords];
+    float xsum[H];
+    const int vo = G::kValues * lane;  // the lane's first value in the slice
+    const float sx = lane_digits<H, P>(x_slice + vo, a0, a1, a2, C::kSums ? xsum : nullptr);
+    const int block_at = C::kBytes * (vo >> 8), v0 = vo & 255;  // the lane's block in the slice, its first value
+
+    constexpr uint32_t kSlotBytes = G::kSlotWords * 16;
+    RingCursor<kStages, kRows * kSlotBytes> stage(ring);
+    for (int s = 0; s < n_stages; ++s, stage.next()) {
+        ring_wait<kStages>(s, n_stages, issue);
+        const uint32_t stage_at = stage.at();
+        float acc[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            const uint32_t p = stage_at + r * kSlotBytes + row_sh(kRows * s + r);  // row(kRows s + r)'s slice
+            acc[r] = C::template dot<H, P>(p + block_at, v0, lut, a0, a1, a2, sx, xsum);
+        }
+        __syncwarp();                           // every lane is done with this slot before a later issue() refills it
+        const float k = butterfly4(acc, lane);  // lane 8 r: row r's warp sum
+        stash_sums(k, s, n_stages, sums, n_warps, flush);
+    }
+    cp_async_wait<0>();
+}
 
 // Whether the register kernels have a LaneCodec for format t.
 constexpr bool has_lane_codec(GgmlType t) {

@@ -57,7 +57,6 @@ template <GgmlType T, int H, int P>
 __global__ void __launch_bounds__(kMaxThreads<H>, 1)
     moe_down_xreg_kernel(const __grid_constant__ Params a, QuantTables tb) {
     using G = Geom<T, H>;
-    using C = LaneCodec<T>;
     extern __shared__ uint4 smem[];
     __shared__ uint32_t lut_mem[LutStorage<T>::kWords];
     const Lut lut = build_lut<T>(lut_mem, tb);  // every thread, before any exit
@@ -96,40 +95,20 @@ __global__ void __launch_bounds__(kMaxThreads<H>, 1)
     pdl_wait();  // h comes from the gate/up kernel
     pdl_trigger();
 
-    uint32_t a0[G::kWords], a1[G::kWords], a2[G::kWords];
-    float xsum[H];
-    const int vo = G::kValues * lane;  // the lane's first value in the slice
-    const float sx = lane_digits<H, P>(a.h + (int64_t)item_pair[item] * a.F + slice * G::kSliceValues + vo, a0, a1,
-                                       a2, C::kSums ? xsum : nullptr);
-    const int block_at = C::kBytes * (vo >> 8), v0 = vo & 255;  // the lane's block in the slice, its first value
-
-    constexpr uint32_t kSlotBytes = G::kSlotWords * 16;
-    RingCursor<kStages, kRows * kSlotBytes> stage(ring);
-    for (int s = 0; s < n_stages; ++s, stage.next()) {
-        ring_wait<kStages>(s, n_stages, issue);
-        const uint32_t stage_at = stage.at();
-        float acc[kRows];
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-            const uint32_t p = stage_at + r * kSlotBytes + row_sh(kRows * s + r);  // row(kRows s + r)'s slice
-            acc[r] = C::template dot<H, P>(p + block_at, v0, lut, a0, a1, a2, sx, xsum);
-        }
-        __syncwarp();                           // every lane is done with this slot before a later issue() refills it
-        const float k = butterfly4(acc, lane);  // lane 8 r: row r's warp sum
-        stash_sums(k, s, n_stages, sums, n_warps, [&](const float* buf, int row0) {
-            const int r = row0 + lane;
-            if (r < rows) {
-                float total = 0.0f;
-                for (int i = 0; i < a.k; ++i) {
-                    float y = buf[i * a.slices * kChunk + lane];
-                    for (int sl = 1; sl < a.slices; ++sl) y += buf[(i * a.slices + sl) * kChunk + lane];
-                    total += y;
-                }
-                a.out[token * a.D + d0 + r] = total;
+    const float* x = a.h + (int64_t)item_pair[item] * a.F + slice * G::kSliceValues;
+    auto flush = [&](const float* buf, int row0) {
+        const int r = row0 + lane;
+        if (r < rows) {
+            float total = 0.0f;
+            for (int i = 0; i < a.k; ++i) {
+                float y = buf[i * a.slices * kChunk + lane];
+                for (int sl = 1; sl < a.slices; ++sl) y += buf[(i * a.slices + sl) * kChunk + lane];
+                total += y;
             }
-        });
-    }
-    cp_async_wait<0>();
+            a.out[token * a.D + d0 + r] = total;
+        }
+    };
+    lane_stages<T, H, P, kStages>(x, ring, n_stages, issue, row_sh, lut, sums, n_warps, flush);
 }
 
 // Blocks of w warps per SM with H values per lane (0: such a block cannot run here).
@@ -142,8 +121,7 @@ template <GgmlType T, int H, int P>
 void launch_h(Params p, int64_t n, int w, const QuantTables& t, cudaStream_t s) {
     const int bps = blocks_per_sm_h<T, H, P>(w);
     DSV4_CHECK(bps > 0);
-    const int64_t wave = (int64_t)bps * device_limits().sms;
-    const int64_t per = (n * p.D + wave * kRows - 1) / (wave * kRows) * kRows;  // rows per block, whole stages
+    const int64_t per = wave_rows_per_block(n * p.D, bps);
     p.rows_per_block = per;
     p.blocks_per_token = (p.D + per - 1) / per;
     launch_pdl(moe_down_xreg_kernel<T, H, P>, (unsigned)(n * p.blocks_per_token), w * kWarp, Geom<T, H>::smem(w), s,

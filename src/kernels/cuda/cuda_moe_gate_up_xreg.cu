@@ -57,7 +57,6 @@ template <GgmlType T, int H, int P>
 __global__ void __launch_bounds__(kMaxWarps* kWarp / H, 1)
     moe_gate_up_xreg_kernel(const __grid_constant__ Params a, QuantTables tb) {
     using G = Geom<T, H>;
-    using C = LaneCodec<T>;
     extern __shared__ uint4 smem[];
     __shared__ uint32_t lut_mem[LutStorage<T>::kWords];
     const Lut lut = build_lut<T>(lut_mem, tb);  // every thread, before any exit
@@ -86,44 +85,24 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp / H, 1)
     auto issue = [&](int s) { issue_covering<kStages, G::kSlotWords>(ring, s, G::kSliceBytes, row, lane); };
     ring_start<kStages>(n_stages, issue);
 
-    uint32_t a0[G::kWords], a1[G::kWords], a2[G::kWords];
-    float xsum[H];
-    const int vo = G::kValues * lane;  // the lane's first value in the slice
-    const float sx = lane_digits<H, P>(a.x + (int64_t)(pair / a.k) * a.D + warp * G::kSliceValues + vo, a0, a1, a2,
-                                       C::kSums ? xsum : nullptr);
-    const int block_at = C::kBytes * (vo >> 8), v0 = vo & 255;  // the lane's block in the slice, its first value
-
-    constexpr uint32_t kSlotBytes = G::kSlotWords * 16;
-    RingCursor<kStages, kRows * kSlotBytes> stage(ring);
-    for (int s = 0; s < n_stages; ++s, stage.next()) {
-        ring_wait<kStages>(s, n_stages, issue);
-        const uint32_t stage_at = stage.at();
-        float acc[kRows];
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-            const uint32_t p = stage_at + r * kSlotBytes + row_sh(kRows * s + r);  // row(kRows s + r)'s slice
-            acc[r] = C::template dot<H, P>(p + block_at, v0, lut, a0, a1, a2, sx, xsum);
-        }
-        __syncwarp();                           // every lane is done with this slot before a later issue() refills it
-        const float k = butterfly4(acc, lane);  // lane 8 r: row r's warp sum
-        stash_sums(k, s, n_stages, sums, n_warps, [&](const float* buf, int row0) {
-            const int fi = row0 / 2 + lane;  // rows 2 i and 2 i + 1 of the chunk: gate and up of f0 + fi
-            if (lane < kChunk / 2 && fi < nf) {
-                float gv = buf[2 * lane], uv = buf[2 * lane + 1];
-                for (int w = 1; w < n_warps; ++w) {
-                    gv += buf[w * kChunk + 2 * lane];
-                    uv += buf[w * kChunk + 2 * lane + 1];
-                }
-                if (a.clamp > 0) {  // as the swiglu op, then the routing weight (before the down projection)
-                    gv = fminf(gv, a.clamp);
-                    uv = fminf(fmaxf(uv, -a.clamp), a.clamp);
-                }
-                const float hv = gv / (1.0f + expf(-gv)) * uv;
-                a.h[(int64_t)pair * a.F + f0 + fi] = hv * a.weights[pair];
+    const float* x = a.x + (int64_t)(pair / a.k) * a.D + warp * G::kSliceValues;
+    auto flush = [&](const float* buf, int row0) {
+        const int fi = row0 / 2 + lane;  // rows 2 i and 2 i + 1 of the chunk: gate and up of f0 + fi
+        if (lane < kChunk / 2 && fi < nf) {
+            float gv = buf[2 * lane], uv = buf[2 * lane + 1];
+            for (int w = 1; w < n_warps; ++w) {
+                gv += buf[w * kChunk + 2 * lane];
+                uv += buf[w * kChunk + 2 * lane + 1];
             }
-        });
-    }
-    cp_async_wait<0>();
+            if (a.clamp > 0) {  // as the swiglu op, then the routing weight (before the down projection)
+                gv = fminf(gv, a.clamp);
+                uv = fminf(fmaxf(uv, -a.clamp), a.clamp);
+            }
+            const float hv = gv / (1.0f + expf(-gv)) * uv;
+            a.h[(int64_t)pair * a.F + f0 + fi] = hv * a.weights[pair];
+        }
+    };
+    lane_stages<T, H, P, kStages>(x, ring, n_stages, issue, row_sh, lut, sums, n_warps, flush);
 }
 
 // Blocks of w warps per SM with H values per lane (0: such a block cannot run here).
@@ -136,9 +115,7 @@ template <GgmlType T, int H, int P>
 void launch_h(Params p, int64_t pairs, int w, const QuantTables& t, cudaStream_t s) {
     const int bps = blocks_per_sm_h<T, H, P>(w);
     DSV4_CHECK(bps > 0);
-    const int64_t wave = (int64_t)bps * device_limits().sms;
-    const int64_t rows = pairs * 2 * p.F;
-    const int64_t per = (rows + wave * kRows - 1) / (wave * kRows) * kRows;  // rows per block, whole stages
+    const int64_t per = wave_rows_per_block(pairs * 2 * p.F, bps);
     p.f_per_block = (int)(per / 2);
     p.blocks_per_pair = (p.F + p.f_per_block - 1) / p.f_per_block;
     launch_pdl(moe_gate_up_xreg_kernel<T, H, P>, (unsigned)(pairs * p.blocks_per_pair), w * kWarp,
